@@ -1,0 +1,188 @@
+/* Timing harness for the CUDA backend (not a test): prefill of N tokens and single-stream decode
+ * steps at a given depth, on dummy weights of a named shape, through the backend interface.
+ * Wall clock around forward + a device synchronise (prefill) or + the 4-byte argmax read (decode),
+ * one warm-up excluded, median of the repeats. Prints tok/s, ms/token and the fraction of the floor:
+ * HBM bytes (weights + KV read) at 4.3 TB/s for decode, bf16 tensor FLOPs at 790 TFLOP/s for prefill.
+ *
+ * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5]
+ *                           [--variants]   (decode also without PDL and without the graph) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend_internal.h"
+#include "model/dummy.h"
+
+#define HBM_BYTES_PER_S 4.3e12
+#define TENSOR_FLOPS 790e12
+#define BLOCK_SIZE 16
+#define MAX_LIST 8
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_list(const char *s, int *out) {
+    int n = 0;
+    while (*s && n < MAX_LIST) {
+        out[n++] = atoi(s);
+        const char *comma = strchr(s, ',');
+        if (!comma) break;
+        s = comma + 1;
+    }
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define TRY(expr)                                                                                        \
+    do {                                                                                                 \
+        kite_status try_status_ = (expr);                                                                \
+        if (try_status_ != KITE_OK) {                                                                    \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, kite_last_error());             \
+            exit(1);                                                                                     \
+        }                                                                                                \
+    } while (0)
+
+static int32_t *table;
+
+static void forward(backend *b, const int32_t *tokens, int n, int before, int wants) {
+    int32_t start[2] = {0, n}, ctx = before + n;
+    const int32_t *t = table;
+    uint8_t w = (uint8_t)wants;
+    step_batch batch = {1, n, tokens, start, &ctx, &t, &w};
+    TRY(b->ops->forward(b, &batch));
+}
+
+/* Prefill `depth` positions in chunks of at most 4096 tokens. */
+static void fill_context(backend *b, const int32_t *tokens, int depth) {
+    for (int done = 0; done < depth;) {
+        const int n = depth - done < 4096 ? depth - done : 4096;
+        forward(b, tokens + done, n, done, 0);
+        done += n;
+    }
+    TRY(cuda_backend_synchronize(b));
+}
+
+int main(int argc, char **argv) {
+    const char *shape = "qwen3-0.6b-base";
+    int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
+    int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
+    int n_gen = 128, reps = 5, variants = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_prompts = parse_list(argv[++i], prompts);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--depth") && i + 1 < argc) n_depths = parse_list(argv[++i], depths);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--variants")) variants = 1;
+        else {
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 64) reps = 5;
+    char reason[256];
+    if (!cuda_backend_available(reason, sizeof reason)) {
+        printf("SKIPPED: %s\n", reason);
+        return 77;
+    }
+    qwen3_config config;
+    dummy_model *model = NULL;
+    backend *gpu = NULL;
+    TRY(known_shape_config(shape, &config));
+    TRY(dummy_model_create(&config, 42, &model));
+    backend_params params = {0, 0};
+    TRY(cuda_backend_create(&config, dummy_model_weights(model), &params, &gpu));
+
+    int max_ctx = 0;
+    for (int i = 0; i < n_prompts; i++) max_ctx = prompts[i] > max_ctx ? prompts[i] : max_ctx;
+    for (int i = 0; i < n_depths; i++) max_ctx = depths[i] + n_gen > max_ctx ? depths[i] + n_gen : max_ctx;
+    const int n_blocks = (max_ctx + BLOCK_SIZE - 1) / BLOCK_SIZE + 1;
+    TRY(gpu->ops->kv_reserve(gpu, n_blocks, BLOCK_SIZE));
+    table = malloc((size_t)n_blocks * sizeof *table);
+    int32_t *tokens = malloc((size_t)(max_ctx + 1) * sizeof *tokens);
+    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i; /* scattered, not identity */
+    uint32_t seed = 5;
+    for (int i = 0; i <= max_ctx; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        tokens[i] = (int32_t)((seed >> 8) % (uint32_t)config.vocab_size);
+    }
+
+    /* Floors. */
+    const double hidden = config.hidden_size, inter = config.intermediate_size, hd = config.head_dim;
+    const double linear = config.n_layers * (hidden * (config.n_heads + 2.0 * config.n_kv_heads) * hd +
+                                             hidden * config.n_heads * hd + 3.0 * hidden * inter);
+    const double lm_head = (double)config.vocab_size * hidden;
+    const double weight_bytes = 2.0 * (linear + lm_head);
+    const double kv_per_position = (double)kv_bytes_per_position(&config, 2);
+    printf("shape %s: weights read per decode step %.3f GB, KV %.0f bytes per position\n", shape, weight_bytes / 1e9,
+           kv_per_position);
+    printf("%-34s %12s %12s %10s\n", "test", "tok/s", "ms/token", "of floor");
+
+    double *samples = malloc((size_t)(reps + 1) * sizeof *samples);
+    for (int i = 0; i < n_prompts; i++) {
+        const int n = prompts[i];
+        for (int r = 0; r <= reps; r++) {
+            TRY(cuda_backend_synchronize(gpu));
+            const double t0 = now_s();
+            forward(gpu, tokens, n, 0, 1);
+            TRY(cuda_backend_synchronize(gpu));
+            samples[r] = now_s() - t0;
+        }
+        const double t = median(samples + 1, reps);
+        /* FLOPs: linear layers per token, causal attention (QK and PV), the lm_head for one token. */
+        const double attn = 4.0 * config.n_layers * config.n_heads * hd * ((double)n * (n + 1) / 2.0);
+        const double flops = 2.0 * linear * n + attn + 2.0 * lm_head;
+        char name[64];
+        snprintf(name, sizeof name, "pp%d", n);
+        printf("%-34s %12.0f %12.4f %9.1f%%   (%.0f TFLOP/s)\n", name, n / t, 1e3 * t / n,
+               100.0 * (flops / TENSOR_FLOPS) / t, flops / t / 1e12);
+    }
+
+    const int n_variants = variants ? 3 : 1;
+    const char *variant_names[3] = {"graph+pdl", "graph", "no graph"};
+    const int variant_graph[3] = {1, 1, 0}, variant_pdl[3] = {1, 0, 0};
+    for (int d = 0; d < n_depths; d++) {
+        const int depth = depths[d];
+        fill_context(gpu, tokens, depth);
+        for (int v = 0; v < n_variants; v++) {
+            TRY(cuda_backend_set_decode_options(gpu, variant_graph[v], variant_pdl[v]));
+            for (int r = 0; r <= reps; r++) {
+                int32_t next = tokens[depth];
+                const double t0 = now_s();
+                for (int s = 0; s < n_gen; s++) {
+                    forward(gpu, &next, 1, depth + s, 1);
+                    TRY(gpu->ops->argmax(gpu, &next, 1));
+                }
+                samples[r] = now_s() - t0;
+            }
+            const double t = median(samples + 1, reps) / n_gen;
+            const double avg_ctx = depth + n_gen / 2.0;
+            const double floor_s = (weight_bytes + kv_per_position * avg_ctx) / HBM_BYTES_PER_S;
+            char name[64];
+            snprintf(name, sizeof name, "tg%d @ depth %d (%s)", n_gen, depth, variant_names[v]);
+            printf("%-34s %12.1f %12.4f %9.1f%%\n", name, 1.0 / t, 1e3 * t, 100.0 * floor_s / t);
+        }
+        TRY(cuda_backend_set_decode_options(gpu, 1, 1));
+    }
+    gpu->ops->destroy(gpu);
+    dummy_model_free(model);
+    free(samples);
+    free(table);
+    free(tokens);
+    return 0;
+}

@@ -1,0 +1,210 @@
+/* kite: run Qwen3 dense models from a Hugging Face checkpoint directory, on CUDA or the CPU.
+ *
+ * The one public header. Conventions:
+ * - Every function that can fail returns a kite_status; kite_last_error() gives one line naming what is
+ *   wrong and where (file, tensor, field). The message is kept per thread.
+ * - Handles are opaque; parameter structs are filled by their *_default() function, then adjusted.
+ * - Thread safety: a kite_model is read-only after kite_model_load() and may be shared by threads;
+ *   a kite_engine must be used by one thread at a time.
+ */
+#ifndef KITE_H
+#define KITE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KITE_VERSION_STRING "0.1.0"
+
+typedef enum kite_status {
+    KITE_OK = 0,
+    KITE_ERROR_INVALID_ARGUMENT = 1,  /* a caller passed something unusable */
+    KITE_ERROR_IO = 2,                /* a file could not be opened, read or mapped */
+    KITE_ERROR_INVALID_CHECKPOINT = 3, /* config.json or safetensors is damaged or inconsistent */
+    KITE_ERROR_INVALID_TOKENIZER = 4, /* tokenizer.json is damaged */
+    KITE_ERROR_UNSUPPORTED = 5,       /* well-formed, but a feature kite does not implement */
+    KITE_ERROR_OUT_OF_MEMORY = 6,
+    KITE_ERROR_BACKEND = 7,           /* a CUDA / cuBLAS / device failure */
+    KITE_ERROR_INVALID_INPUT = 8,     /* bad text or token ids */
+    KITE_ERROR_CAPACITY = 9,          /* a request can never fit (context or KV cache) */
+} kite_status;
+
+/* A short name for the status ("invalid checkpoint"). */
+const char *kite_status_string(kite_status status);
+/* The message of the last failure on this thread ("" if none). */
+const char *kite_last_error(void);
+
+/* Frees memory that kite returned to the caller (token id arrays, text). */
+void kite_free(void *pointer);
+
+/* ---- models --------------------------------------------------------------------------------------- */
+
+typedef struct kite_model kite_model;
+
+typedef enum kite_backend_kind {
+    KITE_BACKEND_AUTO = 0, /* CUDA when this build has it and a usable GPU is present, else the CPU */
+    KITE_BACKEND_CPU = 1,  /* float32 reference */
+    KITE_BACKEND_CUDA = 2,
+} kite_backend_kind;
+
+typedef struct kite_load_params {
+    kite_backend_kind backend;
+    int32_t n_threads; /* CPU threads (0 = all cores) */
+    int32_t device;    /* CUDA device ordinal */
+} kite_load_params;
+
+kite_load_params kite_load_params_default(void);
+
+/* Loads a Hugging Face Qwen3 checkpoint directory (config.json, model.safetensors or shards with
+ * model.safetensors.index.json, tokenizer.json) and uploads its weights to the chosen backend.
+ * Everything is validated before anything large is allocated. */
+kite_status kite_model_load(const char *dir, const kite_load_params *params, kite_model **out);
+
+/* A model of a named shape ("qwen3-0.6b-base", "qwen3-1.7b-base", "qwen3-4b-base", "qwen3-8b-base",
+ * "tiny") with random weights drawn from seed, and no tokenizer: for benchmarks and tests. */
+kite_status kite_model_load_dummy(const char *shape, uint64_t seed, const kite_load_params *params,
+                                  kite_model **out);
+void kite_model_free(kite_model *model);
+
+typedef struct kite_model_info {
+    int32_t vocab_size;
+    int32_t n_layers;
+    int32_t hidden_size;
+    int32_t max_context;      /* max_position_embeddings */
+    int32_t n_eos_ids;
+    const int32_t *eos_ids;
+    bool has_tokenizer;
+    const char *backend_name; /* "cpu" or "cuda" */
+    size_t n_parameters;
+} kite_model_info;
+
+kite_model_info kite_model_get_info(const kite_model *model);
+
+/* Text <-> token ids through the checkpoint's tokenizer.json (byte-level BPE, exactly as Hugging Face).
+ * Results are allocated with malloc: release them with kite_free(). */
+kite_status kite_tokenize(const kite_model *model, const char *text, size_t length, int32_t **ids, size_t *n_ids);
+kite_status kite_detokenize(const kite_model *model, const int32_t *ids, size_t n_ids, char **text, size_t *length);
+
+/* ---- generation ------------------------------------------------------------------------------------ */
+
+typedef struct kite_sampling {
+    float temperature;        /* 0 = greedy */
+    int32_t top_k;            /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float repetition_penalty; /* 1 = off; applies to prompt and generated tokens */
+    uint64_t seed;            /* same seed, same tokens */
+} kite_sampling;
+
+kite_sampling kite_sampling_default(void); /* greedy */
+
+typedef enum kite_finish_reason {
+    KITE_FINISH_NONE = 0,      /* still running */
+    KITE_FINISH_LENGTH = 1,    /* max_tokens reached, or the context limit */
+    KITE_FINISH_STOP = 2,      /* an eos id or a stop string */
+    KITE_FINISH_CANCELLED = 3, /* kite_engine_cancel() */
+    KITE_FINISH_CAPACITY = 4,  /* the request can never fit in the KV cache or context */
+} kite_finish_reason;
+
+const char *kite_finish_reason_string(kite_finish_reason reason); /* "length", "stop", ... */
+
+typedef int64_t kite_request_id;
+
+/* What a request produced in one step. `text` is the newly completed text (it may be empty while a
+ * UTF-8 sequence or a possible stop string is held back); all text of a request, concatenated, equals
+ * its final text. The pointers are valid only during the callback. */
+typedef struct kite_token_event {
+    kite_request_id request;
+    int32_t token;              /* -1 on a final event that carries no token (cancel, capacity) */
+    const char *text;
+    size_t text_length;
+    float logprob;              /* log-softmax of the raw logits at `token` */
+    int32_t n_top;              /* the request's n_logprobs */
+    const int32_t *top_ids;     /* n_top ids, best first */
+    const float *top_logprobs;
+    kite_finish_reason finish;  /* non-zero on the request's last event */
+} kite_token_event;
+
+typedef void (*kite_token_callback)(const kite_token_event *event, void *user_data);
+
+typedef struct kite_request {
+    const int32_t *prompt_ids; /* either token ids ... */
+    size_t n_prompt_ids;
+    const char *prompt_text;   /* ... or text, tokenized by the model's tokenizer (ids win when both) */
+    size_t prompt_text_length;
+    kite_sampling sampling;
+    int32_t max_tokens;        /* new tokens at most; 0 = until eos or the context limit */
+    const char *const *stop_strings;
+    int32_t n_stop_strings;
+    bool ignore_eos;
+    int32_t n_logprobs;        /* top log-probabilities reported per token (0..20) */
+    kite_token_callback on_token;
+    void *user_data;
+} kite_request;
+
+kite_request kite_request_default(void);
+
+typedef struct kite_engine kite_engine;
+
+typedef struct kite_engine_params {
+    int32_t max_sequences;       /* sequences in one step at most (default 256) */
+    int32_t max_step_tokens;     /* new tokens in one step at most: the chunked-prefill budget (default 2048) */
+    size_t kv_cache_bytes;       /* 0 = kv_cache_fraction of free device memory (GPU) or enough for
+                                    max_context tokens of one sequence plus headroom (CPU) */
+    float kv_cache_fraction;     /* default 0.9 */
+    int32_t max_context;         /* 0 = the model's max_position_embeddings, capped at 65,536 */
+    int32_t kv_block_size;       /* positions per KV block (default 16) */
+} kite_engine_params;
+
+kite_engine_params kite_engine_params_default(void);
+
+/* One engine per model at a time: the engine owns the model backend's KV cache. */
+kite_status kite_engine_create(kite_model *model, const kite_engine_params *params, kite_engine **out);
+void kite_engine_free(kite_engine *engine);
+
+/* Queues a request; it joins the running batch at the next step. The prompt and stop strings are copied. */
+kite_status kite_engine_submit(kite_engine *engine, const kite_request *request, kite_request_id *id);
+/* Ends a request: its blocks are freed within one step and its callback gets KITE_FINISH_CANCELLED. */
+kite_status kite_engine_cancel(kite_engine *engine, kite_request_id id);
+/* One scheduler step: picks prefill chunks and decode tokens, runs the model once, samples, and calls
+ * the callbacks. Does nothing when idle. */
+kite_status kite_engine_step(kite_engine *engine);
+/* Steps until no request is left. */
+kite_status kite_engine_run(kite_engine *engine);
+bool kite_engine_idle(const kite_engine *engine);
+
+typedef struct kite_engine_stats {
+    int32_t kv_block_size;
+    int32_t kv_blocks_total;
+    int32_t kv_blocks_free;
+    size_t kv_capacity_tokens;      /* kv_blocks_total * kv_block_size */
+    int32_t max_concurrent_full;    /* sequences of max_context tokens that fit at once */
+    int32_t max_context;
+    int32_t running;                /* requests in the batch */
+    int32_t waiting;                /* queued or preempted */
+    int64_t preemptions;            /* total so far */
+    int64_t steps;
+} kite_engine_stats;
+
+kite_engine_stats kite_engine_get_stats(const kite_engine *engine);
+
+/* Timings of the finished work since the engine was created or the last reset. */
+typedef struct kite_engine_timings {
+    double prefill_seconds;
+    int64_t prefill_tokens;
+    double decode_seconds;
+    int64_t decode_tokens;
+} kite_engine_timings;
+
+kite_engine_timings kite_engine_get_timings(const kite_engine *engine);
+void kite_engine_reset_timings(kite_engine *engine);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

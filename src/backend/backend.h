@@ -1,0 +1,82 @@
+/* The interface every compute backend implements (CPU reference, CUDA).
+ *
+ * One forward call serves prefill, single-stream decode and batched decode: a step batch is a list of
+ * sequences, each contributing some new tokens that continue its context. Keys and values live in a
+ * paged KV cache owned by the backend: KV_BLOCK positions per block, blocks named by int32 ids that the
+ * engine hands out (engine/kv_cache.c keeps the free list; the backend only stores). How a backend lays
+ * out a block internally is its own business.
+ *
+ * Host C code never includes CUDA headers: the CUDA backend exports plain C functions declared here.
+ */
+#ifndef KITE_BACKEND_BACKEND_H
+#define KITE_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kite.h"
+#include "model/qwen3.h"
+
+typedef struct step_batch {
+    int32_t n_seqs;
+    int32_t n_tokens; /* total new tokens over all sequences */
+    /* [n_tokens]: the new tokens, sequence after sequence. */
+    const int32_t *token_ids;
+    /* [n_seqs + 1]: the new tokens of sequence s are token_ids[seq_token_start[s] .. seq_token_start[s+1]). */
+    const int32_t *seq_token_start;
+    /* [n_seqs]: the sequence's context length after this step. Its new tokens take positions
+     * [context_len - n_new, context_len); earlier positions are already in its KV blocks. */
+    const int32_t *seq_context_len;
+    /* [n_seqs]: block ids; block_tables[s][i] holds positions [i * block_size, (i + 1) * block_size).
+     * Covers at least seq_context_len[s] positions. */
+    const int32_t *const *block_tables;
+    /* [n_seqs]: 1 when the sequence needs the logits of its last new token this step, else 0
+     * (a prefill chunk that does not finish its prompt needs none). Rows come out in sequence order. */
+    const uint8_t *seq_wants_logits;
+} step_batch;
+
+typedef struct backend backend;
+
+typedef struct backend_ops {
+    const char *name; /* "cpu", "cuda" */
+    void (*destroy)(backend *self);
+    /* Allocates storage for n_blocks KV blocks of block_size positions each, for all layers.
+     * Called once, before the first forward. */
+    kite_status (*kv_reserve)(backend *self, int32_t n_blocks, int32_t block_size);
+    /* Runs the model over the batch, appends the new keys/values to the cache, and keeps the logits of
+     * the sequences that want them (n_rows = number of seq_wants_logits set) until the next forward. */
+    kite_status (*forward)(backend *self, const step_batch *batch);
+    /* Copies the kept logits to the host: rows x vocab_size floats, in sequence order. */
+    kite_status (*read_logits)(backend *self, float *out, int32_t n_rows);
+    /* The argmax of each kept row (ties: the lowest id), computed where the logits live. */
+    kite_status (*argmax)(backend *self, int32_t *out_ids, int32_t n_rows);
+    /* Device memory in bytes that is free for the KV cache now (0 and total 0 for the host backend). */
+    kite_status (*memory_info)(backend *self, size_t *free_bytes, size_t *total_bytes);
+} backend_ops;
+
+/* Implementations embed this as their first member. */
+struct backend {
+    const backend_ops *ops;
+    const qwen3_config *config;
+};
+
+typedef struct backend_params {
+    int32_t n_threads; /* CPU: OpenMP threads (0 = all cores) */
+    int32_t device;    /* CUDA: device ordinal */
+} backend_params;
+
+/* Bytes of KV cache for one position over all layers (K and V), at the backend's storage precision. */
+size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size);
+
+/* The CPU reference backend: float32 everywhere, weights widened at creation. */
+kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *weights,
+                               const backend_params *params, backend **out);
+
+/* The CUDA backend. Built only when nvcc was found (KITE_HAVE_CUDA); otherwise these report
+ * KITE_ERROR_UNSUPPORTED. cuda_backend_available() is false when no usable GPU is present, and then
+ * fills reason with why (for `kite info` and --backend auto). */
+int cuda_backend_available(char *reason, size_t reason_capacity);
+kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
+                                const backend_params *params, backend **out);
+
+#endif

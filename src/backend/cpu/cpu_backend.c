@@ -1,0 +1,639 @@
+/* The CPU reference backend: the Qwen3 forward in float32, as transformers' modeling_qwen3 computes it.
+ *
+ * It is the numerical oracle every GPU path is checked against, so it favours being plainly right:
+ * weights are widened to float32 once at creation, every intermediate stays float32, and each output
+ * element is computed by one fixed sequence of operations (cpu_ops.h), which makes a sequence's logits
+ * bit-identical whatever else shares its batch and whatever the thread count.
+ *
+ * KV cache layout: K and V each hold [n_layers][n_blocks][block_size][n_kv_heads * head_dim] floats.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "util/error.h"
+
+typedef struct cpu_layer {
+    float *input_norm;          /* (hidden) */
+    float *q_proj;              /* (n_heads * head_dim, hidden) */
+    float *k_proj;              /* (n_kv_heads * head_dim, hidden) */
+    float *v_proj;              /* (n_kv_heads * head_dim, hidden) */
+    float *q_norm;              /* (head_dim) */
+    float *k_norm;              /* (head_dim) */
+    float *o_proj;              /* (hidden, n_heads * head_dim) */
+    float *post_attention_norm; /* (hidden) */
+    float *gate_proj;           /* (intermediate, hidden) */
+    float *up_proj;             /* (intermediate, hidden) */
+    float *down_proj;           /* (hidden, intermediate) */
+} cpu_layer;
+
+/* Per-step activations, grown to the largest step seen. */
+typedef struct cpu_scratch {
+    int32_t token_capacity;
+    float *hidden;      /* (tokens, hidden) the residual stream */
+    float *normed;      /* (tokens, hidden) */
+    float *q;           /* (tokens, n_heads * head_dim) */
+    float *k;           /* (tokens, kv_dim) */
+    float *v;           /* (tokens, kv_dim) */
+    float *attention;   /* (tokens, n_heads * head_dim) */
+    float *projected;   /* (tokens, hidden) o_proj / down_proj output before the residual add */
+    float *gate;        /* (tokens, intermediate) */
+    float *up;          /* (tokens, intermediate) */
+    float *rope_cos;    /* (tokens, head_dim / 2) */
+    float *rope_sin;    /* (tokens, head_dim / 2) */
+    int32_t *token_seq; /* (tokens) the sequence of each token */
+    int32_t *token_pos; /* (tokens) its position */
+    size_t score_capacity;
+    float *scores;      /* (threads, longest context) attention weights, one row per thread */
+} cpu_scratch;
+
+typedef struct cpu_backend {
+    backend base; /* first: a cpu_backend * is a backend * */
+    qwen3_config config;
+    int n_threads;
+
+    float *embed_tokens; /* (vocab, hidden) */
+    cpu_layer *layers;   /* n_layers */
+    float *final_norm;   /* (hidden) */
+    float *lm_head;      /* (vocab, hidden); the same buffer as embed_tokens when tied */
+
+    int32_t kv_n_blocks;
+    int32_t kv_block_size;
+    float *k_cache;
+    float *v_cache;
+
+    cpu_scratch scratch;
+
+    int32_t logit_capacity;
+    int32_t n_logit_rows;
+    float *logit_inputs; /* (rows, hidden) final hidden states of the tokens that want logits */
+    float *logits;       /* (rows, vocab) */
+} cpu_backend;
+
+static const backend_ops cpu_backend_ops;
+
+/* ---- creation ----------------------------------------------------------------------------------- */
+
+/* a * b * c floats as bytes, or 0 when that overflows size_t. */
+static size_t float_bytes(size_t a, size_t b, size_t c) {
+    if (a == 0 || b == 0 || c == 0) return 0;
+    if (a > SIZE_MAX / b) return 0;
+    size_t ab = a * b;
+    if (ab > SIZE_MAX / c) return 0;
+    size_t abc = ab * c;
+    if (abc > SIZE_MAX / sizeof(float)) return 0;
+    return abc * sizeof(float);
+}
+
+static kite_status check_config(const qwen3_config *c) {
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 || c->n_layers <= 0 ||
+        c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "cpu backend: config has a non-positive size (vocab %d, hidden %d, intermediate %d, "
+                         "layers %d, heads %d, kv heads %d, head_dim %d)",
+                         c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads,
+                         c->n_kv_heads, c->head_dim);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "cpu backend: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                         c->n_heads, c->n_kv_heads);
+    if (c->head_dim % 2 != 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: head_dim %d is odd (RoPE needs pairs)",
+                         c->head_dim);
+    if (!(c->rope_theta > 0.0) || !isfinite(c->rope_theta))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: rope_theta %g is not a positive number",
+                         c->rope_theta);
+    if (!(c->rms_norm_eps >= 0.0) || !isfinite(c->rms_norm_eps))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: rms_norm_eps %g is not a non-negative number",
+                         c->rms_norm_eps);
+    if ((int64_t)c->n_heads * c->head_dim > INT32_MAX)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: n_heads * head_dim overflows");
+    return KITE_OK;
+}
+
+/* Checks a weight view against its expected shape (cols 0: a vector) and widens it to a new float32
+ * buffer in *out. */
+static kite_status widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
+                                float **out) {
+    *out = NULL;
+    char where[64];
+    if (layer >= 0)
+        snprintf(where, sizeof where, "layer %d %s", (int)layer, name);
+    else
+        snprintf(where, sizeof where, "%s", name);
+    int32_t want_dims = cols == 0 ? 1 : 2;
+    if (!t->data)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has no data", where);
+    if (t->dtype != TENSOR_DTYPE_BF16 && t->dtype != TENSOR_DTYPE_F16 && t->dtype != TENSOR_DTYPE_F32)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has an unknown dtype %d", where,
+                         (int)t->dtype);
+    if (t->n_dims != want_dims || t->shape[0] != rows || (want_dims == 2 && t->shape[1] != cols))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "cpu backend: weight %s has shape [%lld, %lld] (%d dims), expected [%lld, %lld] (%d dims)",
+                         where, (long long)t->shape[0], t->n_dims == 2 ? (long long)t->shape[1] : 0LL,
+                         (int)t->n_dims, (long long)rows, (long long)cols, (int)want_dims);
+    size_t bytes = float_bytes((size_t)rows, want_dims == 2 ? (size_t)cols : 1, 1);
+    if (bytes == 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s is too large", where);
+    float *buffer = malloc(bytes);
+    if (!buffer)
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s", bytes,
+                         where);
+    size_t n = bytes / sizeof(float);
+    /* Widening is elementwise; chunks keep large embeddings from taking seconds on one core. */
+    const size_t chunk = (size_t)1 << 20;
+    size_t n_chunks = (n + chunk - 1) / chunk;
+    const uint8_t *src = t->data;
+    size_t element = tensor_dtype_size(t->dtype);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+    for (size_t i = 0; i < n_chunks; i++) {
+        size_t begin = i * chunk;
+        size_t count = n - begin < chunk ? n - begin : chunk;
+        tensor_to_float(t->dtype, src + begin * element, buffer + begin, count);
+    }
+    *out = buffer;
+    return KITE_OK;
+}
+
+static void scratch_free(cpu_scratch *s) {
+    free(s->hidden);
+    free(s->normed);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->attention);
+    free(s->projected);
+    free(s->gate);
+    free(s->up);
+    free(s->rope_cos);
+    free(s->rope_sin);
+    free(s->token_seq);
+    free(s->token_pos);
+    free(s->scores);
+    memset(s, 0, sizeof *s);
+}
+
+static void cpu_destroy(backend *self) {
+    if (!self) return;
+    cpu_backend *b = (cpu_backend *)self;
+    if (b->layers) {
+        for (int32_t l = 0; l < b->config.n_layers; l++) {
+            cpu_layer *layer = &b->layers[l];
+            free(layer->input_norm);
+            free(layer->q_proj);
+            free(layer->k_proj);
+            free(layer->v_proj);
+            free(layer->q_norm);
+            free(layer->k_norm);
+            free(layer->o_proj);
+            free(layer->post_attention_norm);
+            free(layer->gate_proj);
+            free(layer->up_proj);
+            free(layer->down_proj);
+        }
+        free(b->layers);
+    }
+    if (b->lm_head != b->embed_tokens) free(b->lm_head);
+    free(b->embed_tokens);
+    free(b->final_norm);
+    free(b->k_cache);
+    free(b->v_cache);
+    scratch_free(&b->scratch);
+    free(b->logit_inputs);
+    free(b->logits);
+    free(b);
+}
+
+static kite_status widen_layer(const qwen3_config *c, const qwen3_layer_weights *w, int32_t l, cpu_layer *out) {
+    int64_t hidden = c->hidden_size;
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t inter = c->intermediate_size;
+    KITE_TRY(widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, &out->input_norm));
+    KITE_TRY(widen_tensor(&w->q_proj, "q_proj", l, q_dim, hidden, &out->q_proj));
+    KITE_TRY(widen_tensor(&w->k_proj, "k_proj", l, kv_dim, hidden, &out->k_proj));
+    KITE_TRY(widen_tensor(&w->v_proj, "v_proj", l, kv_dim, hidden, &out->v_proj));
+    KITE_TRY(widen_tensor(&w->q_norm, "q_norm", l, c->head_dim, 0, &out->q_norm));
+    KITE_TRY(widen_tensor(&w->k_norm, "k_norm", l, c->head_dim, 0, &out->k_norm));
+    KITE_TRY(widen_tensor(&w->o_proj, "o_proj", l, hidden, q_dim, &out->o_proj));
+    KITE_TRY(widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0,
+                          &out->post_attention_norm));
+    KITE_TRY(widen_tensor(&w->gate_proj, "gate_proj", l, inter, hidden, &out->gate_proj));
+    KITE_TRY(widen_tensor(&w->up_proj, "up_proj", l, inter, hidden, &out->up_proj));
+    KITE_TRY(widen_tensor(&w->down_proj, "down_proj", l, hidden, inter, &out->down_proj));
+    return KITE_OK;
+}
+
+static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w) {
+    const qwen3_config *c = &b->config;
+    if (!w->layers) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights have no layers");
+    KITE_TRY(widen_tensor(&w->embed_tokens, "embed_tokens", -1, c->vocab_size, c->hidden_size, &b->embed_tokens));
+    b->layers = calloc((size_t)c->n_layers, sizeof *b->layers);
+    if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the layer table");
+    for (int32_t l = 0; l < c->n_layers; l++) KITE_TRY(widen_layer(c, &w->layers[l], l, &b->layers[l]));
+    KITE_TRY(widen_tensor(&w->final_norm, "norm", -1, c->hidden_size, 0, &b->final_norm));
+    /* A tied lm_head is a view of the embedding: share the widened copy instead of making a second. */
+    if (w->lm_head.data == w->embed_tokens.data && w->lm_head.dtype == w->embed_tokens.dtype &&
+        w->lm_head.n_dims == 2 && w->lm_head.shape[0] == w->embed_tokens.shape[0] &&
+        w->lm_head.shape[1] == w->embed_tokens.shape[1])
+        b->lm_head = b->embed_tokens;
+    else
+        KITE_TRY(widen_tensor(&w->lm_head, "lm_head", -1, c->vocab_size, c->hidden_size, &b->lm_head));
+    return KITE_OK;
+}
+
+kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *weights,
+                               const backend_params *params, backend **out) {
+    if (!out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create: out is NULL");
+    *out = NULL;
+    if (!config || !weights)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create: config or weights is NULL");
+    KITE_TRY(check_config(config));
+    int32_t n_threads = params ? params->n_threads : 0;
+    if (n_threads < 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: n_threads %d is negative", n_threads);
+
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the backend");
+    b->config = *config;
+    b->base.ops = &cpu_backend_ops;
+    b->base.config = &b->config; /* our own copy: the caller's may not outlive us */
+    b->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    if (b->n_threads < 1) b->n_threads = 1;
+
+    kite_status status = cpu_create_weights(b, weights);
+    if (status != KITE_OK) {
+        cpu_destroy(&b->base);
+        return status;
+    }
+    *out = &b->base;
+    return KITE_OK;
+}
+
+/* ---- KV cache ------------------------------------------------------------------------------------ */
+
+static kite_status cpu_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size) {
+    cpu_backend *b = (cpu_backend *)self;
+    if (n_blocks <= 0 || block_size <= 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: kv_reserve(%d blocks, block size %d)",
+                         n_blocks, block_size);
+    size_t kv_dim = (size_t)b->config.n_kv_heads * (size_t)b->config.head_dim;
+    size_t positions = (size_t)n_blocks * (size_t)block_size;
+    size_t bytes = float_bytes((size_t)b->config.n_layers, positions, kv_dim);
+    if (bytes == 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: a KV cache of %d blocks of %d positions is too large",
+                         n_blocks, block_size);
+    /* Reserving again replaces the cache (tests start over this way). */
+    free(b->k_cache);
+    free(b->v_cache);
+    b->kv_n_blocks = 0;
+    b->kv_block_size = 0;
+    /* calloc: positions never written read as zeros, not garbage. */
+    b->k_cache = calloc(1, bytes);
+    b->v_cache = calloc(1, bytes);
+    if (!b->k_cache || !b->v_cache) {
+        free(b->k_cache);
+        free(b->v_cache);
+        b->k_cache = b->v_cache = NULL;
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate 2 x %zu bytes of KV cache", bytes);
+    }
+    b->kv_n_blocks = n_blocks;
+    b->kv_block_size = block_size;
+    return KITE_OK;
+}
+
+/* Offset in floats of (layer, position) of sequence seq in the K or V cache. */
+static inline size_t kv_offset(const cpu_backend *b, const int32_t *block_table, int32_t layer, int32_t position) {
+    size_t kv_dim = (size_t)b->config.n_kv_heads * (size_t)b->config.head_dim;
+    size_t block = (size_t)block_table[position / b->kv_block_size];
+    size_t slot = (size_t)(position % b->kv_block_size);
+    size_t layer_positions = (size_t)b->kv_n_blocks * (size_t)b->kv_block_size;
+    return ((size_t)layer * layer_positions + block * (size_t)b->kv_block_size + slot) * kv_dim;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------- */
+
+static kite_status check_batch(const cpu_backend *b, const step_batch *batch, int32_t *n_logit_rows,
+                               int32_t *longest_context) {
+    const qwen3_config *c = &b->config;
+    if (!batch) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: batch is NULL");
+    if (!b->k_cache) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward before kv_reserve");
+    if (batch->n_seqs < 0 || batch->n_tokens < 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: %d sequences, %d tokens",
+                         batch->n_seqs, batch->n_tokens);
+    if (batch->n_seqs > 0 && (!batch->token_ids || !batch->seq_token_start || !batch->seq_context_len ||
+                              !batch->block_tables || !batch->seq_wants_logits))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: a batch array is NULL");
+    if (batch->n_seqs == 0 && batch->n_tokens != 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: %d tokens but no sequences",
+                         batch->n_tokens);
+    if (batch->n_seqs > 0 && batch->seq_token_start[0] != 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: seq_token_start[0] is %d, not 0",
+                         batch->seq_token_start[0]);
+    int32_t rows = 0;
+    int32_t longest = 0;
+    for (int32_t s = 0; s < batch->n_seqs; s++) {
+        int32_t start = batch->seq_token_start[s];
+        int32_t end = batch->seq_token_start[s + 1];
+        if (end <= start || end > batch->n_tokens)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "cpu backend: forward: sequence %d has new tokens [%d, %d) of %d (needs at least one)",
+                             s, start, end, batch->n_tokens);
+        int32_t n_new = end - start;
+        int32_t context = batch->seq_context_len[s];
+        if (context < n_new)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "cpu backend: forward: sequence %d has context length %d but %d new tokens", s,
+                             context, n_new);
+        if ((int64_t)context > (int64_t)b->kv_n_blocks * b->kv_block_size)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "cpu backend: forward: sequence %d has context length %d, more than the KV cache "
+                             "holds (%d blocks of %d)",
+                             s, context, b->kv_n_blocks, b->kv_block_size);
+        const int32_t *table = batch->block_tables[s];
+        if (!table)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: sequence %d has no block table", s);
+        int32_t n_table_blocks = (context + b->kv_block_size - 1) / b->kv_block_size;
+        for (int32_t i = 0; i < n_table_blocks; i++) {
+            if (table[i] < 0 || table[i] >= b->kv_n_blocks)
+                return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                                 "cpu backend: forward: sequence %d block_tables[%d] = %d is outside [0, %d)", s, i,
+                                 table[i], b->kv_n_blocks);
+        }
+        if (batch->seq_wants_logits[s]) rows++;
+        if (context > longest) longest = context;
+    }
+    if (batch->n_seqs > 0 && batch->seq_token_start[batch->n_seqs] != batch->n_tokens)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "cpu backend: forward: seq_token_start[%d] is %d, not n_tokens %d", batch->n_seqs,
+                         batch->seq_token_start[batch->n_seqs], batch->n_tokens);
+    for (int32_t t = 0; t < batch->n_tokens; t++) {
+        if (batch->token_ids[t] < 0 || batch->token_ids[t] >= c->vocab_size)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "cpu backend: forward: token %d has id %d, outside the vocabulary [0, %d)", t,
+                             batch->token_ids[t], c->vocab_size);
+    }
+    *n_logit_rows = rows;
+    *longest_context = longest;
+    return KITE_OK;
+}
+
+/* Replaces *buffer by one of count elements of element_size bytes (contents not kept). */
+static int grow(void **buffer, size_t count, size_t element_size) {
+    free(*buffer);
+    *buffer = NULL;
+    if (count == 0) count = 1;
+    if (count > SIZE_MAX / element_size) return 0;
+    *buffer = malloc(count * element_size);
+    return *buffer != NULL;
+}
+
+static kite_status scratch_reserve(cpu_backend *b, int32_t n_tokens, int32_t longest_context) {
+    const qwen3_config *c = &b->config;
+    cpu_scratch *s = &b->scratch;
+    if (n_tokens > s->token_capacity) {
+        size_t t = (size_t)n_tokens;
+        size_t hidden = (size_t)c->hidden_size;
+        size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
+        size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+        size_t inter = (size_t)c->intermediate_size;
+        size_t half = (size_t)c->head_dim / 2;
+        s->token_capacity = 0;
+        /* Sizes are products of int32 values: they fit size_t on 64-bit hosts; grow() checks the rest. */
+        int ok = grow((void **)&s->hidden, t * hidden, sizeof(float)) &&
+                 grow((void **)&s->normed, t * hidden, sizeof(float)) &&
+                 grow((void **)&s->q, t * q_dim, sizeof(float)) && grow((void **)&s->k, t * kv_dim, sizeof(float)) &&
+                 grow((void **)&s->v, t * kv_dim, sizeof(float)) &&
+                 grow((void **)&s->attention, t * q_dim, sizeof(float)) &&
+                 grow((void **)&s->projected, t * hidden, sizeof(float)) &&
+                 grow((void **)&s->gate, t * inter, sizeof(float)) && grow((void **)&s->up, t * inter, sizeof(float)) &&
+                 grow((void **)&s->rope_cos, t * half, sizeof(float)) &&
+                 grow((void **)&s->rope_sin, t * half, sizeof(float)) &&
+                 grow((void **)&s->token_seq, t, sizeof(int32_t)) && grow((void **)&s->token_pos, t, sizeof(int32_t));
+        if (!ok)
+            return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate activations for %d tokens",
+                             n_tokens);
+        s->token_capacity = n_tokens;
+    }
+    size_t scores = (size_t)b->n_threads * (size_t)longest_context;
+    if (scores > s->score_capacity) {
+        s->score_capacity = 0;
+        if (!grow((void **)&s->scores, scores, sizeof(float)))
+            return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate attention scores for %d positions",
+                             longest_context);
+        s->score_capacity = scores;
+    }
+    return KITE_OK;
+}
+
+static kite_status logits_reserve(cpu_backend *b, int32_t rows) {
+    if (rows <= b->logit_capacity) return KITE_OK;
+    b->logit_capacity = 0;
+    size_t vocab = (size_t)b->config.vocab_size;
+    size_t hidden = (size_t)b->config.hidden_size;
+    if (!grow((void **)&b->logit_inputs, (size_t)rows * hidden, sizeof(float)) ||
+        !grow((void **)&b->logits, (size_t)rows * vocab, sizeof(float)))
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate logits for %d rows", rows);
+    b->logit_capacity = rows;
+    return KITE_OK;
+}
+
+/* Causal GQA attention of every new token over its sequence's cached positions (the new ones included,
+ * already appended for this layer). One task per (token, head): independent of the rest of the batch. */
+static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t layer) {
+    const qwen3_config *c = &b->config;
+    cpu_scratch *s = &b->scratch;
+    int32_t head_dim = c->head_dim;
+    int32_t group = c->n_heads / c->n_kv_heads;
+    size_t q_dim = (size_t)c->n_heads * (size_t)head_dim;
+    /* transformers multiplies the float32 scores by head_dim ** -0.5 rounded to float32. */
+    float scale = (float)(1.0 / sqrt((double)head_dim));
+    size_t score_stride = s->score_capacity / (size_t)b->n_threads;
+    int64_t n_tasks = (int64_t)batch->n_tokens * c->n_heads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->n_threads) if (n_tasks > 1)
+    for (int64_t task = 0; task < n_tasks; task++) {
+        int32_t t = (int32_t)(task / c->n_heads);
+        int32_t h = (int32_t)(task % c->n_heads);
+        int32_t seq = s->token_seq[t];
+        int32_t position = s->token_pos[t];
+        int32_t kv_head = h / group;
+        const int32_t *table = batch->block_tables[seq];
+        const float *q = s->q + (size_t)t * q_dim + (size_t)h * (size_t)head_dim;
+        float *scores = s->scores + (size_t)omp_get_thread_num() * score_stride;
+        float *out = s->attention + (size_t)t * q_dim + (size_t)h * (size_t)head_dim;
+
+        float max_score = -INFINITY;
+        for (int32_t j = 0; j <= position; j++) {
+            const float *k = b->k_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+            float score = cpu_dot(q, k, head_dim) * scale;
+            scores[j] = score;
+            if (score > max_score) max_score = score;
+        }
+        float sum = 0.0f;
+        for (int32_t j = 0; j <= position; j++) {
+            scores[j] = expf(scores[j] - max_score);
+            sum += scores[j];
+        }
+        for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
+        for (int32_t j = 0; j <= position; j++) {
+            float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
+            const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+            for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+        }
+    }
+}
+
+static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
+    const qwen3_config *c = &b->config;
+    const cpu_layer *w = &b->layers[l];
+    cpu_scratch *s = &b->scratch;
+    int32_t n = batch->n_tokens;
+    int32_t hidden = c->hidden_size;
+    int32_t head_dim = c->head_dim;
+    int32_t q_dim = c->n_heads * head_dim;
+    int32_t kv_dim = c->n_kv_heads * head_dim;
+    int32_t inter = c->intermediate_size;
+    int32_t half = head_dim / 2;
+    float eps = (float)c->rms_norm_eps;
+    int threads = b->n_threads;
+
+    for (int32_t t = 0; t < n; t++)
+        cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
+    cpu_matmul(s->q, s->normed, w->q_proj, n, q_dim, hidden, threads);
+    cpu_matmul(s->k, s->normed, w->k_proj, n, kv_dim, hidden, threads);
+    cpu_matmul(s->v, s->normed, w->v_proj, n, kv_dim, hidden, threads);
+
+    /* Per-head RMSNorm, RoPE, then the append of K and V at each token's position. */
+    for (int32_t t = 0; t < n; t++) {
+        const float *cos_table = s->rope_cos + (size_t)t * half;
+        const float *sin_table = s->rope_sin + (size_t)t * half;
+        for (int32_t h = 0; h < c->n_heads; h++) {
+            float *q = s->q + (size_t)t * q_dim + (size_t)h * head_dim;
+            cpu_rmsnorm(q, q, w->q_norm, head_dim, eps);
+            cpu_rope_apply(q, cos_table, sin_table, head_dim);
+        }
+        for (int32_t h = 0; h < c->n_kv_heads; h++) {
+            float *k = s->k + (size_t)t * kv_dim + (size_t)h * head_dim;
+            cpu_rmsnorm(k, k, w->k_norm, head_dim, eps);
+            cpu_rope_apply(k, cos_table, sin_table, head_dim);
+        }
+        const int32_t *table = batch->block_tables[s->token_seq[t]];
+        size_t offset = kv_offset(b, table, l, s->token_pos[t]);
+        memcpy(b->k_cache + offset, s->k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(b->v_cache + offset, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+    }
+
+    attention_layer(b, batch, l);
+    cpu_matmul(s->projected, s->attention, w->o_proj, n, hidden, q_dim, threads);
+    size_t n_hidden = (size_t)n * (size_t)hidden;
+    for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
+
+    for (int32_t t = 0; t < n; t++)
+        cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
+                    eps);
+    cpu_matmul(s->gate, s->normed, w->gate_proj, n, inter, hidden, threads);
+    cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads);
+    cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter);
+    cpu_matmul(s->projected, s->gate, w->down_proj, n, hidden, inter, threads);
+    for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
+}
+
+static kite_status cpu_forward(backend *self, const step_batch *batch) {
+    cpu_backend *b = (cpu_backend *)self;
+    const qwen3_config *c = &b->config;
+    b->n_logit_rows = 0;
+    int32_t rows = 0;
+    int32_t longest_context = 0;
+    KITE_TRY(check_batch(b, batch, &rows, &longest_context));
+    if (batch->n_tokens == 0) return KITE_OK;
+    KITE_TRY(scratch_reserve(b, batch->n_tokens, longest_context));
+    KITE_TRY(logits_reserve(b, rows));
+
+    cpu_scratch *s = &b->scratch;
+    size_t hidden = (size_t)c->hidden_size;
+    int32_t half = c->head_dim / 2;
+    for (int32_t seq = 0; seq < batch->n_seqs; seq++) {
+        int32_t start = batch->seq_token_start[seq];
+        int32_t end = batch->seq_token_start[seq + 1];
+        int32_t first_position = batch->seq_context_len[seq] - (end - start);
+        for (int32_t t = start; t < end; t++) {
+            s->token_seq[t] = seq;
+            s->token_pos[t] = first_position + (t - start);
+            cpu_rope_angles(s->rope_cos + (size_t)t * half, s->rope_sin + (size_t)t * half, s->token_pos[t],
+                            c->head_dim, c->rope_theta);
+        }
+    }
+    for (int32_t t = 0; t < batch->n_tokens; t++)
+        memcpy(s->hidden + (size_t)t * hidden, b->embed_tokens + (size_t)batch->token_ids[t] * hidden,
+               hidden * sizeof(float));
+
+    for (int32_t l = 0; l < c->n_layers; l++) layer_forward(b, batch, l);
+
+    /* Final norm and lm_head only for the last new token of each sequence that wants logits. */
+    int32_t row = 0;
+    for (int32_t seq = 0; seq < batch->n_seqs; seq++) {
+        if (!batch->seq_wants_logits[seq]) continue;
+        int32_t last = batch->seq_token_start[seq + 1] - 1;
+        cpu_rmsnorm(b->logit_inputs + (size_t)row * hidden, s->hidden + (size_t)last * hidden, b->final_norm,
+                    c->hidden_size, (float)c->rms_norm_eps);
+        row++;
+    }
+    if (rows > 0)
+        cpu_matmul(b->logits, b->logit_inputs, b->lm_head, rows, c->vocab_size, c->hidden_size, b->n_threads);
+    b->n_logit_rows = rows;
+    return KITE_OK;
+}
+
+/* ---- results ------------------------------------------------------------------------------------- */
+
+static kite_status check_rows(const cpu_backend *b, const void *out, int32_t n_rows, const char *what) {
+    if (n_rows < 0 || n_rows > b->n_logit_rows)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: %s of %d rows, but the last forward kept %d",
+                         what, n_rows, b->n_logit_rows);
+    if (!out && n_rows > 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: %s: output is NULL", what);
+    return KITE_OK;
+}
+
+static kite_status cpu_read_logits(backend *self, float *out, int32_t n_rows) {
+    cpu_backend *b = (cpu_backend *)self;
+    KITE_TRY(check_rows(b, out, n_rows, "read_logits"));
+    if (n_rows > 0) memcpy(out, b->logits, (size_t)n_rows * (size_t)b->config.vocab_size * sizeof(float));
+    return KITE_OK;
+}
+
+static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
+    cpu_backend *b = (cpu_backend *)self;
+    KITE_TRY(check_rows(b, out_ids, n_rows, "argmax"));
+    size_t vocab = (size_t)b->config.vocab_size;
+    for (int32_t r = 0; r < n_rows; r++) {
+        const float *logits = b->logits + (size_t)r * vocab;
+        size_t best = 0;
+        /* Strictly greater: the lowest id wins ties (and a NaN never wins). */
+        for (size_t i = 1; i < vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        out_ids[r] = (int32_t)best;
+    }
+    return KITE_OK;
+}
+
+static kite_status cpu_memory_info(backend *self, size_t *free_bytes, size_t *total_bytes) {
+    (void)self;
+    if (free_bytes) *free_bytes = 0;
+    if (total_bytes) *total_bytes = 0;
+    return KITE_OK;
+}
+
+static const backend_ops cpu_backend_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .kv_reserve = cpu_kv_reserve,
+    .forward = cpu_forward,
+    .read_logits = cpu_read_logits,
+    .argmax = cpu_argmax,
+    .memory_info = cpu_memory_info,
+};

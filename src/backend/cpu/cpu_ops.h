@@ -1,0 +1,38 @@
+/* float32 kernels of the CPU reference backend.
+ *
+ * Every dot product in the backend (projections, lm_head, attention scores) goes through the same
+ * summation order: eight lanes, lane l accumulating the elements k with k % 8 == l, the lanes added in a
+ * fixed tree, then the remaining n % 8 elements in order. The order never depends on how many tokens or
+ * threads share a call, so a sequence's results are bit-identical whatever batch it rides in and whatever
+ * the thread count. The AVX2 path (chosen at run time) performs the very same operations lane by lane
+ * (no FMA contraction), so it gives the same bits as the portable path.
+ */
+#ifndef KITE_BACKEND_CPU_OPS_H
+#define KITE_BACKEND_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The canonical dot product of a[0..n) and b[0..n). */
+float cpu_dot(const float *a, const float *b, int32_t n);
+
+/* out[t * n_rows + r] = dot(weight[r * n_cols ..], x[t * n_cols ..]) for t < n_tokens, r < n_rows.
+ * weight is (n_rows, n_cols) row-major (PyTorch Linear layout); parallel over rows. */
+void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
+                int32_t n_cols, int n_threads);
+
+/* out = x * rsqrt(mean(x^2) + eps) * weight over one row of n elements (out may alias x).
+ * The mean is accumulated in double; the rest in float32, in transformers' order. */
+void cpu_rmsnorm(float *out, const float *x, const float *weight, int32_t n, float eps);
+
+/* cos/sin of the rotary angles for one position: cos_out[i], sin_out[i] for i < head_dim / 2, with
+ * inv_freq[i] = theta^(-2i / head_dim) and the angle position * inv_freq[i], both in double. */
+void cpu_rope_angles(float *cos_out, float *sin_out, int32_t position, int32_t head_dim, double theta);
+
+/* Rotate-half RoPE of one head in place: x * cos + cat(-x2, x1) * sin. */
+void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, int32_t head_dim);
+
+/* x[i] = silu(gate[i]) * up[i], stored into gate. */
+void cpu_swiglu(float *gate, const float *up, size_t n);
+
+#endif

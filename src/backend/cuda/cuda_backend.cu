@@ -1,0 +1,775 @@
+/* The CUDA backend: weights on the device (bf16 matrices, fp32 norm vectors), the paged bf16 KV cache,
+ * and the forward pass composed from the kernels of this folder.
+ *
+ * Two paths behind backend_ops.forward:
+ * - general (any step batch: prefill chunks and decode tokens of several sequences): cuBLASLt GEMMs,
+ *   the tensor-core flash attention over the paged cache, an fp32 residual stream;
+ * - single-stream decode (one sequence, one token, logits wanted): GEMV kernels that read each weight
+ *   once, split-K attention, lm_head + argmax on the device, captured once as a CUDA graph and replayed.
+ *   Per-step values (token, position, cache slot, context length, block table) live in device memory and
+ *   are refreshed by one small copy before each replay; kernels chain by programmatic dependent launch.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend_internal.h"
+
+namespace {
+
+struct cuda_layer {
+    bf16 *qkv;     /* ((n_heads + 2 n_kv_heads) * head_dim, hidden): q_proj, k_proj, v_proj rows */
+    bf16 *o;       /* (hidden, n_heads * head_dim) */
+    bf16 *gate_up; /* (2 intermediate, hidden): gate_proj rows then up_proj rows */
+    bf16 *down;    /* (hidden, intermediate) */
+    float *input_norm, *post_norm; /* (hidden) */
+    float *q_norm, *k_norm;        /* (head_dim) */
+};
+
+/* Step metadata for the decode graph, in device memory: */
+enum { STEP_TOKEN = 0, STEP_POSITION = 1, STEP_SLOT = 2, STEP_CONTEXT = 3, STEP_TABLE = 4 };
+
+struct cuda_backend {
+    backend base; /* first: a cuda_backend * is a backend * */
+    qwen3_config config;
+    int device, sm_count;
+    cudaStream_t stream;
+    cuda_gemm *gemm;
+    bool use_graph, use_pdl;
+    int n_splits;
+
+    void *weight_bytes;  /* one allocation for every weight */
+    bf16 *embed, *lm_head;
+    float *final_norm;
+    cuda_layer *layers;
+    float *rope_cos, *rope_sin; /* (rope_positions, head_dim / 2) */
+    int32_t rope_positions;
+
+    bf16 *kv_cache;
+    int32_t kv_blocks, kv_block_size;
+    size_t kv_layer_elements;
+
+    /* General path activations, grown to the largest step. */
+    int32_t token_capacity;
+    void *activation_bytes;
+    float *x;                                   /* (tokens, hidden) residual stream */
+    bf16 *normed, *qkv, *q, *attention, *gate_up, *act;
+    int32_t *meta_host, *meta_device;           /* pinned / device: token ids, positions, slots, ... */
+    size_t meta_capacity;                       /* int32s */
+    cudaEvent_t meta_copied;
+    float *logits;
+    int32_t logits_rows;
+    int32_t *ids_device, *ids_host;             /* argmax results (device, pinned) */
+
+    /* Decode path. */
+    float *dec_x, *dec_qkv, *dec_q, *dec_attention, *dec_act, *dec_logits;
+    void *dec_attention_ws, *dec_argmax_ws;
+    unsigned *dec_counters;
+    int32_t *dec_token;                       /* the argmax of the last decode step */
+    int32_t *step_device, *step_host;         /* STEP_* then the block table */
+    cudaEvent_t step_copied;
+    cudaGraphExec_t graph;
+
+    const float *kept_logits;
+    int32_t kept_rows;
+    bool kept_decode; /* the kept row came from the decode path: its argmax is already on the device */
+};
+
+cuda_backend *as_cuda(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* ---- weights ---------------------------------------------------------------------------------------- */
+
+kite_status check_view(const tensor_view *t, int64_t rows, int64_t cols, const char *what, int layer) {
+    const bool ok = t->data && ((cols == 0 && t->n_dims == 1 && t->shape[0] == rows) ||
+                                (cols > 0 && t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols));
+    if (!ok)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: layer %d %s has shape (%lld, %lld), expected (%lld, %lld)",
+                         layer, what, (long long)t->shape[0], (long long)(t->n_dims == 2 ? t->shape[1] : 0),
+                         (long long)rows, (long long)cols);
+    return KITE_OK;
+}
+
+/* Copies a matrix to bf16 device memory, converting F16 / F32 on the host through `staging`. */
+kite_status upload_matrix(bf16 *dst, const tensor_view *t, float *staging_f32, uint16_t *staging_bf16,
+                          size_t staging_elements) {
+    const size_t n = tensor_view_elements(t);
+    if (t->dtype == TENSOR_DTYPE_BF16) {
+        CUDA_CHECK(cudaMemcpy(dst, t->data, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        return KITE_OK;
+    }
+    const size_t element = tensor_dtype_size(t->dtype);
+    for (size_t done = 0; done < n; done += staging_elements) {
+        const size_t count = n - done < staging_elements ? n - done : staging_elements;
+        tensor_to_float(t->dtype, static_cast<const unsigned char *>(t->data) + done * element, staging_f32, count);
+        for (size_t i = 0; i < count; i++) staging_bf16[i] = float_to_bf16(staging_f32[i]);
+        CUDA_CHECK(cudaMemcpy(dst + done, staging_bf16, count * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    }
+    return KITE_OK;
+}
+
+kite_status upload_vector(float *dst, const tensor_view *t, float *staging_f32) {
+    const size_t n = tensor_view_elements(t);
+    tensor_to_float(t->dtype, t->data, staging_f32, n);
+    CUDA_CHECK(cudaMemcpy(dst, staging_f32, n * sizeof(float), cudaMemcpyHostToDevice));
+    return KITE_OK;
+}
+
+kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
+    const qwen3_config *c = &b->config;
+    const int64_t hidden = c->hidden_size, inter = c->intermediate_size, hd = c->head_dim;
+    const int64_t q_rows = (int64_t)c->n_heads * hd, kv_rows = (int64_t)c->n_kv_heads * hd;
+    const bool tied = w->lm_head.data == w->embed_tokens.data;
+
+    KITE_TRY(check_view(&w->embed_tokens, c->vocab_size, hidden, "embed_tokens", -1));
+    KITE_TRY(check_view(&w->lm_head, c->vocab_size, hidden, "lm_head", -1));
+    KITE_TRY(check_view(&w->final_norm, hidden, 0, "norm", -1));
+    for (int l = 0; l < c->n_layers; l++) {
+        const qwen3_layer_weights *lw = &w->layers[l];
+        KITE_TRY(check_view(&lw->input_norm, hidden, 0, "input_layernorm", l));
+        KITE_TRY(check_view(&lw->q_proj, q_rows, hidden, "q_proj", l));
+        KITE_TRY(check_view(&lw->k_proj, kv_rows, hidden, "k_proj", l));
+        KITE_TRY(check_view(&lw->v_proj, kv_rows, hidden, "v_proj", l));
+        KITE_TRY(check_view(&lw->q_norm, hd, 0, "q_norm", l));
+        KITE_TRY(check_view(&lw->k_norm, hd, 0, "k_norm", l));
+        KITE_TRY(check_view(&lw->o_proj, hidden, q_rows, "o_proj", l));
+        KITE_TRY(check_view(&lw->post_attention_norm, hidden, 0, "post_attention_layernorm", l));
+        KITE_TRY(check_view(&lw->gate_proj, inter, hidden, "gate_proj", l));
+        KITE_TRY(check_view(&lw->up_proj, inter, hidden, "up_proj", l));
+        KITE_TRY(check_view(&lw->down_proj, hidden, inter, "down_proj", l));
+    }
+
+    /* Sizes in bytes, each tensor 256-byte aligned. */
+    const size_t A = 256;
+    const size_t matrix_embed = align_up((size_t)c->vocab_size * (size_t)hidden * 2, A);
+    const size_t m_qkv = align_up((size_t)(q_rows + 2 * kv_rows) * (size_t)hidden * 2, A);
+    const size_t m_o = align_up((size_t)hidden * (size_t)q_rows * 2, A);
+    const size_t m_gu = align_up((size_t)(2 * inter) * (size_t)hidden * 2, A);
+    const size_t m_down = align_up((size_t)hidden * (size_t)inter * 2, A);
+    const size_t v_hidden = align_up((size_t)hidden * 4, A), v_head = align_up((size_t)hd * 4, A);
+    const size_t per_layer = m_qkv + m_o + m_gu + m_down + 2 * v_hidden + 2 * v_head;
+    const size_t total = matrix_embed * (tied ? 1 : 2) + v_hidden + per_layer * (size_t)c->n_layers;
+    CUDA_CHECK(cudaMalloc(&b->weight_bytes, total));
+
+    unsigned char *p = static_cast<unsigned char *>(b->weight_bytes);
+    auto take = [&](size_t bytes) {
+        void *r = p;
+        p += bytes;
+        return r;
+    };
+    b->embed = static_cast<bf16 *>(take(matrix_embed));
+    b->lm_head = tied ? b->embed : static_cast<bf16 *>(take(matrix_embed));
+    b->final_norm = static_cast<float *>(take(v_hidden));
+    b->layers = static_cast<cuda_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_layer)));
+    if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        cuda_layer *L = &b->layers[l];
+        L->qkv = static_cast<bf16 *>(take(m_qkv));
+        L->o = static_cast<bf16 *>(take(m_o));
+        L->gate_up = static_cast<bf16 *>(take(m_gu));
+        L->down = static_cast<bf16 *>(take(m_down));
+        L->input_norm = static_cast<float *>(take(v_hidden));
+        L->post_norm = static_cast<float *>(take(v_hidden));
+        L->q_norm = static_cast<float *>(take(v_head));
+        L->k_norm = static_cast<float *>(take(v_head));
+    }
+
+    const size_t staging_elements = 1u << 22;
+    float *staging_f32 = static_cast<float *>(malloc(staging_elements * sizeof(float)));
+    uint16_t *staging_bf16 = static_cast<uint16_t *>(malloc(staging_elements * sizeof(uint16_t)));
+    kite_status status = KITE_OK;
+    if (!staging_f32 || !staging_bf16) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+#define UPLOAD(expr)                                                                                     \
+    if (status == KITE_OK) status = (expr)
+    UPLOAD(upload_matrix(b->embed, &w->embed_tokens, staging_f32, staging_bf16, staging_elements));
+    if (!tied) UPLOAD(upload_matrix(b->lm_head, &w->lm_head, staging_f32, staging_bf16, staging_elements));
+    UPLOAD(upload_vector(b->final_norm, &w->final_norm, staging_f32));
+    for (int l = 0; l < c->n_layers && status == KITE_OK; l++) {
+        const qwen3_layer_weights *lw = &w->layers[l];
+        cuda_layer *L = &b->layers[l];
+        UPLOAD(upload_matrix(L->qkv, &lw->q_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->qkv + (size_t)q_rows * hidden, &lw->k_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->qkv + (size_t)(q_rows + kv_rows) * hidden, &lw->v_proj, staging_f32, staging_bf16,
+                             staging_elements));
+        UPLOAD(upload_matrix(L->o, &lw->o_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->gate_up, &lw->gate_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->gate_up + (size_t)inter * hidden, &lw->up_proj, staging_f32, staging_bf16,
+                             staging_elements));
+        UPLOAD(upload_matrix(L->down, &lw->down_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_vector(L->input_norm, &lw->input_norm, staging_f32));
+        UPLOAD(upload_vector(L->post_norm, &lw->post_attention_norm, staging_f32));
+        UPLOAD(upload_vector(L->q_norm, &lw->q_norm, staging_f32));
+        UPLOAD(upload_vector(L->k_norm, &lw->k_norm, staging_f32));
+    }
+#undef UPLOAD
+    free(staging_f32);
+    free(staging_bf16);
+    return status;
+}
+
+/* RoPE angles in double, as the CPU reference computes them: inv_freq_i = theta^(-2i/d). */
+kite_status upload_rope(cuda_backend *b) {
+    const qwen3_config *c = &b->config;
+    const int half = c->head_dim / 2;
+    const int32_t positions = c->max_position_embeddings > 0 ? c->max_position_embeddings : 32768;
+    const size_t n = (size_t)positions * (size_t)half;
+    float *cos_host = static_cast<float *>(malloc(n * sizeof(float)));
+    float *sin_host = static_cast<float *>(malloc(n * sizeof(float)));
+    double *inv_freq = static_cast<double *>(malloc((size_t)half * sizeof(double)));
+    if (!cos_host || !sin_host || !inv_freq) {
+        free(cos_host);
+        free(sin_host);
+        free(inv_freq);
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory for the RoPE table");
+    }
+    for (int i = 0; i < half; i++) inv_freq[i] = pow(c->rope_theta, -2.0 * (double)i / (double)c->head_dim);
+    for (int32_t p = 0; p < positions; p++)
+        for (int i = 0; i < half; i++) {
+            const double angle = (double)p * inv_freq[i];
+            cos_host[(size_t)p * half + i] = (float)cos(angle);
+            sin_host[(size_t)p * half + i] = (float)sin(angle);
+        }
+    free(inv_freq);
+    kite_status status = KITE_OK;
+    cudaError_t e1 = cudaMalloc(&b->rope_cos, n * sizeof(float));
+    cudaError_t e2 = cudaMalloc(&b->rope_sin, n * sizeof(float));
+    if (e1 == cudaSuccess && e2 == cudaSuccess) {
+        e1 = cudaMemcpy(b->rope_cos, cos_host, n * sizeof(float), cudaMemcpyHostToDevice);
+        e2 = cudaMemcpy(b->rope_sin, sin_host, n * sizeof(float), cudaMemcpyHostToDevice);
+    }
+    if (e1 != cudaSuccess || e2 != cudaSuccess)
+        status = kite_fail(KITE_ERROR_BACKEND, "cuda: uploading the RoPE table failed: %s",
+                           cudaGetErrorName(e1 != cudaSuccess ? e1 : e2));
+    free(cos_host);
+    free(sin_host);
+    b->rope_positions = positions;
+    return status;
+}
+
+/* ---- buffers ---------------------------------------------------------------------------------------- */
+
+kite_status ensure_tokens(cuda_backend *b, int32_t n_tokens) {
+    if (n_tokens <= b->token_capacity) return KITE_OK;
+    const qwen3_config *c = &b->config;
+    int32_t capacity = b->token_capacity ? b->token_capacity : 256;
+    while (capacity < n_tokens) capacity *= 2;
+    const size_t T = (size_t)capacity, A = 256;
+    const size_t hidden = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim;
+    const size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, inter = c->intermediate_size;
+    const size_t sizes[7] = {T * hidden * 4, T * hidden * 2, T * qkv * 2, T * qd * 2, T * qd * 2, T * 2 * inter * 2, T * inter * 2};
+    size_t total = 0;
+    for (int i = 0; i < 7; i++) total += align_up(sizes[i], A);
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (b->activation_bytes) CUDA_CHECK(cudaFree(b->activation_bytes));
+    b->activation_bytes = NULL;
+    b->token_capacity = 0;
+    CUDA_CHECK(cudaMalloc(&b->activation_bytes, total));
+    unsigned char *p = static_cast<unsigned char *>(b->activation_bytes);
+    void *parts[7];
+    for (int i = 0; i < 7; i++) {
+        parts[i] = p;
+        p += align_up(sizes[i], A);
+    }
+    b->x = static_cast<float *>(parts[0]);
+    b->normed = static_cast<bf16 *>(parts[1]);
+    b->qkv = static_cast<bf16 *>(parts[2]);
+    b->q = static_cast<bf16 *>(parts[3]);
+    b->attention = static_cast<bf16 *>(parts[4]);
+    b->gate_up = static_cast<bf16 *>(parts[5]);
+    b->act = static_cast<bf16 *>(parts[6]);
+    b->token_capacity = capacity;
+    return KITE_OK;
+}
+
+kite_status ensure_meta(cuda_backend *b, size_t n_ints) {
+    if (n_ints <= b->meta_capacity) return KITE_OK;
+    size_t capacity = b->meta_capacity ? b->meta_capacity : 4096;
+    while (capacity < n_ints) capacity *= 2;
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (b->meta_host) CUDA_CHECK(cudaFreeHost(b->meta_host));
+    if (b->meta_device) CUDA_CHECK(cudaFree(b->meta_device));
+    b->meta_host = NULL;
+    b->meta_device = NULL;
+    b->meta_capacity = 0;
+    CUDA_CHECK(cudaMallocHost(&b->meta_host, capacity * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&b->meta_device, capacity * sizeof(int32_t)));
+    b->meta_capacity = capacity;
+    return KITE_OK;
+}
+
+kite_status ensure_logits(cuda_backend *b, int32_t rows) {
+    if (rows <= b->logits_rows) return KITE_OK;
+    int32_t capacity = b->logits_rows ? b->logits_rows : 8;
+    while (capacity < rows) capacity *= 2;
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (b->logits) CUDA_CHECK(cudaFree(b->logits));
+    if (b->ids_device) CUDA_CHECK(cudaFree(b->ids_device));
+    if (b->ids_host) CUDA_CHECK(cudaFreeHost(b->ids_host));
+    b->logits = NULL;
+    b->ids_device = b->ids_host = NULL;
+    b->logits_rows = 0;
+    CUDA_CHECK(cudaMalloc(&b->logits, (size_t)capacity * (size_t)b->config.vocab_size * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&b->ids_device, (size_t)capacity * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&b->ids_host, (size_t)capacity * sizeof(int32_t)));
+    b->logits_rows = capacity;
+    return KITE_OK;
+}
+
+cuda_kv_layer kv_layer(cuda_backend *b, int layer) {
+    cuda_kv_layer kv;
+    kv.base = b->kv_cache + (size_t)layer * b->kv_layer_elements;
+    kv.block_size = b->kv_block_size;
+    kv.n_kv_heads = b->config.n_kv_heads;
+    kv.head_dim = b->config.head_dim;
+    return kv;
+}
+
+/* ---- the general path ------------------------------------------------------------------------------- */
+
+kite_status forward_general(cuda_backend *b, const step_batch *batch) {
+    const qwen3_config *c = &b->config;
+    const int32_t T = batch->n_tokens, S = batch->n_seqs, bs = b->kv_block_size;
+    int32_t rows = 0;
+    size_t table_ints = 0;
+    int32_t max_new = 0;
+    for (int32_t s = 0; s < S; s++) {
+        rows += batch->seq_wants_logits[s] ? 1 : 0;
+        table_ints += (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+        const int32_t n_new = batch->seq_token_start[s + 1] - batch->seq_token_start[s];
+        if (n_new > max_new) max_new = n_new;
+    }
+    KITE_TRY(ensure_tokens(b, T));
+    if (rows > 0) KITE_TRY(ensure_logits(b, rows));
+    const size_t n_ints = 3 * (size_t)T + (size_t)(S + 1) + 2 * (size_t)S + table_ints + (size_t)rows;
+    KITE_TRY(ensure_meta(b, n_ints));
+    CUDA_CHECK(cudaEventSynchronize(b->meta_copied)); /* the previous step's copy has left the host buffer */
+
+    int32_t *h = b->meta_host;
+    int32_t *ids = h, *positions = ids + T, *slots = positions + T, *token_start = slots + T;
+    int32_t *ctx = token_start + S + 1, *table_start = ctx + S, *tables = table_start + S;
+    int32_t *logit_rows = tables + table_ints;
+    memcpy(ids, batch->token_ids, (size_t)T * sizeof(int32_t));
+    size_t table_at = 0;
+    int32_t row = 0;
+    for (int32_t s = 0; s < S; s++) {
+        const int32_t start = batch->seq_token_start[s], n_new = batch->seq_token_start[s + 1] - start;
+        const int32_t context = batch->seq_context_len[s], n_blocks = KITE_CEIL_DIV(context, bs);
+        token_start[s] = start;
+        ctx[s] = context;
+        table_start[s] = (int32_t)table_at;
+        memcpy(tables + table_at, batch->block_tables[s], (size_t)n_blocks * sizeof(int32_t));
+        for (int32_t i = 0; i < n_new; i++) {
+            const int32_t position = context - n_new + i;
+            positions[start + i] = position;
+            slots[start + i] = batch->block_tables[s][position / bs] * bs + position % bs;
+        }
+        table_at += (size_t)n_blocks;
+        if (batch->seq_wants_logits[s]) logit_rows[row++] = start + n_new - 1;
+    }
+    token_start[S] = batch->seq_token_start[S];
+    CUDA_CHECK(cudaMemcpyAsync(b->meta_device, h, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice, b->stream));
+    CUDA_CHECK(cudaEventRecord(b->meta_copied, b->stream));
+
+    int32_t *d = b->meta_device;
+    const int32_t *d_ids = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_token_start = d + 3 * T;
+    const int32_t *d_ctx = d_token_start + S + 1, *d_table_start = d_ctx + S, *d_tables = d_table_start + S;
+    const int32_t *d_logit_rows = d_tables + table_ints;
+    cuda_seq_meta seqs;
+    seqs.token_start = d_token_start;
+    seqs.context_len = d_ctx;
+    seqs.block_table_start = d_table_start;
+    seqs.block_tables = d_tables;
+    seqs.n_seqs = S;
+    seqs.max_new_tokens = max_new;
+
+    void *st = b->stream;
+    const int hidden = c->hidden_size, inter = c->intermediate_size;
+    const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    KITE_TRY(cuda_embed(b->embed, d_ids, b->x, T, hidden, st, 0));
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &b->layers[l];
+        const cuda_kv_layer kv = kv_layer(b, l);
+        KITE_TRY(cuda_rmsnorm(b->x, L->input_norm, b->normed, NULL, T, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->normed, L->qkv, b->qkv, 0, 0.0f, T, qkv_dim, hidden, st));
+        KITE_TRY(cuda_qk_norm_rope_kv(b->qkv, b->q, 0, d_positions, d_slots, L->q_norm, L->k_norm, b->rope_cos,
+                                      b->rope_sin, kv, T, c->n_heads, eps, st, 0));
+        KITE_TRY(cuda_attention_prefill(b->q, b->attention, kv, seqs, c->n_heads, scale, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->attention, L->o, b->x, 1, 1.0f, T, hidden, qd, st));
+        KITE_TRY(cuda_rmsnorm(b->x, L->post_norm, b->normed, NULL, T, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->normed, L->gate_up, b->gate_up, 0, 0.0f, T, 2 * inter, hidden, st));
+        KITE_TRY(cuda_swiglu(b->gate_up, b->act, T, inter, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->act, L->down, b->x, 1, 1.0f, T, hidden, inter, st));
+    }
+    if (rows > 0) {
+        KITE_TRY(cuda_rmsnorm(b->x, b->final_norm, b->normed, d_logit_rows, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->normed, b->lm_head, b->logits, 1, 0.0f, rows, c->vocab_size, hidden, st));
+    }
+    b->kept_logits = b->logits;
+    b->kept_rows = rows;
+    b->kept_decode = false;
+    return KITE_OK;
+}
+
+/* ---- the decode path -------------------------------------------------------------------------------- */
+
+kite_status decode_launches(cuda_backend *b) {
+    const qwen3_config *c = &b->config;
+    void *st = b->stream;
+    const int pdl = b->use_pdl ? 1 : 0;
+    const int hidden = c->hidden_size, inter = c->intermediate_size;
+    const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    const int32_t *step = b->step_device;
+    KITE_TRY(cuda_embed(b->embed, step + STEP_TOKEN, b->dec_x, 1, hidden, st, 0));
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &b->layers[l];
+        const cuda_kv_layer kv = kv_layer(b, l);
+        KITE_TRY(cuda_gemv(L->qkv, b->dec_x, L->input_norm, eps, b->dec_qkv, qkv_dim, hidden, CUDA_GEMV_STORE, NULL,
+                           NULL, st, pdl));
+        KITE_TRY(cuda_qk_norm_rope_kv(b->dec_qkv, b->dec_q, 1, step + STEP_POSITION, step + STEP_SLOT, L->q_norm,
+                                      L->k_norm, b->rope_cos, b->rope_sin, kv, 1, c->n_heads, eps, st, pdl));
+        KITE_TRY(cuda_attention_decode(b->dec_q, b->dec_attention, kv, step + STEP_TABLE, step + STEP_CONTEXT,
+                                       c->n_heads, scale, b->n_splits, b->dec_attention_ws, b->dec_counters, st, pdl));
+        KITE_TRY(cuda_gemv(L->o, b->dec_attention, NULL, 0.0f, b->dec_x, hidden, qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+        KITE_TRY(cuda_gemv(L->gate_up, b->dec_x, L->post_norm, eps, b->dec_act, 2 * inter, hidden, CUDA_GEMV_SWIGLU,
+                           NULL, NULL, st, pdl));
+        KITE_TRY(cuda_gemv(L->down, b->dec_act, NULL, 0.0f, b->dec_x, hidden, inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+    }
+    KITE_TRY(cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits, c->vocab_size, hidden,
+                       CUDA_GEMV_ARGMAX, b->dec_argmax_ws, b->dec_token, st, pdl));
+    return KITE_OK;
+}
+
+kite_status capture_decode_graph(cuda_backend *b) {
+    CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    kite_status status = decode_launches(b);
+    cudaGraph_t graph = NULL;
+    const cudaError_t end = cudaStreamEndCapture(b->stream, &graph);
+    if (status != KITE_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        return status;
+    }
+    if (end != cudaSuccess)
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(decode graph) failed: %s", cudaGetErrorName(end));
+    const cudaError_t inst = cudaGraphInstantiate(&b->graph, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+        b->graph = NULL;
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(decode graph) failed: %s", cudaGetErrorName(inst));
+    }
+    return KITE_OK;
+}
+
+kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
+    const int32_t bs = b->kv_block_size, context = batch->seq_context_len[0];
+    const int32_t position = context - 1, n_blocks = KITE_CEIL_DIV(context, bs);
+    CUDA_CHECK(cudaEventSynchronize(b->step_copied));
+    int32_t *h = b->step_host;
+    h[STEP_TOKEN] = batch->token_ids[0];
+    h[STEP_POSITION] = position;
+    h[STEP_SLOT] = batch->block_tables[0][position / bs] * bs + position % bs;
+    h[STEP_CONTEXT] = context;
+    memcpy(h + STEP_TABLE, batch->block_tables[0], (size_t)n_blocks * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(b->step_device, h, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, b->stream));
+    CUDA_CHECK(cudaEventRecord(b->step_copied, b->stream));
+    if (b->use_graph) {
+        if (!b->graph) KITE_TRY(capture_decode_graph(b));
+        CUDA_CHECK(cudaGraphLaunch(b->graph, b->stream));
+    } else {
+        KITE_TRY(decode_launches(b));
+    }
+    b->kept_logits = b->dec_logits;
+    b->kept_rows = 1;
+    b->kept_decode = true;
+    return KITE_OK;
+}
+
+/* ---- backend_ops ------------------------------------------------------------------------------------ */
+
+void free_all(cuda_backend *b) {
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    if (b->graph) cudaGraphExecDestroy(b->graph);
+    cuda_gemm_destroy(b->gemm);
+    cudaFree(b->weight_bytes);
+    free(b->layers);
+    cudaFree(b->rope_cos);
+    cudaFree(b->rope_sin);
+    cudaFree(b->kv_cache);
+    cudaFree(b->activation_bytes);
+    cudaFreeHost(b->meta_host);
+    cudaFree(b->meta_device);
+    cudaFree(b->logits);
+    cudaFree(b->ids_device);
+    cudaFreeHost(b->ids_host);
+    cudaFree(b->dec_x);
+    cudaFree(b->step_device);
+    cudaFreeHost(b->step_host);
+    if (b->meta_copied) cudaEventDestroy(b->meta_copied);
+    if (b->step_copied) cudaEventDestroy(b->step_copied);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b);
+}
+
+void cuda_destroy(backend *self) {
+    if (self) free_all(as_cuda(self));
+}
+
+kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size) {
+    cuda_backend *b = as_cuda(self);
+    const qwen3_config *c = &b->config;
+    if (n_blocks <= 0 || block_size <= 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: kv_reserve(%d blocks, block size %d)", n_blocks, block_size);
+    CUDA_CHECK(cudaSetDevice(b->device));
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (b->graph) {
+        CUDA_CHECK(cudaGraphExecDestroy(b->graph));
+        b->graph = NULL;
+    }
+    if (b->kv_cache) CUDA_CHECK(cudaFree(b->kv_cache));
+    if (b->step_device) CUDA_CHECK(cudaFree(b->step_device));
+    if (b->step_host) CUDA_CHECK(cudaFreeHost(b->step_host));
+    b->kv_cache = NULL;
+    b->step_device = b->step_host = NULL;
+    b->kv_blocks = b->kv_block_size = 0;
+    const size_t layer_elements = (size_t)n_blocks * 2 * (size_t)c->n_kv_heads * (size_t)block_size * (size_t)c->head_dim;
+    const size_t bytes = layer_elements * (size_t)c->n_layers * sizeof(bf16);
+    const cudaError_t e = cudaMalloc(&b->kv_cache, bytes);
+    if (e != cudaSuccess) {
+        b->kv_cache = NULL;
+        cudaGetLastError();
+        return kite_fail(e == cudaErrorMemoryAllocation ? KITE_ERROR_OUT_OF_MEMORY : KITE_ERROR_BACKEND,
+                         "cuda backend: KV cache of %d blocks x %d positions (%zu bytes): cudaMalloc failed: %s",
+                         n_blocks, block_size, bytes, cudaGetErrorName(e));
+    }
+    CUDA_CHECK(cudaMalloc(&b->step_device, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&b->step_host, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t)));
+    b->kv_layer_elements = layer_elements;
+    b->kv_blocks = n_blocks;
+    b->kv_block_size = block_size;
+    return KITE_OK;
+}
+
+kite_status validate_batch(const cuda_backend *b, const step_batch *batch) {
+    const qwen3_config *c = &b->config;
+    if (!b->kv_cache) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: forward before kv_reserve");
+    if (!batch || batch->n_seqs <= 0 || batch->n_tokens <= 0 || !batch->token_ids || !batch->seq_token_start ||
+        !batch->seq_context_len || !batch->block_tables || !batch->seq_wants_logits)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: empty or incomplete step batch");
+    if (batch->seq_token_start[0] != 0 || batch->seq_token_start[batch->n_seqs] != batch->n_tokens)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: seq_token_start does not span %d tokens", batch->n_tokens);
+    for (int32_t t = 0; t < batch->n_tokens; t++)
+        if (batch->token_ids[t] < 0 || batch->token_ids[t] >= c->vocab_size)
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "cuda backend: token id %d at %d is outside [0, %d)",
+                             batch->token_ids[t], t, c->vocab_size);
+    for (int32_t s = 0; s < batch->n_seqs; s++) {
+        const int32_t n_new = batch->seq_token_start[s + 1] - batch->seq_token_start[s];
+        const int32_t context = batch->seq_context_len[s];
+        if (n_new <= 0 || context < n_new)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: sequence %d has %d new tokens and context %d", s,
+                             n_new, context);
+        if (context > b->rope_positions || (int64_t)context > (int64_t)b->kv_blocks * b->kv_block_size)
+            return kite_fail(KITE_ERROR_CAPACITY, "cuda backend: sequence %d context %d exceeds %d positions", s, context,
+                             b->rope_positions);
+        const int32_t n_blocks = KITE_CEIL_DIV(context, b->kv_block_size);
+        for (int32_t i = 0; i < n_blocks; i++)
+            if (batch->block_tables[s][i] < 0 || batch->block_tables[s][i] >= b->kv_blocks)
+                return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: sequence %d block %d is %d, outside [0, %d)",
+                                 s, i, batch->block_tables[s][i], b->kv_blocks);
+    }
+    return KITE_OK;
+}
+
+kite_status cuda_forward(backend *self, const step_batch *batch) {
+    cuda_backend *b = as_cuda(self);
+    KITE_TRY(validate_batch(b, batch));
+    if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0]) return forward_decode(b, batch);
+    return forward_general(b, batch);
+}
+
+kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    if (n_rows < 0 || n_rows > b->kept_rows)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d logits rows asked, %d kept", n_rows, b->kept_rows);
+    if (n_rows == 0) return KITE_OK;
+    CUDA_CHECK(cudaMemcpyAsync(out, b->kept_logits, (size_t)n_rows * (size_t)b->config.vocab_size * sizeof(float),
+                               cudaMemcpyDeviceToHost, b->stream));
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    return KITE_OK;
+}
+
+kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    if (n_rows < 0 || n_rows > b->kept_rows)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax of %d rows asked, %d kept", n_rows, b->kept_rows);
+    if (n_rows == 0) return KITE_OK;
+    if (b->kept_decode) {
+        KITE_TRY(ensure_logits(b, 1));
+        CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->dec_token, sizeof(int32_t), cudaMemcpyDeviceToHost, b->stream));
+    } else {
+        KITE_TRY(cuda_argmax_rows(b->kept_logits, b->ids_device, n_rows, b->config.vocab_size, b->stream));
+        CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->ids_device, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                   b->stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    memcpy(out_ids, b->ids_host, (size_t)n_rows * sizeof(int32_t));
+    return KITE_OK;
+}
+
+kite_status cuda_memory_info(backend *self, size_t *free_bytes, size_t *total_bytes) {
+    cuda_backend *b = as_cuda(self);
+    CUDA_CHECK(cudaSetDevice(b->device));
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return KITE_OK;
+}
+
+const backend_ops cuda_ops = {
+    "cuda", cuda_destroy, cuda_kv_reserve, cuda_forward, cuda_read_logits, cuda_argmax, cuda_memory_info,
+};
+
+kite_status check_device(int device, char *reason, size_t capacity) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "no CUDA GPU is usable here (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+    }
+    if (device < 0 || device >= count)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "CUDA device %d does not exist (%d found)", device, count);
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major != 9 || prop.minor != 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "GPU %d (%s) is compute capability %d.%d; this build of kite has CUDA code for sm_90a "
+                         "(Hopper: H100, H200) only",
+                         device, prop.name, prop.major, prop.minor);
+    (void)reason;
+    (void)capacity;
+    return KITE_OK;
+}
+
+bool env_flag(const char *name, bool fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    return strcmp(v, "0") != 0;
+}
+
+} // namespace
+
+extern "C" int cuda_backend_available(char *reason, size_t reason_capacity) {
+    if (check_device(0, reason, reason_capacity) != KITE_OK) {
+        if (reason && reason_capacity) snprintf(reason, reason_capacity, "%s", kite_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
+                                           const backend_params *params, backend **out) {
+    *out = NULL;
+    if (!config || !weights)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: no config or weights");
+    const int device = params ? params->device : 0;
+    KITE_TRY(check_device(device, NULL, 0));
+    const qwen3_config *c = config;
+    if (c->head_dim != 128)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: head_dim %d (only 128 is implemented)", c->head_dim);
+    if (c->hidden_size % 8 != 0 || c->intermediate_size % 8 != 0 || c->n_kv_heads <= 0 ||
+        c->n_heads % c->n_kv_heads != 0 || c->vocab_size <= 0 || c->n_layers <= 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: unsupported shape (hidden %d, intermediate %d, heads %d/%d)",
+                         c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads);
+    CUDA_CHECK(cudaSetDevice(device));
+
+    cuda_backend *b = static_cast<cuda_backend *>(calloc(1, sizeof(cuda_backend)));
+    if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    b->config = *config;
+    b->base.ops = &cuda_ops;
+    b->base.config = &b->config;
+    b->device = device;
+    b->use_graph = env_flag("KITE_CUDA_GRAPH", true);
+    b->use_pdl = env_flag("KITE_CUDA_PDL", true);
+
+    kite_status status = KITE_OK;
+#define STEP(expr)                                                                                       \
+    do {                                                                                                 \
+        if (status == KITE_OK) status = (expr);                                                          \
+    } while (0)
+    auto cuda_step = [&](cudaError_t e, const char *what) -> kite_status {
+        if (e == cudaSuccess) return KITE_OK;
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    };
+    STEP(cuda_step(cudaDeviceGetAttribute(&b->sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute"));
+    STEP(cuda_step(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    STEP(cuda_step(cudaEventCreateWithFlags(&b->meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_step(cudaEventCreateWithFlags(&b->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_gemm_create(&b->gemm));
+    STEP(upload_weights(b, weights));
+    STEP(upload_rope(b));
+
+    /* Decode buffers: fixed for the life of the backend, so the captured graph stays valid. */
+    const int group_heads = c->n_heads / c->n_kv_heads;
+    const int head_groups = group_heads % 4 == 0 ? group_heads / 4 : group_heads % 2 == 0 ? group_heads / 2 : group_heads;
+    int splits = (4 * (b->sm_count ? b->sm_count : 132)) / (c->n_kv_heads * head_groups);
+    if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
+    b->n_splits = splits < 1 ? 1 : splits;
+    const size_t A = 256;
+    const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
+    const size_t sizes[9] = {hidden * 4, qkv_dim * 4, qd * 4, qd * 4, inter * 4, vocab * 4,
+                             cuda_attention_decode_workspace(c->n_heads, c->head_dim, b->n_splits),
+                             cuda_gemv_argmax_workspace(c->vocab_size), (size_t)c->n_heads * 4 + 64};
+    size_t total = 0;
+    for (int i = 0; i < 9; i++) total += align_up(sizes[i], A);
+    void *dec = NULL;
+    STEP(cuda_step(cudaMalloc(&dec, total), "cudaMalloc(decode buffers)"));
+    if (status == KITE_OK) {
+        STEP(cuda_step(cudaMemset(dec, 0, total), "cudaMemset(decode buffers)"));
+        unsigned char *p = static_cast<unsigned char *>(dec);
+        void *parts[9];
+        for (int i = 0; i < 9; i++) {
+            parts[i] = p;
+            p += align_up(sizes[i], A);
+        }
+        b->dec_x = static_cast<float *>(parts[0]);
+        b->dec_qkv = static_cast<float *>(parts[1]);
+        b->dec_q = static_cast<float *>(parts[2]);
+        b->dec_attention = static_cast<float *>(parts[3]);
+        b->dec_act = static_cast<float *>(parts[4]);
+        b->dec_logits = static_cast<float *>(parts[5]);
+        b->dec_attention_ws = parts[6];
+        b->dec_argmax_ws = parts[7];
+        b->dec_counters = static_cast<unsigned *>(parts[8]);
+        b->dec_token = reinterpret_cast<int32_t *>(static_cast<unsigned char *>(parts[8]) + (size_t)c->n_heads * 4);
+    }
+    STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
+#undef STEP
+    if (status != KITE_OK) {
+        free_all(b);
+        return status;
+    }
+    *out = &b->base;
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int use_pdl) {
+    cuda_backend *b = as_cuda(self);
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (b->graph) {
+        CUDA_CHECK(cudaGraphExecDestroy(b->graph));
+        b->graph = NULL;
+    }
+    b->use_graph = use_graph != 0;
+    b->use_pdl = use_pdl != 0;
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_backend_synchronize(backend *self) {
+    CUDA_CHECK(cudaStreamSynchronize(as_cuda(self)->stream));
+    return KITE_OK;
+}

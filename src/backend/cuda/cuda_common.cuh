@@ -1,0 +1,121 @@
+/* Shared by every .cu file of the CUDA backend: the error macros, bf16 helpers, warp reductions and the
+ * programmatic-dependent-launch (PDL) helpers. Never included by host C code. */
+#ifndef KITE_BACKEND_CUDA_COMMON_CUH
+#define KITE_BACKEND_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_ops.h"
+
+/* The project's C headers carry no extern "C" guards of their own. */
+extern "C" {
+#include "backend/backend.h"
+#include "model/qwen3.h"
+#include "util/error.h"
+}
+
+/* Every CUDA runtime call goes through CUDA_CHECK: a failure becomes a KITE_ERROR_BACKEND return whose
+ * message names the statement, file:line and the error name. */
+#define CUDA_CHECK(stmt)                                                                                 \
+    do {                                                                                                 \
+        cudaError_t cuda_check_error_ = (stmt);                                                          \
+        if (cuda_check_error_ != cudaSuccess)                                                            \
+            return kite_fail(KITE_ERROR_BACKEND, "cuda: %s failed at %s:%d: %s (%s)", #stmt, __FILE__,   \
+                             __LINE__, cudaGetErrorName(cuda_check_error_),                             \
+                             cudaGetErrorString(cuda_check_error_));                                     \
+    } while (0)
+
+/* After a <<<>>> launch: reports a bad configuration at once (the kernel's own faults surface at the
+ * next synchronising call). */
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+#define KITE_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+
+typedef __nv_bfloat16 bf16;
+
+/* 8 bf16 packed in 16 bytes -> 8 floats. A bf16 is the high half of a float. */
+__device__ __forceinline__ void bf16x8_to_float(const uint4 v, float out[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = __uint_as_float(w[i] << 16);
+        out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Weights are read once per step: stream them past L1 (no allocation) through the read-only path. */
+__device__ __forceinline__ uint4 load_weight_16(const void *address) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(address));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the total.
+ * `scratch` holds 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* scratch may still be read from an earlier call */
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float total = lane < n_warps ? scratch[lane] : 0.0f;
+    return warp_sum(total);
+}
+
+/* Programmatic dependent launch. A kernel launched with the PDL attribute may start while the kernel
+ * before it in the stream is still running; pdl_wait() blocks until that kernel has finished and its
+ * memory is visible. Every kernel of the decode step calls pdl_wait() before touching activations (and
+ * may read weights before it); without the attribute both are no-ops. */
+__device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents(void) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* Launches kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when use_pdl is set. */
+template <typename... KernelArgs, typename... Args>
+static inline cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t stream, bool use_pdl, Args... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = use_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+}
+
+/* Offset (in elements) of (block, K=0 / V=1, kv_head, slot) inside one layer's cache (cuda_ops.h). */
+__device__ __forceinline__ size_t kv_offset(const cuda_kv_layer &kv, int32_t block, int kind, int kv_head,
+                                            int32_t slot) {
+    return ((((size_t)block * 2 + (size_t)kind) * (size_t)kv.n_kv_heads + (size_t)kv_head) *
+                (size_t)kv.block_size +
+            (size_t)slot) *
+           (size_t)kv.head_dim;
+}
+
+#endif

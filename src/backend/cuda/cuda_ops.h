@@ -1,0 +1,118 @@
+/* The CUDA backend's kernels as plain C entry points, for its own forward pass and for the op tests in
+ * tests/cuda (which are C and include no CUDA header). Device pointers are plain pointers or void *;
+ * `stream` is a cudaStream_t passed as void * (NULL: the default stream); `use_pdl` launches with
+ * programmatic dependent launch (cuda_common.cuh). Every function returns KITE_OK or
+ * KITE_ERROR_BACKEND with a message naming the failing call.
+ *
+ * Tensors are row-major. bf16 buffers are void * (2 bytes per element).
+ */
+#ifndef KITE_BACKEND_CUDA_OPS_H
+#define KITE_BACKEND_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kite.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device memory, for tests and the bench ---------------------------------------------------- */
+int kite_cuda_device_count(void);
+kite_status kite_cuda_malloc(void **pointer, size_t bytes);
+kite_status kite_cuda_free(void *pointer);
+kite_status kite_cuda_copy_to_device(void *dst, const void *src, size_t bytes);
+kite_status kite_cuda_copy_to_host(void *dst, const void *src, size_t bytes);
+kite_status kite_cuda_memset(void *dst, int value, size_t bytes);
+kite_status kite_cuda_synchronize(void);
+/* Elapsed milliseconds between two points on the default stream: start, then stop (stop synchronises). */
+kite_status kite_cuda_timer_start(void **timer);
+kite_status kite_cuda_timer_stop(void *timer, float *milliseconds);
+
+/* ---- the KV cache of one layer -------------------------------------------------------------------
+ * Blocks of block_size positions. Inside a block: [K | V][kv_head][slot][head_dim] bf16. Block b of the
+ * layer starts at base + b * 2 * n_kv_heads * block_size * head_dim elements. */
+typedef struct cuda_kv_layer {
+    void *base;
+    int32_t block_size;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+} cuda_kv_layer;
+
+/* The sequences of a step batch, on the device (see backend.h step_batch). */
+typedef struct cuda_seq_meta {
+    const int32_t *token_start;       /* [n_seqs + 1] */
+    const int32_t *context_len;       /* [n_seqs] */
+    const int32_t *block_table_start; /* [n_seqs] offset of the sequence's table in block_tables */
+    const int32_t *block_tables;      /* concatenated block tables */
+    int32_t n_seqs;
+    int32_t max_new_tokens; /* the most new tokens of any sequence */
+} cuda_seq_meta;
+
+/* x[t, :] = float(table[ids[t], :]) for t < n_tokens. table bf16 (vocab, hidden); x fp32. */
+kite_status cuda_embed(const void *table, const int32_t *ids, float *x, int n_tokens, int hidden,
+                       void *stream, int use_pdl);
+
+/* out[r, :] = bf16(x[src, :] * rsqrt(mean(x[src, :]^2) + eps) * weight), src = row_index ? row_index[r] : r.
+ * x fp32 (rows, dim); weight fp32 (dim); out bf16 (n_rows, dim). dim % 4 == 0. */
+kite_status cuda_rmsnorm(const float *x, const float *weight, void *out, const int32_t *row_index, int n_rows,
+                         int dim, float eps, void *stream);
+
+/* out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]; bf16 in and out; intermediate % 8 == 0. */
+kite_status cuda_swiglu(const void *gate_up, void *out, int n_tokens, int intermediate, void *stream);
+
+/* Per token t: for each q head, q_out = rope(rmsnorm(q) * q_norm); for each kv head, the cache at slot
+ * slots[t] (= block * block_size + slot) receives K = rope(rmsnorm(k) * k_norm) and V = v.
+ * qkv: (n_tokens, (n_heads + 2 n_kv_heads) * head_dim), q then k then v; fp32 when io_f32 else bf16.
+ * q_out: (n_tokens, n_heads, head_dim), same dtype as qkv. rope_cos / rope_sin: (positions, head_dim / 2)
+ * fp32, rotate-half convention. head_dim == 128. */
+kite_status cuda_qk_norm_rope_kv(const void *qkv, void *q_out, int io_f32, const int32_t *positions,
+                                 const int32_t *slots, const float *q_norm, const float *k_norm,
+                                 const float *rope_cos, const float *rope_sin, cuda_kv_layer kv, int n_tokens,
+                                 int n_heads, float eps, void *stream, int use_pdl);
+
+/* Causal attention of each sequence's new tokens over its whole context in the paged cache (the new
+ * keys already appended). q, out: bf16 (n_tokens, n_heads, head_dim); head_dim == 128; GQA with
+ * n_heads % n_kv_heads == 0. fp32 softmax; tensor cores. */
+kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_layer kv, cuda_seq_meta seqs, int n_heads,
+                                   float scale, void *stream);
+
+/* One new token of one sequence attending to context_len[0] positions (the new one already appended),
+ * split over n_splits blocks per kv head (a fixed grid for any context length) and combined in the
+ * last block to finish. q, out: fp32 (n_heads, head_dim). workspace: cuda_attention_decode_workspace()
+ * bytes; counters: n_kv_heads unsigned ints, zero before the first call (each call leaves them zero). */
+size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int n_splits);
+kite_status cuda_attention_decode(const float *q, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                  const int32_t *context_len, int n_heads, float scale, int n_splits,
+                                  void *workspace, unsigned *counters, void *stream, int use_pdl);
+
+/* Decode matrix-vector products: weight bf16 (rows, cols), x fp32 (cols), 16-byte loads, each weight
+ * read once. The input is x, or rmsnorm(x) * norm_weight when norm_weight is not NULL. Epilogues:
+ *   STORE   y[r] = w_r . in                                   (rows outputs)
+ *   ADD     y[r] += w_r . in                                  (the residual add)
+ *   SWIGLU  y[i] = silu(w_i . in) * (w_{i + rows/2} . in)      (rows/2 outputs; gate rows then up rows)
+ *   ARGMAX  y[r] = w_r . in, and argmax_out[0] = the lowest r of the largest y[r]
+ * cols % 8 == 0. ARGMAX needs cuda_gemv_argmax_workspace(rows) bytes of workspace. */
+enum { CUDA_GEMV_STORE = 0, CUDA_GEMV_ADD = 1, CUDA_GEMV_SWIGLU = 2, CUDA_GEMV_ARGMAX = 3 };
+size_t cuda_gemv_argmax_workspace(int rows);
+kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
+                      int cols, int epilogue, void *workspace, int32_t *argmax_out, void *stream, int use_pdl);
+
+/* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
+kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);
+
+/* Prefill GEMM through cuBLASLt: Y (n, m) = X (n, k) . W (m, k)^T + beta * Y. X, W bf16; Y bf16 when
+ * out_f32 == 0, fp32 otherwise (beta only with fp32). fp32 accumulation; the algorithm is chosen by the
+ * heuristic once per shape and cached in `gemm` (cuda_gemm_create). */
+typedef struct cuda_gemm cuda_gemm;
+kite_status cuda_gemm_create(cuda_gemm **out);
+void cuda_gemm_destroy(cuda_gemm *gemm);
+kite_status cuda_gemm_bf16(cuda_gemm *gemm, const void *x, const void *w, void *y, int out_f32, float beta, int n,
+                           int m, int k, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,150 @@
+/* Prefill GEMMs through cuBLASLt: Y (n, m) = X (n, k) . W (m, k)^T (+ Y), bf16 operands, fp32
+ * accumulation, bf16 or fp32 out (fp32 with beta = 1 is the fused residual add into the fp32 stream).
+ *
+ * Row-major Y (n, m) is column-major Y^T (m x n), so cuBLASLt computes Y^T = op(W) . X with W read as
+ * the column-major (k x m) matrix transposed ("TN"). The heuristic's algorithm and the descriptors are
+ * created once per (m, n, k, out type, beta) and cached; one 32 MiB workspace serves every call. */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUBLAS_CHECK(stmt)                                                                               \
+    do {                                                                                                 \
+        cublasStatus_t cublas_check_status_ = (stmt);                                                    \
+        if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS)                                               \
+            return kite_fail(KITE_ERROR_BACKEND, "cublasLt: %s failed at %s:%d: %s", #stmt, __FILE__,    \
+                             __LINE__, cublasGetStatusName(cublas_check_status_));                       \
+    } while (0)
+
+namespace {
+
+constexpr size_t WORKSPACE_BYTES = 32u << 20;
+constexpr int CACHE_ENTRIES = 96;
+
+struct gemm_plan {
+    int m, n, k, out_f32, accumulate;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+};
+
+void plan_destroy(gemm_plan *p) {
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+} // namespace
+
+struct cuda_gemm {
+    cublasLtHandle_t handle;
+    void *workspace;
+    gemm_plan plans[CACHE_ENTRIES];
+    int n_plans;
+    int next_victim;
+};
+
+namespace {
+
+kite_status plan_create(cuda_gemm *g, gemm_plan *p, int m, int n, int k, int out_f32, int accumulate) {
+    memset(p, 0, sizeof *p);
+    p->m = m;
+    p->n = n;
+    p->k = k;
+    p->out_f32 = out_f32;
+    p->accumulate = accumulate;
+    const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+    const cudaDataType_t out_type = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, (int64_t)k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, (int64_t)k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_type, (uint64_t)m, (uint64_t)n, (int64_t)m));
+
+    cublasLtMatmulPreference_t preference;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const size_t workspace_bytes = WORKSPACE_BYTES;
+    cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes);
+    cublasLtMatmulHeuristicResult_t result;
+    int n_results = 0;
+    if (status == CUBLAS_STATUS_SUCCESS)
+        status = cublasLtMatmulAlgoGetHeuristic(g->handle, p->op, p->a, p->b, p->c, p->c, preference, 1, &result,
+                                                &n_results);
+    cublasLtMatmulPreferenceDestroy(preference);
+    CUBLAS_CHECK(status);
+    if (n_results == 0)
+        return kite_fail(KITE_ERROR_BACKEND, "cublasLt: no algorithm for %d x %d x %d (out %s)", m, n, k,
+                         out_f32 ? "f32" : "bf16");
+    p->algo = result.algo;
+    return KITE_OK;
+}
+
+} // namespace
+
+extern "C" kite_status cuda_gemm_create(cuda_gemm **out) {
+    *out = NULL;
+    cuda_gemm *g = static_cast<cuda_gemm *>(calloc(1, sizeof(cuda_gemm)));
+    if (!g) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda_gemm_create: out of host memory");
+    cublasStatus_t status = cublasLtCreate(&g->handle);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        free(g);
+        return kite_fail(KITE_ERROR_BACKEND, "cublasLt: cublasLtCreate failed: %s", cublasGetStatusName(status));
+    }
+    cudaError_t error = cudaMalloc(&g->workspace, WORKSPACE_BYTES);
+    if (error != cudaSuccess) {
+        cublasLtDestroy(g->handle);
+        free(g);
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaMalloc(gemm workspace) failed: %s", cudaGetErrorName(error));
+    }
+    *out = g;
+    return KITE_OK;
+}
+
+extern "C" void cuda_gemm_destroy(cuda_gemm *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_plans; i++) plan_destroy(&g->plans[i]);
+    cudaFree(g->workspace);
+    cublasLtDestroy(g->handle);
+    free(g);
+}
+
+extern "C" kite_status cuda_gemm_bf16(cuda_gemm *g, const void *x, const void *w, void *y, int out_f32, float beta,
+                                      int n, int m, int k, void *stream) {
+    if (n <= 0 || m <= 0 || k <= 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16: %d x %d x %d", n, m, k);
+    if (beta != 0.0f && !out_f32)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16: accumulation needs an fp32 output");
+    const int accumulate = beta != 0.0f;
+    gemm_plan *plan = NULL;
+    for (int i = 0; i < g->n_plans; i++) {
+        gemm_plan *p = &g->plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->accumulate == accumulate) {
+            plan = p;
+            break;
+        }
+    }
+    if (!plan) {
+        if (g->n_plans < CACHE_ENTRIES) {
+            plan = &g->plans[g->n_plans++];
+        } else {
+            plan = &g->plans[g->next_victim];
+            g->next_victim = (g->next_victim + 1) % CACHE_ENTRIES;
+            plan_destroy(plan);
+        }
+        kite_status status = plan_create(g, plan, m, n, k, out_f32, accumulate);
+        if (status != KITE_OK) {
+            plan_destroy(plan);
+            plan->m = -1; /* never matches */
+            return status;
+        }
+    }
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(g->handle, plan->op, &alpha, w, plan->a, x, plan->b, &beta, y, plan->c, y, plan->c,
+                                &plan->algo, g->workspace, WORKSPACE_BYTES, static_cast<cudaStream_t>(stream)));
+    return KITE_OK;
+}

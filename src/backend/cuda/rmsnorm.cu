@@ -1,0 +1,39 @@
+/* RMSNorm of fp32 rows into bf16 (the input of a prefill GEMM), optionally gathering rows (the last
+ * token of each sequence before the lm_head). One block per row, float4 loads. */
+#include "backend/cuda/cuda_common.cuh"
+
+namespace {
+
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ weight, bf16 *out,
+                               const int32_t *row_index, int dim, float eps) {
+    __shared__ float scratch[32];
+    const size_t row = blockIdx.x;
+    const size_t src = row_index ? (size_t)row_index[row] : row;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + src * (size_t)dim);
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+        const float4 v = x4[i];
+        sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    sum_sq = block_sum(sum_sq, scratch);
+    const float scale = rsqrtf(sum_sq / (float)dim + eps);
+    uint2 *o = reinterpret_cast<uint2 *>(out + row * (size_t)dim);
+    const float4 *w4 = reinterpret_cast<const float4 *>(weight);
+    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+        const float4 v = x4[i], g = w4[i];
+        o[i] = make_uint2(pack_bf16x2(v.x * scale * g.x, v.y * scale * g.y),
+                          pack_bf16x2(v.z * scale * g.z, v.w * scale * g.w));
+    }
+}
+
+} // namespace
+
+extern "C" kite_status cuda_rmsnorm(const float *x, const float *weight, void *out, const int32_t *row_index,
+                                    int n_rows, int dim, float eps, void *stream) {
+    if (dim % 4 != 0 || n_rows <= 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_rmsnorm: rows %d dim %d", n_rows, dim);
+    rmsnorm_kernel<<<n_rows, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, weight, static_cast<bf16 *>(out),
+                                                                         row_index, dim, eps);
+    CUDA_CHECK_LAUNCH();
+    return KITE_OK;
+}

@@ -1,0 +1,17 @@
+/* The CUDA backend's entry points in a build without nvcc: they say so instead of failing obscurely.
+ * CMakeLists.txt compiles this file only when the CUDA backend is not built. */
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "util/error.h"
+
+int cuda_backend_available(char *reason, size_t reason_capacity) {
+    if (reason && reason_capacity) snprintf(reason, reason_capacity, "this build of kite has no CUDA backend");
+    return 0;
+}
+
+kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
+                                const backend_params *params, backend **out) {
+    *out = NULL;
+    return kite_fail(KITE_ERROR_UNSUPPORTED, "this build of kite has no CUDA backend (nvcc was not found at build time)");
+}

@@ -1,0 +1,359 @@
+#include "checkpoint/config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/file.h"
+#include "util/error.h"
+#include "util/json.h"
+
+/* A real config.json is a few kilobytes; anything this large is not one. */
+#define CONFIG_MAX_BYTES (16u << 20)
+
+/* How a JSON value reads in a message: its type, or the integer itself. */
+static const char *describe_type(const json_value *value) {
+    if (value->type == JSON_TYPE_NUMBER && !value->is_integer) return "a non-integer number";
+    return json_type_name(value->type);
+}
+
+/* Reads an int32 field. `required` fields must be present and non-null; optional ones leave *out alone
+ * when absent or null and set *present accordingly. Values below `minimum` are errors. */
+static kite_status read_int32(const json_value *root, const char *path, const char *key, bool required, int64_t minimum,
+                              int32_t *out, bool *present) {
+    const json_value *value = json_object_get(root, key);
+    if (present) *present = false;
+    if (!value || json_is_null(value)) {
+        if (required) return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s is missing", path, key);
+        return KITE_OK;
+    }
+    int64_t integer;
+    if (!json_get_int64(value, &integer))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be an integer, found %s", path, key,
+                         describe_type(value));
+    if (integer < minimum || integer > INT32_MAX)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s is %lld, must be in [%lld, %d]", path, key,
+                         (long long)integer, (long long)minimum, INT32_MAX);
+    *out = (int32_t)integer;
+    if (present) *present = true;
+    return KITE_OK;
+}
+
+/* Reads a positive finite number field from `object`; `label` names it in messages. */
+static kite_status read_positive_double(const json_value *value, const char *path, const char *label, double *out) {
+    double number;
+    if (!json_get_double(value, &number))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be a number, found %s", path, label,
+                         json_type_name(value->type));
+    if (!isfinite(number) || !(number > 0.0))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s is %g, must be a positive number", path, label,
+                         number);
+    *out = number;
+    return KITE_OK;
+}
+
+/* Reads an optional boolean (absent or null -> default_value). */
+static kite_status read_bool(const json_value *root, const char *path, const char *key, bool default_value, bool *out) {
+    const json_value *value = json_object_get(root, key);
+    *out = default_value;
+    if (!value || json_is_null(value)) return KITE_OK;
+    if (!json_get_bool(value, out))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be true or false, found %s", path, key,
+                         json_type_name(value->type));
+    return KITE_OK;
+}
+
+static kite_status check_architecture(const json_value *root, const char *path) {
+    const json_value *model_type = json_object_get(root, "model_type");
+    const json_value *architectures = json_object_get(root, "architectures");
+    bool known = false;
+    if (model_type && !json_is_null(model_type)) {
+        if (!json_is_string(model_type))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field model_type must be a string, found %s", path,
+                             json_type_name(model_type->type));
+        if (strcmp(model_type->as.string, "qwen3") != 0)
+            return kite_fail(KITE_ERROR_UNSUPPORTED,
+                             "%s: field model_type is \"%.64s\"; kite supports only \"qwen3\" (dense Qwen3)", path,
+                             model_type->as.string);
+        known = true;
+    }
+    if (architectures && !json_is_null(architectures)) {
+        if (!json_is_array(architectures))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field architectures must be an array, found %s", path,
+                             json_type_name(architectures->type));
+        bool found = false;
+        for (size_t i = 0; i < architectures->length; i++) {
+            const json_value *item = &architectures->as.items[i];
+            if (!json_is_string(item))
+                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                                 "%s: field architectures[%zu] must be a string, found %s", path, i,
+                                 json_type_name(item->type));
+            if (strcmp(item->as.string, "Qwen3ForCausalLM") == 0) found = true;
+        }
+        if (!found) {
+            const char *first = architectures->length > 0 ? architectures->as.items[0].as.string : "";
+            return kite_fail(KITE_ERROR_UNSUPPORTED,
+                             "%s: field architectures [\"%.64s\"%s] does not contain Qwen3ForCausalLM", path, first,
+                             architectures->length > 1 ? ", ..." : "");
+        }
+        known = true;
+    }
+    if (!known)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: neither field model_type nor field architectures says this is a Qwen3 model", path);
+    return KITE_OK;
+}
+
+/* Features Qwen3Config can express that kite does not implement. */
+static kite_status check_unsupported_features(const json_value *root, const char *path, int32_t n_layers) {
+    bool flag;
+    KITE_TRY(read_bool(root, path, "attention_bias", false, &flag));
+    if (flag)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field attention_bias is true; kite supports only false", path);
+    KITE_TRY(read_bool(root, path, "use_sliding_window", false, &flag));
+    if (flag)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "%s: field use_sliding_window is true; kite supports only full attention", path);
+
+    const json_value *act = json_object_get(root, "hidden_act");
+    if (act && !json_is_null(act)) {
+        if (!json_is_string(act))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field hidden_act must be a string, found %s", path,
+                             json_type_name(act->type));
+        if (strcmp(act->as.string, "silu") != 0)
+            return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field hidden_act is \"%.64s\"; kite supports only \"silu\"",
+                             path, act->as.string);
+    }
+
+    /* rope_scaling {"rope_type": "default"} is how some exporters spell "no scaling". */
+    const json_value *scaling = json_object_get(root, "rope_scaling");
+    if (scaling && !json_is_null(scaling)) {
+        if (!json_is_object(scaling))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: field rope_scaling must be an object or null, found %s", path,
+                             json_type_name(scaling->type));
+        const json_value *type = json_object_get(scaling, "rope_type");
+        if (!type) type = json_object_get(scaling, "type");
+        if (!json_is_string(type) || strcmp(type->as.string, "default") != 0)
+            return kite_fail(KITE_ERROR_UNSUPPORTED,
+                             "%s: field rope_scaling (type \"%.64s\") is not supported; "
+                             "kite supports only null",
+                             path, json_is_string(type) ? type->as.string : "?");
+    }
+
+    const json_value *quantization = json_object_get(root, "quantization_config");
+    if (quantization && !json_is_null(quantization))
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "%s: field quantization_config: quantized checkpoints are not supported", path);
+
+    /* transformers 4.54+ may list each layer's attention kind; only full attention is implemented. */
+    const json_value *layer_types = json_object_get(root, "layer_types");
+    if (layer_types && !json_is_null(layer_types)) {
+        if (!json_is_array(layer_types))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field layer_types must be an array, found %s", path,
+                             json_type_name(layer_types->type));
+        if (layer_types->length != (size_t)n_layers)
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: field layer_types has %zu entries but num_hidden_layers is %d", path,
+                             layer_types->length, n_layers);
+        for (size_t i = 0; i < layer_types->length; i++) {
+            const json_value *item = &layer_types->as.items[i];
+            if (!json_is_string(item))
+                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field layer_types[%zu] must be a string, found %s",
+                                 path, i, json_type_name(item->type));
+            if (strcmp(item->as.string, "full_attention") != 0)
+                return kite_fail(KITE_ERROR_UNSUPPORTED,
+                                 "%s: field layer_types[%zu] is \"%.64s\"; kite supports only \"full_attention\"", path,
+                                 i, item->as.string);
+        }
+    }
+    return KITE_OK;
+}
+
+/* rope_theta: top level (hub), or rope_parameters.rope_theta (transformers 5). Both present must agree. */
+static kite_status read_rope(const json_value *root, const char *path, double *theta) {
+    const json_value *top = json_object_get(root, "rope_theta");
+    const json_value *parameters = json_object_get(root, "rope_parameters");
+    bool have_top = top && !json_is_null(top);
+    bool have_nested = false;
+    double top_theta = 0.0, nested_theta = 0.0;
+    if (have_top) KITE_TRY(read_positive_double(top, path, "rope_theta", &top_theta));
+    if (parameters && !json_is_null(parameters)) {
+        if (!json_is_object(parameters))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field rope_parameters must be an object, found %s",
+                             path, json_type_name(parameters->type));
+        const json_value *type = json_object_get(parameters, "rope_type");
+        if (type && !json_is_null(type)) {
+            if (!json_is_string(type))
+                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                                 "%s: field rope_parameters.rope_type must be a string, found %s", path,
+                                 json_type_name(type->type));
+            if (strcmp(type->as.string, "default") != 0)
+                return kite_fail(KITE_ERROR_UNSUPPORTED,
+                                 "%s: field rope_parameters.rope_type is \"%.64s\"; kite supports only \"default\"",
+                                 path, type->as.string);
+        }
+        const json_value *nested = json_object_get(parameters, "rope_theta");
+        if (nested && !json_is_null(nested)) {
+            KITE_TRY(read_positive_double(nested, path, "rope_parameters.rope_theta", &nested_theta));
+            have_nested = true;
+        }
+    }
+    if (have_top && have_nested && top_theta != nested_theta)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: field rope_theta is %g but rope_parameters.rope_theta is %g", path, top_theta,
+                         nested_theta);
+    if (!have_top && !have_nested)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: field rope_theta is missing (neither top level nor in rope_parameters)", path);
+    *theta = have_nested ? nested_theta : top_theta;
+    return KITE_OK;
+}
+
+static kite_status read_token_id(const json_value *value, const char *path, const char *label, int32_t vocab_size,
+                                 int32_t *out) {
+    int64_t id;
+    if (!json_get_int64(value, &id))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be an integer token id, found %s", path,
+                         label, describe_type(value));
+    if (id < 0 || id >= vocab_size)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s is %lld, outside the vocabulary [0, %d)", path,
+                         label, (long long)id, vocab_size);
+    *out = (int32_t)id;
+    return KITE_OK;
+}
+
+static kite_status read_special_tokens(const json_value *root, const char *path, qwen3_config *config) {
+    config->bos_token_id = -1;
+    const json_value *bos = json_object_get(root, "bos_token_id");
+    if (bos && !json_is_null(bos))
+        KITE_TRY(read_token_id(bos, path, "bos_token_id", config->vocab_size, &config->bos_token_id));
+
+    config->n_eos_ids = 0;
+    const json_value *eos = json_object_get(root, "eos_token_id");
+    if (!eos || json_is_null(eos)) return KITE_OK;
+    if (json_is_array(eos)) {
+        if (eos->length > QWEN3_MAX_EOS_IDS)
+            return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field eos_token_id lists %zu ids; kite supports at most %d",
+                             path, eos->length, QWEN3_MAX_EOS_IDS);
+        for (size_t i = 0; i < eos->length; i++) {
+            char label[40];
+            snprintf(label, sizeof label, "eos_token_id[%zu]", i);
+            KITE_TRY(read_token_id(&eos->as.items[i], path, label, config->vocab_size, &config->eos_ids[i]));
+        }
+        config->n_eos_ids = (int32_t)eos->length;
+        return KITE_OK;
+    }
+    KITE_TRY(read_token_id(eos, path, "eos_token_id", config->vocab_size, &config->eos_ids[0]));
+    config->n_eos_ids = 1;
+    return KITE_OK;
+}
+
+/* `dtype` (transformers 4.56+) wins over the older `torch_dtype`; absent means the hub's usual bfloat16. */
+static kite_status read_dtype(const json_value *root, const char *path, tensor_dtype *out) {
+    const char *key = "dtype";
+    const json_value *value = json_object_get(root, key);
+    if (!value || json_is_null(value)) {
+        key = "torch_dtype";
+        value = json_object_get(root, key);
+    }
+    *out = TENSOR_DTYPE_BF16;
+    if (!value || json_is_null(value)) return KITE_OK;
+    if (!json_is_string(value))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be a string, found %s", path, key,
+                         json_type_name(value->type));
+    const char *name = value->as.string;
+    if (strcmp(name, "bfloat16") == 0)
+        *out = TENSOR_DTYPE_BF16;
+    else if (strcmp(name, "float16") == 0)
+        *out = TENSOR_DTYPE_F16;
+    else if (strcmp(name, "float32") == 0)
+        *out = TENSOR_DTYPE_F32;
+    else
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "%s: field %s is \"%.64s\"; kite supports bfloat16, float16 and float32", path, key, name);
+    return KITE_OK;
+}
+
+static kite_status config_from_json(const json_value *root, const char *path, qwen3_config *config) {
+    if (!json_is_object(root))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: top level must be a JSON object, found %s", path,
+                         json_type_name(root->type));
+    KITE_TRY(check_architecture(root, path));
+
+    KITE_TRY(read_int32(root, path, "vocab_size", true, 1, &config->vocab_size, NULL));
+    KITE_TRY(read_int32(root, path, "hidden_size", true, 1, &config->hidden_size, NULL));
+    KITE_TRY(read_int32(root, path, "intermediate_size", true, 1, &config->intermediate_size, NULL));
+    KITE_TRY(read_int32(root, path, "num_hidden_layers", true, 1, &config->n_layers, NULL));
+    KITE_TRY(read_int32(root, path, "num_attention_heads", true, 1, &config->n_heads, NULL));
+    KITE_TRY(read_int32(root, path, "max_position_embeddings", true, 1, &config->max_position_embeddings, NULL));
+
+    /* Qwen3Config: num_key_value_heads None -> num_attention_heads (plain multi-head attention). */
+    bool present;
+    config->n_kv_heads = config->n_heads;
+    KITE_TRY(read_int32(root, path, "num_key_value_heads", false, 1, &config->n_kv_heads, &present));
+    if (config->n_heads % config->n_kv_heads != 0)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: field num_attention_heads %d is not divisible by num_key_value_heads %d", path,
+                         config->n_heads, config->n_kv_heads);
+
+    /* Qwen3 gives head_dim explicitly (0.6B: 16 heads x 128 != hidden 1024), so it need not divide hidden;
+     * only the derived value must. */
+    KITE_TRY(read_int32(root, path, "head_dim", false, 1, &config->head_dim, &present));
+    if (!present) {
+        if (config->hidden_size % config->n_heads != 0)
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: field head_dim is absent and hidden_size %d is not divisible by "
+                             "num_attention_heads %d",
+                             path, config->hidden_size, config->n_heads);
+        config->head_dim = config->hidden_size / config->n_heads;
+    }
+    if ((int64_t)config->n_heads * config->head_dim > INT32_MAX)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: field num_attention_heads %d x head_dim %d overflows a 32-bit size", path,
+                         config->n_heads, config->head_dim);
+
+    const json_value *eps = json_object_get(root, "rms_norm_eps");
+    if (!eps || json_is_null(eps))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field rms_norm_eps is missing", path);
+    KITE_TRY(read_positive_double(eps, path, "rms_norm_eps", &config->rms_norm_eps));
+    KITE_TRY(read_rope(root, path, &config->rope_theta));
+
+    /* transformers' Qwen3Config defaults tie_word_embeddings to false. */
+    KITE_TRY(read_bool(root, path, "tie_word_embeddings", false, &config->tie_word_embeddings));
+    KITE_TRY(read_special_tokens(root, path, config));
+    KITE_TRY(read_dtype(root, path, &config->dtype));
+    KITE_TRY(check_unsupported_features(root, path, config->n_layers));
+    return KITE_OK;
+}
+
+kite_status qwen3_config_parse(const char *text, size_t length, const char *path, qwen3_config *out) {
+    if (!text || !out || !path) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "qwen3_config_parse: NULL argument");
+    json_error error;
+    memset(&error, 0, sizeof error);
+    json_document *document = json_parse(text, length, &error);
+    if (!document)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: not valid JSON at line %d column %d: %s", path, error.line,
+                         error.column, error.message);
+    qwen3_config config;
+    memset(&config, 0, sizeof config);
+    kite_status status = config_from_json(json_root(document), path, &config);
+    json_free(document);
+    if (status == KITE_OK) *out = config;
+    return status;
+}
+
+kite_status qwen3_config_load(const char *dir, qwen3_config *out) {
+    if (!dir || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "qwen3_config_load: NULL argument");
+    char *path = checkpoint_path_join(dir, "config.json");
+    if (!path) return KITE_ERROR_OUT_OF_MEMORY;
+    char *text = NULL;
+    size_t length = 0;
+    kite_status status = checkpoint_read_file(path, CONFIG_MAX_BYTES, &text, &length);
+    if (status == KITE_OK) status = qwen3_config_parse(text, length, path, out);
+    free(text);
+    free(path);
+    return status;
+}

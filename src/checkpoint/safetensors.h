@@ -1,0 +1,65 @@
+/* One .safetensors file: mapped read-only, validated completely before anything uses it.
+ *
+ * Layout: u64 little-endian header length N, N bytes of UTF-8 JSON, then the data area. The JSON maps
+ * tensor names to {dtype, shape, data_offsets: [begin, end]} (offsets relative to the data area) and may
+ * hold "__metadata__" (an object of strings). Rules checked, each failure naming file, tensor and field:
+ * - file >= 8 bytes; 2 <= N <= SAFETENSORS_MAX_HEADER_BYTES; 8 + N <= file size;
+ * - the header is valid UTF-8 and a JSON object; names are unique and free of control characters;
+ * - dtype is a known safetensors dtype; BF16, F16 and F32 are supported, the other known ones give
+ *   KITE_ERROR_UNSUPPORTED (after the whole file has been checked), unknown strings are damage;
+ * - shape is an array (at most SAFETENSORS_MAX_DIMS) of non-negative integers;
+ * - begin <= end and product(shape) x dtype size == end - begin, with overflow checks;
+ * - sorted by begin, the spans tile the data area exactly from 0: no overlap, no hole, no trailing bytes.
+ * Damage is KITE_ERROR_INVALID_CHECKPOINT; open/stat/mmap failures KITE_ERROR_IO.
+ */
+#ifndef KITE_CHECKPOINT_SAFETENSORS_H
+#define KITE_CHECKPOINT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kite.h"
+#include "model/qwen3.h"
+
+#define SAFETENSORS_MAX_HEADER_BYTES ((uint64_t)100 * 1000 * 1000) /* the reference implementation's limit */
+#define SAFETENSORS_MAX_DIMS 8
+
+typedef struct safetensors_tensor {
+    const char *name; /* NUL-terminated, owned by the file */
+    tensor_dtype dtype;
+    int32_t n_dims; /* 0 (a scalar) .. SAFETENSORS_MAX_DIMS */
+    int64_t shape[SAFETENSORS_MAX_DIMS];
+    uint64_t data_begin; /* byte offsets relative to the data area */
+    uint64_t data_end;
+    const void *data; /* start of the tensor's bytes; aligned only as the file happens to be */
+} safetensors_tensor;
+
+typedef struct safetensors_file safetensors_file;
+
+/* Opens, maps and validates `path`. On failure *out is NULL and nothing is left open. */
+kite_status safetensors_open(const char *path, safetensors_file **out);
+
+/* Validates size bytes at data (a whole file image) without copying them: the tensors' data pointers point
+ * into `data`, which must outlive the result. `name` labels messages. Used by the fuzzer and tests. */
+kite_status safetensors_parse_memory(const void *data, size_t size, const char *name, safetensors_file **out);
+
+/* Unmaps (when opened from a path) and frees. NULL is allowed. */
+void safetensors_close(safetensors_file *file);
+
+/* The path or name given at open. */
+const char *safetensors_name(const safetensors_file *file);
+
+/* Tensors in name order (strcmp), for iteration. */
+size_t safetensors_count(const safetensors_file *file);
+const safetensors_tensor *safetensors_tensor_at(const safetensors_file *file, size_t index);
+
+/* Lookup by exact name (binary search); NULL when absent. */
+const safetensors_tensor *safetensors_find(const safetensors_file *file, const char *name);
+
+/* The value of a "__metadata__" key, or NULL. */
+const char *safetensors_metadata_get(const safetensors_file *file, const char *key);
+
+/* "BF16", "F16", "F32". */
+const char *safetensors_dtype_name(tensor_dtype dtype);
+
+#endif

@@ -1,0 +1,462 @@
+/* The engine: continuous batching over a paged KV cache.
+ *
+ * Each step the scheduler (schedule_step) picks work for the running requests first (one token each
+ * when decoding, a chunk when a prompt is still being read), then admits waiting requests while the
+ * token budget, the sequence limit and the free blocks allow. When the cache is full, the most recently
+ * admitted running request is preempted: its blocks are freed and it goes back to the queue to be
+ * recomputed later (as vLLM does), so nothing ever crashes or produces wrong tokens for lack of memory.
+ * One backend forward then serves the whole step; sequences whose prompt is complete get a token sampled.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/kv_cache.h"
+#include "engine/request.h"
+#include "kite.h"
+#include "model/model.h"
+#include "util/error.h"
+
+#define KITE_MAX_CONTEXT_CAP 65536
+
+struct kite_engine {
+    kite_model *model;
+    kite_engine_params params;
+    bool attached; /* this engine holds the model's KV cache */
+    int32_t max_context;
+    kv_block_pool pool;
+
+    engine_request **requests; /* waiting and running, in arrival order (preempted ones keep their place) */
+    int32_t n_requests, requests_capacity;
+    kite_request_id next_id;
+
+    /* Per-step scratch, sized for max_sequences / max_step_tokens. */
+    engine_request **step_requests;
+    int32_t *step_new_tokens;
+    int32_t *token_ids;
+    int32_t *seq_token_start;
+    int32_t *seq_context_len;
+    const int32_t **block_tables;
+    uint8_t *wants_logits;
+    int32_t *sampled;
+    float *logits;       /* rows x vocab, only when some row needs host sampling */
+    int32_t logits_rows; /* rows the buffer holds */
+    int32_t *top_ids;
+    float *top_logprobs;
+
+    int64_t steps, preemptions;
+    kite_engine_timings timings;
+};
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+kite_engine_params kite_engine_params_default(void) {
+    return (kite_engine_params){.max_sequences = 256, .max_step_tokens = 2048, .kv_cache_bytes = 0,
+                                .kv_cache_fraction = 0.9f, .max_context = 0, .kv_block_size = 16};
+}
+
+kite_request kite_request_default(void) {
+    kite_request r;
+    memset(&r, 0, sizeof r);
+    r.sampling = kite_sampling_default();
+    return r;
+}
+
+/* How many KV blocks to make: an explicit byte budget, else a fraction of free device memory, else (the
+ * host backend) room for four sequences of the full context, at most 4 GiB. */
+static kite_status choose_kv_blocks(kite_engine *e, int32_t *n_blocks) {
+    backend *b = e->model->backend;
+    size_t block_bytes = kv_bytes_per_position(&e->model->config, strcmp(b->ops->name, "cpu") == 0 ? 4 : 2) *
+                         (size_t)e->params.kv_block_size;
+    size_t budget = e->params.kv_cache_bytes;
+    if (budget == 0) {
+        size_t free_bytes = 0, total_bytes = 0;
+        KITE_TRY(b->ops->memory_info(b, &free_bytes, &total_bytes));
+        if (total_bytes > 0) {
+            budget = (size_t)((double)free_bytes * (double)e->params.kv_cache_fraction);
+        } else {
+            size_t blocks_per_sequence = ((size_t)e->max_context + (size_t)e->params.kv_block_size - 1) /
+                                         (size_t)e->params.kv_block_size;
+            size_t want = block_bytes * blocks_per_sequence * 4;
+            size_t cap = (size_t)4 << 30;
+            budget = want < cap ? want : cap;
+        }
+    }
+    size_t blocks = budget / block_bytes;
+    if (blocks > INT32_MAX / 2) blocks = INT32_MAX / 2;
+    if (blocks < 1)
+        return kite_fail(KITE_ERROR_CAPACITY, "kv cache: a budget of %zu bytes holds not even one block of %zu bytes",
+                         budget, block_bytes);
+    *n_blocks = (int32_t)blocks;
+    return KITE_OK;
+}
+
+kite_status kite_engine_create(kite_model *model, const kite_engine_params *params, kite_engine **out) {
+    *out = NULL;
+    if (model->engine_attached)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "this model already has an engine; free it first");
+    kite_engine_params p = params ? *params : kite_engine_params_default();
+    if (p.max_sequences <= 0 || p.max_step_tokens <= 0 || p.kv_block_size <= 0 || p.kv_cache_fraction <= 0.0f ||
+        p.kv_cache_fraction > 1.0f || p.max_context < 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "engine params: max_sequences, max_step_tokens and kv_block_size must be positive, "
+                         "kv_cache_fraction in (0, 1], max_context >= 0");
+    if (p.max_step_tokens < p.max_sequences) p.max_step_tokens = p.max_sequences; /* every sequence gets a token */
+    kite_engine *e = calloc(1, sizeof *e);
+    if (!e) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
+    e->model = model;
+    e->params = p;
+    int32_t model_max = model->config.max_position_embeddings;
+    e->max_context = model_max < KITE_MAX_CONTEXT_CAP ? model_max : KITE_MAX_CONTEXT_CAP;
+    if (p.max_context > 0 && p.max_context < e->max_context) e->max_context = p.max_context;
+    e->next_id = 1;
+
+    int32_t n_blocks = 0;
+    kite_status status = choose_kv_blocks(e, &n_blocks);
+    if (status == KITE_OK) status = kv_pool_init(&e->pool, n_blocks, p.kv_block_size);
+    if (status == KITE_OK) status = model->backend->ops->kv_reserve(model->backend, n_blocks, p.kv_block_size);
+    size_t seqs = (size_t)p.max_sequences, toks = (size_t)p.max_step_tokens;
+    if (status == KITE_OK) {
+        e->step_requests = calloc(seqs, sizeof *e->step_requests);
+        e->step_new_tokens = calloc(seqs, sizeof(int32_t));
+        e->token_ids = calloc(toks, sizeof(int32_t));
+        e->seq_token_start = calloc(seqs + 1, sizeof(int32_t));
+        e->seq_context_len = calloc(seqs, sizeof(int32_t));
+        e->block_tables = calloc(seqs, sizeof *e->block_tables);
+        e->wants_logits = calloc(seqs, 1);
+        e->sampled = calloc(seqs, sizeof(int32_t));
+        e->top_ids = calloc(20, sizeof(int32_t));
+        e->top_logprobs = calloc(20, sizeof(float));
+        if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
+            !e->block_tables || !e->wants_logits || !e->sampled || !e->top_ids || !e->top_logprobs)
+            status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
+    }
+    if (status != KITE_OK) {
+        kite_engine_free(e);
+        return status;
+    }
+    model->engine_attached = true;
+    e->attached = true;
+    *out = e;
+    return KITE_OK;
+}
+
+void kite_engine_free(kite_engine *e) {
+    if (!e) return;
+    for (int32_t i = 0; i < e->n_requests; i++) request_free(e->requests[i]);
+    free(e->requests);
+    kv_pool_destroy(&e->pool);
+    free(e->step_requests);
+    free(e->step_new_tokens);
+    free(e->token_ids);
+    free(e->seq_token_start);
+    free(e->seq_context_len);
+    free(e->block_tables);
+    free(e->wants_logits);
+    free(e->sampled);
+    free(e->logits);
+    free(e->top_ids);
+    free(e->top_logprobs);
+    if (e->attached) e->model->engine_attached = false;
+    free(e);
+}
+
+/* ---- requests ------------------------------------------------------------------------------------ */
+
+static void emit_event(engine_request *r, int32_t token, float logprob, int32_t n_top, const int32_t *top_ids,
+                       const float *top_logprobs) {
+    const char *text;
+    size_t length;
+    request_take_text(r, &text, &length);
+    if (r->finish != KITE_FINISH_NONE) r->finish_reported = true;
+    if (!r->on_token) return;
+    kite_token_event event = {.request = r->id, .token = token, .text = text, .text_length = length,
+                              .logprob = logprob, .n_top = n_top, .top_ids = top_ids,
+                              .top_logprobs = top_logprobs, .finish = r->finish};
+    r->on_token(&event, r->user_data);
+}
+
+static void release_blocks(kite_engine *e, engine_request *r) {
+    for (int32_t i = 0; i < r->n_blocks; i++) kv_pool_give_back(&e->pool, r->block_table[i]);
+    r->n_blocks = 0;
+}
+
+/* Ends a request that produced no token this step (cancel, capacity) with a final event. */
+static void finish_without_token(kite_engine *e, engine_request *r, kite_finish_reason reason) {
+    r->finish = reason;
+    r->state = REQUEST_FINISHED;
+    release_blocks(e, r);
+    emit_event(r, -1, 0.0f, 0, NULL, NULL);
+}
+
+kite_status kite_engine_submit(kite_engine *e, const kite_request *desc, kite_request_id *id) {
+    if (id) *id = 0;
+    if (!desc) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_submit: no request");
+    const int32_t *prompt = desc->prompt_ids;
+    size_t n_prompt = desc->n_prompt_ids;
+    int32_t *encoded = NULL;
+    if (!prompt) {
+        if (!desc->prompt_text) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: no prompt ids and no prompt text");
+        KITE_TRY(kite_tokenize(e->model, desc->prompt_text, desc->prompt_text_length, &encoded, &n_prompt));
+        prompt = encoded;
+    }
+    if (e->n_requests == e->requests_capacity) {
+        int32_t grown = e->requests_capacity ? e->requests_capacity * 2 : 16;
+        engine_request **p = realloc(e->requests, (size_t)grown * sizeof *p);
+        if (!p) {
+            free(encoded);
+            return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
+        }
+        e->requests = p;
+        e->requests_capacity = grown;
+    }
+    engine_request *r;
+    kite_status status = request_create(desc, prompt, n_prompt, e->model->config.vocab_size, e->model->tokenizer,
+                                        e->next_id, &r);
+    free(encoded);
+    if (status != KITE_OK) return status;
+    e->next_id++;
+    e->requests[e->n_requests++] = r;
+    if (id) *id = r->id;
+    /* A prompt that can never be served ends at once with a clear reason instead of waiting forever. */
+    if (r->n_prompt >= (size_t)e->max_context || kv_blocks_for(&e->pool, (int64_t)r->n_prompt + 1) > e->pool.n_blocks)
+        finish_without_token(e, r, KITE_FINISH_CAPACITY);
+    return KITE_OK;
+}
+
+kite_status kite_engine_cancel(kite_engine *e, kite_request_id id) {
+    for (int32_t i = 0; i < e->n_requests; i++) {
+        engine_request *r = e->requests[i];
+        if (r->id != id) continue;
+        if (r->state != REQUEST_FINISHED) finish_without_token(e, r, KITE_FINISH_CANCELLED);
+        return KITE_OK;
+    }
+    return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_cancel: no active request %lld", (long long)id);
+}
+
+/* Drops finished requests, keeping the arrival order of the rest. */
+static void remove_finished(kite_engine *e) {
+    int32_t kept = 0;
+    for (int32_t i = 0; i < e->n_requests; i++) {
+        engine_request *r = e->requests[i];
+        if (r->state == REQUEST_FINISHED) {
+            release_blocks(e, r);
+            request_free(r);
+        } else {
+            e->requests[kept++] = r;
+        }
+    }
+    e->n_requests = kept;
+}
+
+bool kite_engine_idle(const kite_engine *e) {
+    for (int32_t i = 0; i < e->n_requests; i++)
+        if (e->requests[i]->state != REQUEST_FINISHED) return false;
+    return true;
+}
+
+/* ---- scheduling ---------------------------------------------------------------------------------- */
+
+static bool grow_block_table(engine_request *r, int32_t needed) {
+    if (needed <= r->block_table_capacity) return true;
+    int32_t grown = r->block_table_capacity ? r->block_table_capacity : 8;
+    while (grown < needed) grown *= 2;
+    int32_t *p = realloc(r->block_table, (size_t)grown * sizeof(int32_t));
+    if (!p) return false;
+    r->block_table = p;
+    r->block_table_capacity = grown;
+    return true;
+}
+
+/* Gives r enough blocks for n_positions; false (taking nothing) when the pool is short. */
+static kite_status ensure_blocks(kite_engine *e, engine_request *r, int64_t n_positions, bool *ok) {
+    int32_t needed = kv_blocks_for(&e->pool, n_positions);
+    *ok = false;
+    if (needed - r->n_blocks > e->pool.n_free) return KITE_OK;
+    if (!grow_block_table(r, needed)) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
+    while (r->n_blocks < needed) kv_pool_take(&e->pool, &r->block_table[r->n_blocks++]);
+    *ok = true;
+    return KITE_OK;
+}
+
+/* The latest-arrived running request other than `keep`, to preempt; NULL if none. */
+static engine_request *preemption_victim(kite_engine *e, const engine_request *keep) {
+    for (int32_t i = e->n_requests - 1; i >= 0; i--) {
+        engine_request *r = e->requests[i];
+        if (r != keep && r->state == REQUEST_RUNNING) return r;
+    }
+    return NULL;
+}
+
+static void preempt(kite_engine *e, engine_request *r) {
+    release_blocks(e, r);
+    r->n_computed = 0; /* everything, generated tokens included, is recomputed on readmission */
+    r->state = REQUEST_WAITING;
+    e->preemptions++;
+}
+
+/* Fills the step arrays; returns the number of sequences scheduled. */
+static kite_status schedule_step(kite_engine *e, int32_t *n_scheduled) {
+    int32_t n = 0, budget = e->params.max_step_tokens;
+    /* Pass 0: running requests (they hold blocks, so they go first); pass 1: waiting ones, in order. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < e->n_requests && n < e->params.max_sequences && budget > 0; i++) {
+            engine_request *r = e->requests[i];
+            if (r->state != (pass == 0 ? REQUEST_RUNNING : REQUEST_WAITING)) continue;
+            size_t remaining = r->n_tokens - r->n_computed;
+            int32_t chunk = remaining < (size_t)budget ? (int32_t)remaining : budget;
+            bool ok = false;
+            for (;;) {
+                KITE_TRY(ensure_blocks(e, r, (int64_t)r->n_computed + chunk, &ok));
+                if (ok || pass == 1) break;
+                /* A running request that cannot grow frees room by preempting the newest other one;
+                 * if it is the only one left, it waits itself. */
+                engine_request *victim = preemption_victim(e, r);
+                if (!victim) break;
+                bool victim_scheduled = false;
+                for (int32_t k = 0; k < n; k++) victim_scheduled |= e->step_requests[k] == victim;
+                if (victim_scheduled) break;
+                preempt(e, victim);
+            }
+            if (!ok) {
+                if (pass == 0) preempt(e, r);
+                if (pass == 1) break; /* keep arrival order: later requests wait behind this one */
+                continue;
+            }
+            r->state = REQUEST_RUNNING;
+            e->step_requests[n] = r;
+            e->step_new_tokens[n] = chunk;
+            n++;
+            budget -= chunk;
+        }
+    }
+    *n_scheduled = n;
+    return KITE_OK;
+}
+
+/* ---- one step ------------------------------------------------------------------------------------ */
+
+static kite_status ensure_logits_rows(kite_engine *e, int32_t rows) {
+    if (rows <= e->logits_rows) return KITE_OK;
+    size_t vocab = (size_t)e->model->config.vocab_size;
+    float *p = realloc(e->logits, (size_t)rows * vocab * sizeof(float));
+    if (!p) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory for %d rows of logits", rows);
+    e->logits = p;
+    e->logits_rows = rows;
+    return KITE_OK;
+}
+
+kite_status kite_engine_step(kite_engine *e) {
+    remove_finished(e);
+    int32_t n = 0;
+    KITE_TRY(schedule_step(e, &n));
+    if (n == 0) {
+        if (!kite_engine_idle(e))
+            return kite_fail(KITE_ERROR_CAPACITY, "engine: requests are waiting but nothing can be scheduled");
+        return KITE_OK;
+    }
+    double start = now_seconds();
+    int32_t total = 0, rows = 0, prefill_tokens = 0;
+    bool all_greedy = true;
+    for (int32_t s = 0; s < n; s++) {
+        engine_request *r = e->step_requests[s];
+        int32_t chunk = e->step_new_tokens[s];
+        e->seq_token_start[s] = total;
+        memcpy(e->token_ids + total, r->tokens + r->n_computed, (size_t)chunk * sizeof(int32_t));
+        total += chunk;
+        e->seq_context_len[s] = (int32_t)r->n_computed + chunk;
+        e->block_tables[s] = r->block_table;
+        bool completes = r->n_computed + (size_t)chunk == r->n_tokens;
+        e->wants_logits[s] = completes;
+        if (completes) {
+            rows++;
+            all_greedy &= r->greedy && r->n_logprobs == 0;
+        }
+        if (!(completes && chunk == 1 && r->n_generated > 0)) prefill_tokens += chunk;
+    }
+    e->seq_token_start[n] = total;
+    step_batch batch = {.n_seqs = n, .n_tokens = total, .token_ids = e->token_ids,
+                        .seq_token_start = e->seq_token_start, .seq_context_len = e->seq_context_len,
+                        .block_tables = e->block_tables, .seq_wants_logits = e->wants_logits};
+    backend *b = e->model->backend;
+    KITE_TRY(b->ops->forward(b, &batch));
+    for (int32_t s = 0; s < n; s++) e->step_requests[s]->n_computed += (size_t)e->step_new_tokens[s];
+
+    if (rows > 0) {
+        if (all_greedy) {
+            KITE_TRY(b->ops->argmax(b, e->sampled, rows));
+        } else {
+            KITE_TRY(ensure_logits_rows(e, rows));
+            KITE_TRY(b->ops->read_logits(b, e->logits, rows));
+        }
+    }
+    size_t vocab = (size_t)e->model->config.vocab_size;
+    int32_t row = 0;
+    for (int32_t s = 0; s < n; s++) {
+        if (!e->wants_logits[s]) continue;
+        engine_request *r = e->step_requests[s];
+        int32_t token;
+        float logprob = NAN;
+        int32_t n_top = 0;
+        if (all_greedy) {
+            token = e->sampled[row];
+        } else {
+            const float *logits = e->logits + (size_t)row * vocab;
+            KITE_TRY(sampler_sample(r->sampler, logits, &token, &logprob));
+            if (r->n_logprobs > 0) {
+                KITE_TRY(sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs, e->top_ids, e->top_logprobs));
+                n_top = r->n_logprobs;
+            }
+        }
+        row++;
+        KITE_TRY(request_append_token(r, token, e->model->config.eos_ids, e->model->config.n_eos_ids,
+                                      (size_t)e->max_context));
+        if (r->finish != KITE_FINISH_NONE) {
+            r->state = REQUEST_FINISHED;
+            release_blocks(e, r); /* a finished request's blocks are free for the next step */
+        }
+        emit_event(r, token, logprob, n_top, e->top_ids, e->top_logprobs);
+    }
+    double elapsed = now_seconds() - start;
+    e->steps++;
+    if (prefill_tokens > 0) {
+        e->timings.prefill_seconds += elapsed;
+        e->timings.prefill_tokens += prefill_tokens;
+    } else {
+        e->timings.decode_seconds += elapsed;
+        e->timings.decode_tokens += rows;
+    }
+    return KITE_OK;
+}
+
+kite_status kite_engine_run(kite_engine *e) {
+    while (!kite_engine_idle(e)) KITE_TRY(kite_engine_step(e));
+    remove_finished(e);
+    return KITE_OK;
+}
+
+kite_engine_stats kite_engine_get_stats(const kite_engine *e) {
+    kite_engine_stats s = {0};
+    s.kv_block_size = e->pool.block_size;
+    s.kv_blocks_total = e->pool.n_blocks;
+    s.kv_blocks_free = e->pool.n_free;
+    s.kv_capacity_tokens = (size_t)e->pool.n_blocks * (size_t)e->pool.block_size;
+    s.max_context = e->max_context;
+    s.max_concurrent_full = e->pool.n_blocks / kv_blocks_for(&e->pool, e->max_context);
+    for (int32_t i = 0; i < e->n_requests; i++) {
+        if (e->requests[i]->state == REQUEST_RUNNING) s.running++;
+        if (e->requests[i]->state == REQUEST_WAITING) s.waiting++;
+    }
+    s.preemptions = e->preemptions;
+    s.steps = e->steps;
+    return s;
+}
+
+kite_engine_timings kite_engine_get_timings(const kite_engine *e) { return e->timings; }
+
+void kite_engine_reset_timings(kite_engine *e) { memset(&e->timings, 0, sizeof e->timings); }

@@ -1,0 +1,197 @@
+#include "engine/request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+static bool reserve_bytes(char **buffer, size_t *capacity, size_t needed) {
+    if (needed <= *capacity) return true;
+    size_t grown = *capacity ? *capacity * 2 : 256;
+    while (grown < needed) grown *= 2;
+    char *p = realloc(*buffer, grown);
+    if (!p) return false;
+    *buffer = p;
+    *capacity = grown;
+    return true;
+}
+
+kite_status request_create(const kite_request *desc, const int32_t *prompt, size_t n_prompt, int32_t vocab_size,
+                           const tokenizer *tok, kite_request_id id, engine_request **out) {
+    *out = NULL;
+    if (n_prompt == 0) return kite_fail(KITE_ERROR_INVALID_INPUT, "request: the prompt is empty");
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= vocab_size)
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "request: prompt token %zu is %d, outside the vocabulary [0, %d)",
+                             i, prompt[i], vocab_size);
+    if (desc->max_tokens < 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: max_tokens is negative");
+    if (desc->n_logprobs < 0 || desc->n_logprobs > 20)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: n_logprobs %d is outside 0..20", desc->n_logprobs);
+    if (desc->n_stop_strings < 0 || (desc->n_stop_strings > 0 && !desc->stop_strings))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: bad stop strings");
+    if (desc->n_stop_strings > 0 && !tok)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: stop strings need a model with a tokenizer");
+
+    engine_request *r = calloc(1, sizeof *r);
+    if (!r) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
+    r->id = id;
+    r->state = REQUEST_WAITING;
+    r->tokens_capacity = n_prompt + 64;
+    r->tokens = malloc(r->tokens_capacity * sizeof(int32_t));
+    if (!r->tokens) goto out_of_memory;
+    memcpy(r->tokens, prompt, n_prompt * sizeof(int32_t));
+    r->n_tokens = r->n_prompt = n_prompt;
+    r->max_tokens = desc->max_tokens;
+    r->ignore_eos = desc->ignore_eos;
+    r->n_logprobs = desc->n_logprobs;
+    r->on_token = desc->on_token;
+    r->user_data = desc->user_data;
+
+    const kite_sampling *s = &desc->sampling;
+    sampler_params sp = {.temperature = s->temperature, .top_k = s->top_k, .top_p = s->top_p, .min_p = s->min_p,
+                         .repetition_penalty = s->repetition_penalty, .seed = s->seed};
+    kite_status status = sampler_create(&sp, vocab_size, &r->sampler);
+    if (status != KITE_OK) {
+        request_free(r);
+        return status;
+    }
+    for (size_t i = 0; i < n_prompt; i++) sampler_accept(r->sampler, prompt[i]);
+    r->greedy = s->temperature == 0.0f && s->repetition_penalty == 1.0f;
+
+    if (tok) {
+        status = detokenizer_create(tok, &r->detokenizer);
+        if (status != KITE_OK) {
+            request_free(r);
+            return status;
+        }
+    }
+    if (desc->n_stop_strings > 0) {
+        r->stop_strings = calloc((size_t)desc->n_stop_strings, sizeof(char *));
+        if (!r->stop_strings) goto out_of_memory;
+        r->n_stop_strings = desc->n_stop_strings;
+        for (int32_t i = 0; i < desc->n_stop_strings; i++) {
+            const char *stop = desc->stop_strings[i];
+            if (!stop || !stop[0]) {
+                request_free(r);
+                return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: stop string %d is empty", i);
+            }
+            r->stop_strings[i] = strdup(stop);
+            if (!r->stop_strings[i]) goto out_of_memory;
+            size_t n = strlen(stop);
+            if (n > r->longest_stop) r->longest_stop = n;
+        }
+    }
+    *out = r;
+    return KITE_OK;
+
+out_of_memory:
+    request_free(r);
+    return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
+}
+
+void request_free(engine_request *r) {
+    if (!r) return;
+    free(r->tokens);
+    free(r->block_table);
+    sampler_free(r->sampler);
+    detokenizer_free(r->detokenizer);
+    free(r->text);
+    for (int32_t i = 0; i < r->n_stop_strings; i++) free(r->stop_strings[i]);
+    free(r->stop_strings);
+    free(r);
+}
+
+/* Looks for a stop string that ends in the text added since `search_from` (minus the longest stop's
+ * length, so a stop spanning two tokens is found). Cuts the text before the earliest one. */
+static bool apply_stop_strings(engine_request *r, size_t new_text_start) {
+    if (r->n_stop_strings == 0) return false;
+    size_t from = new_text_start > r->longest_stop ? new_text_start - r->longest_stop + 1 : 0;
+    if (from < r->text_emitted) from = r->text_emitted;
+    size_t earliest = (size_t)-1;
+    for (int32_t i = 0; i < r->n_stop_strings; i++) {
+        const char *stop = r->stop_strings[i];
+        size_t n = strlen(stop);
+        for (size_t at = from; at + n <= r->text_length; at++) {
+            if (memcmp(r->text + at, stop, n) == 0) {
+                if (at < earliest) earliest = at;
+                break;
+            }
+        }
+    }
+    if (earliest == (size_t)-1) return false;
+    r->text_length = earliest; /* the stop string itself is not part of the output, as in vLLM */
+    return true;
+}
+
+kite_status request_append_token(engine_request *r, int32_t token, const int32_t *eos_ids, int32_t n_eos_ids,
+                                 size_t max_context) {
+    if (r->n_tokens == r->tokens_capacity) {
+        size_t grown = r->tokens_capacity * 2;
+        int32_t *p = realloc(r->tokens, grown * sizeof(int32_t));
+        if (!p) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
+        r->tokens = p;
+        r->tokens_capacity = grown;
+    }
+    r->tokens[r->n_tokens++] = token;
+    r->n_generated++;
+    sampler_accept(r->sampler, token);
+
+    bool is_eos = false, stop_string_hit = false;
+    for (int32_t i = 0; i < n_eos_ids; i++) is_eos |= token == eos_ids[i];
+    if (is_eos && !r->ignore_eos) {
+        r->finish = KITE_FINISH_STOP; /* the eos token's text is not part of the output */
+    } else if (r->detokenizer) {
+        const char *piece;
+        size_t piece_length;
+        KITE_TRY(detokenizer_push(r->detokenizer, token, &piece, &piece_length));
+        size_t start = r->text_length;
+        if (!reserve_bytes(&r->text, &r->text_capacity, r->text_length + piece_length + 1))
+            return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
+        memcpy(r->text + r->text_length, piece, piece_length);
+        r->text_length += piece_length;
+        if (apply_stop_strings(r, start)) {
+            r->finish = KITE_FINISH_STOP;
+            stop_string_hit = true;
+        }
+    }
+    if (r->finish == KITE_FINISH_NONE) {
+        if (r->max_tokens > 0 && r->n_generated >= r->max_tokens)
+            r->finish = KITE_FINISH_LENGTH;
+        else if (r->n_tokens >= max_context)
+            r->finish = KITE_FINISH_LENGTH;
+    }
+    if (r->finish != KITE_FINISH_NONE && !stop_string_hit && r->detokenizer) {
+        /* Whatever incomplete UTF-8 is left becomes U+FFFD, exactly as a full decode would render it. */
+        const char *rest;
+        size_t rest_length;
+        KITE_TRY(detokenizer_flush(r->detokenizer, &rest, &rest_length));
+        if (!reserve_bytes(&r->text, &r->text_capacity, r->text_length + rest_length + 1))
+            return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
+        memcpy(r->text + r->text_length, rest, rest_length);
+        r->text_length += rest_length;
+    }
+    return KITE_OK;
+}
+
+void request_take_text(engine_request *r, const char **text, size_t *length) {
+    size_t release = r->text_length;
+    if (r->finish == KITE_FINISH_NONE && r->n_stop_strings > 0) {
+        /* Hold back the longest tail that is a proper prefix of some stop string. */
+        size_t hold = 0;
+        for (int32_t i = 0; i < r->n_stop_strings; i++) {
+            size_t n = strlen(r->stop_strings[i]);
+            for (size_t k = n - 1; k > hold; k--) {
+                if (k <= r->text_length - r->text_emitted &&
+                    memcmp(r->text + r->text_length - k, r->stop_strings[i], k) == 0) {
+                    hold = k;
+                    break;
+                }
+            }
+        }
+        release = r->text_length - hold;
+    }
+    if (release < r->text_emitted) release = r->text_emitted;
+    *text = r->text ? r->text + r->text_emitted : "";
+    *length = release - r->text_emitted;
+    r->text_emitted = release;
+}

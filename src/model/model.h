@@ -1,0 +1,23 @@
+/* What a kite_model handle holds: the config, the weights (mmapped checkpoint or random dummy weights),
+ * the tokenizer, and the backend the weights were uploaded to. Internal to the library. */
+#ifndef KITE_MODEL_MODEL_H
+#define KITE_MODEL_MODEL_H
+
+#include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
+#include "kite.h"
+#include "model/dummy.h"
+#include "model/qwen3.h"
+#include "tokenizer/tokenizer.h"
+
+struct kite_model {
+    qwen3_config config;
+    checkpoint *checkpoint;    /* a loaded directory, or NULL */
+    dummy_model *dummy;        /* random weights, or NULL */
+    const qwen3_weights *weights;
+    tokenizer *tokenizer;      /* NULL for a dummy model */
+    backend *backend;
+    bool engine_attached;      /* one engine at a time owns the backend's KV cache */
+};
+
+#endif

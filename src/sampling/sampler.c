@@ -1,0 +1,404 @@
+/* The sampler; the chain and its exact rules are documented in sampler.h. */
+#include "sampling/sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+/* One token still in the running. `weight` is exp((logit - max_logit) / temperature): the top token has
+ * weight 1, so weights never overflow and sums are >= 1 (the top-p threshold relies on that). */
+typedef struct sampler_candidate {
+    float logit; /* after the repetition penalty, before temperature */
+    int32_t id;
+    float weight;
+} sampler_candidate;
+
+struct sampler {
+    sampler_params params;
+    int32_t vocab_size;
+    uint64_t rng_state[4];          /* xoshiro256** */
+    uint8_t *in_context;            /* [vocab_size]: 1 once the token was accepted */
+    int32_t *context_ids;           /* the distinct accepted ids, so the penalty costs O(distinct), not O(V) */
+    int32_t n_context_ids;
+    float *penalized;               /* [vocab_size] scratch: logits after the penalty */
+    sampler_candidate *candidates;  /* [vocab_size] scratch */
+};
+
+/* ---- random numbers ---------------------------------------------------------------------------- */
+
+/* splitmix64 spreads any seed (0, 1, 2, ...) over the whole state, as xoshiro's authors recommend:
+ * xoshiro must not start from an all-zero state and nearby seeds must give unrelated streams. */
+static uint64_t splitmix64_next(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotate_left(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro256ss_next(uint64_t state[4]) {
+    const uint64_t result = rotate_left(state[1] * 5, 7) * 9;
+    const uint64_t t = state[1] << 17;
+    state[2] ^= state[0];
+    state[3] ^= state[1];
+    state[1] ^= state[2];
+    state[0] ^= state[3];
+    state[2] ^= t;
+    state[3] = rotate_left(state[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1): the top 53 bits fill a double's mantissa exactly, so every value is equally likely
+ * and 1.0 is never returned. */
+static double sampler_uniform(sampler *s) {
+    return (double)(xoshiro256ss_next(s->rng_state) >> 11) * 0x1.0p-53;
+}
+
+/* ---- ordering and partial selection ------------------------------------------------------------ */
+
+/* The one order used everywhere: higher logit first, then lower id, so every cut is deterministic. */
+static inline bool candidate_better(const sampler_candidate *a, const sampler_candidate *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int candidate_compare_descending(const void *a, const void *b) {
+    const sampler_candidate *x = a;
+    const sampler_candidate *y = b;
+    if (candidate_better(x, y)) return -1;
+    if (candidate_better(y, x)) return 1;
+    return 0;
+}
+
+static void candidate_swap(sampler_candidate *a, sampler_candidate *b) {
+    sampler_candidate t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* A heap whose root is the *worst* of the kept, so a newcomer only has to beat the root. */
+static void heap_sift_up(sampler_candidate *heap, int32_t i) {
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!candidate_better(&heap[parent], &heap[i])) break;
+        candidate_swap(&heap[parent], &heap[i]);
+        i = parent;
+    }
+}
+
+static void heap_sift_down(sampler_candidate *heap, int32_t size, int32_t i) {
+    for (;;) {
+        int32_t worst = i;
+        int32_t left = 2 * i + 1;
+        int32_t right = left + 1;
+        if (left < size && candidate_better(&heap[worst], &heap[left])) worst = left;
+        if (right < size && candidate_better(&heap[worst], &heap[right])) worst = right;
+        if (worst == i) return;
+        candidate_swap(&heap[i], &heap[worst]);
+        i = worst;
+    }
+}
+
+/* The k best of values[0..n) in `out`, sorted best first; returns how many (fewer when n is smaller or
+ * skip_impossible drops -inf entries). O(n log k): ids arrive in ascending order, so a newcomer that
+ * only ties the root has a higher id and loses, which is exactly "ties keep the lowest ids". */
+static int32_t select_top_k(const float *values, int32_t n, int32_t k, bool skip_impossible,
+                            sampler_candidate *out) {
+    int32_t size = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float v = values[i];
+        if (skip_impossible && v == -INFINITY) continue;
+        sampler_candidate c = {v, i, 0.0f};
+        if (size < k) {
+            out[size] = c;
+            heap_sift_up(out, size);
+            size++;
+        } else if (v >= out[0].logit && candidate_better(&c, &out[0])) {
+            out[0] = c;
+            heap_sift_down(out, size, 0);
+        }
+    }
+    qsort(out, (size_t)size, sizeof *out, candidate_compare_descending);
+    return size;
+}
+
+/* ---- validation -------------------------------------------------------------------------------- */
+
+/* Rejects NaN and +inf (no probability can be made of them); returns the largest logit and how many are
+ * finite. Fails when none is: a row of -inf allows no token. */
+static kite_status check_logits(const float *logits, int32_t n, float *max_out, int32_t *n_finite_out) {
+    float max_logit = -INFINITY;
+    int32_t n_finite = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float v = logits[i];
+        if (isnan(v)) return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: logits[%d] is NaN", (int)i);
+        if (v == INFINITY) return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: logits[%d] is +inf", (int)i);
+        if (v != -INFINITY) {
+            n_finite++;
+            if (v > max_logit) max_logit = v;
+        }
+    }
+    if (n_finite == 0) {
+        return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: all %d logits are -inf: no token can be chosen",
+                         (int)n);
+    }
+    *max_out = max_logit;
+    *n_finite_out = n_finite;
+    return KITE_OK;
+}
+
+/* log(sum_i exp(logits[i] - max_logit)): the normalizer of the raw log-softmax. */
+static double log_sum_exp_shifted(const float *logits, int32_t n, float max_logit) {
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += (double)expf(logits[i] - max_logit);
+    return log(sum);
+}
+
+/* ---- parameters and lifetime ------------------------------------------------------------------- */
+
+sampler_params sampler_params_default(void) {
+    sampler_params p;
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repetition_penalty = 1.0f;
+    p.seed = 0;
+    return p;
+}
+
+static kite_status check_params(const sampler_params *p) {
+    /* Written as !(in range) so that NaN fails too. */
+    if (!(p->temperature >= 0.0f) || isinf(p->temperature)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: temperature %g must be finite and >= 0",
+                         (double)p->temperature);
+    }
+    if (p->top_k < 0) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: top_k %d must be >= 0 (0 = off)", (int)p->top_k);
+    }
+    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: top_p %g must be in [0, 1] (1 = off)",
+                         (double)p->top_p);
+    }
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: min_p %g must be in [0, 1] (0 = off)",
+                         (double)p->min_p);
+    }
+    if (!(p->repetition_penalty > 0.0f) || isinf(p->repetition_penalty)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "sampler: repetition_penalty %g must be finite and > 0 (1 = off)",
+                         (double)p->repetition_penalty);
+    }
+    return KITE_OK;
+}
+
+kite_status sampler_create(const sampler_params *params, int32_t vocab_size, sampler **out) {
+    if (!params || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_create: NULL argument");
+    *out = NULL;
+    if (vocab_size <= 0) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_create: vocab_size %d must be > 0", (int)vocab_size);
+    }
+    KITE_TRY(check_params(params));
+
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "sampler_create: out of memory");
+    size_t n = (size_t)vocab_size;
+    s->params = *params;
+    s->vocab_size = vocab_size;
+    s->in_context = calloc(n, sizeof *s->in_context);
+    s->context_ids = malloc(n * sizeof *s->context_ids);
+    s->penalized = malloc(n * sizeof *s->penalized);
+    s->candidates = malloc(n * sizeof *s->candidates);
+    if (!s->in_context || !s->context_ids || !s->penalized || !s->candidates) {
+        sampler_free(s);
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "sampler_create: out of memory for vocab_size %d",
+                         (int)vocab_size);
+    }
+    uint64_t seed_state = params->seed;
+    for (int i = 0; i < 4; i++) s->rng_state[i] = splitmix64_next(&seed_state);
+    *out = s;
+    return KITE_OK;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    free(s->in_context);
+    free(s->context_ids);
+    free(s->penalized);
+    free(s->candidates);
+    free(s);
+}
+
+void sampler_accept(sampler *s, int32_t token) {
+    if (!s || token < 0 || token >= s->vocab_size) return;
+    if (s->in_context[token]) return;
+    s->in_context[token] = 1;
+    s->context_ids[s->n_context_ids++] = token;
+}
+
+/* ---- sampling ---------------------------------------------------------------------------------- */
+
+/* The logits after the repetition penalty: the caller's row itself when the penalty changes nothing,
+ * else a copy with only the context tokens rewritten. */
+static const float *apply_repetition_penalty(sampler *s, const float *logits) {
+    float penalty = s->params.repetition_penalty;
+    if (penalty == 1.0f || s->n_context_ids == 0) return logits;
+    memcpy(s->penalized, logits, (size_t)s->vocab_size * sizeof *logits);
+    for (int32_t j = 0; j < s->n_context_ids; j++) {
+        int32_t id = s->context_ids[j];
+        float v = s->penalized[id];
+        if (v == -INFINITY) continue;
+        v = v > 0.0f ? v / penalty : v * penalty;
+        /* A finite logit stays finite, so "which tokens are possible" is not changed by the penalty. */
+        if (v > FLT_MAX) v = FLT_MAX;
+        if (v < -FLT_MAX) v = -FLT_MAX;
+        s->penalized[id] = v;
+    }
+    return s->penalized;
+}
+
+/* exp((logit - max_logit) / temperature) in [0, 1]. The division is in double because 1/temperature
+ * overflows float for tiny temperatures, and 0 * inf would turn the top token into NaN. */
+static inline float scaled_weight(float logit, float max_logit, double inverse_temperature) {
+    double z = ((double)logit - (double)max_logit) * inverse_temperature;
+    return z < -104.0 ? 0.0f : expf((float)z); /* below -104 expf is 0 anyway */
+}
+
+/* One draw among candidates[0..n) in proportion to their weights (the softmax over the kept). */
+static int32_t draw_candidate(sampler *s, const sampler_candidate *candidates, int32_t n) {
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += candidates[i].weight;
+    double target = sampler_uniform(s) * total;
+    double cumulative = 0.0;
+    int32_t last_positive = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (candidates[i].weight <= 0.0f) continue;
+        cumulative += candidates[i].weight;
+        last_positive = i;
+        if (target < cumulative) return candidates[i].id;
+    }
+    /* Only reachable when rounding left the running sum a hair under total. */
+    return candidates[last_positive].id;
+}
+
+/* Length of the smallest prefix of candidates[0..n) (sorted best first) whose weight reaches
+ * top_p of `normalizer`; all n when rounding keeps the sum just short. */
+static int32_t top_p_prefix(const sampler_candidate *candidates, int32_t n, double top_p, double normalizer) {
+    double target = (top_p - SAMPLER_PROBABILITY_SLACK) * normalizer;
+    double cumulative = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        cumulative += candidates[i].weight;
+        if (cumulative >= target) return i + 1;
+    }
+    return n;
+}
+
+kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, float *logprob_out) {
+    if (!s || !logits || !token_out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_sample: NULL argument");
+    const int32_t vocab_size = s->vocab_size;
+    const sampler_params *p = &s->params;
+
+    float raw_max = 0.0f;
+    int32_t n_finite = 0;
+    KITE_TRY(check_logits(logits, vocab_size, &raw_max, &n_finite));
+
+    const float *work = apply_repetition_penalty(s, logits);
+    float max_logit = -INFINITY;
+    int32_t argmax = -1;
+    for (int32_t i = 0; i < vocab_size; i++) {
+        if (work[i] > max_logit) { /* strict: the lowest id wins a tie */
+            max_logit = work[i];
+            argmax = i;
+        }
+    }
+
+    int32_t token = argmax;
+    if (p->temperature > 0.0f) {
+        const double inverse_temperature = 1.0 / (double)p->temperature;
+        /* Weights are relative to the top token (weight 1), so a probability ratio is a weight. */
+        const float min_p_weight = (float)((double)p->min_p * (1.0 - SAMPLER_PROBABILITY_SLACK));
+        const bool top_p_on = p->top_p < 1.0f;
+        sampler_candidate *candidates = s->candidates;
+        int32_t n_kept = 0;
+
+        if (p->top_k > 0 && p->top_k < n_finite) {
+            /* top-k by partial selection; top-p normalizes over the k; min-p cuts the sorted tail. */
+            int32_t n = select_top_k(work, vocab_size, p->top_k, true, candidates);
+            double normalizer = 0.0;
+            for (int32_t i = 0; i < n; i++) {
+                candidates[i].weight = scaled_weight(candidates[i].logit, max_logit, inverse_temperature);
+                normalizer += candidates[i].weight;
+            }
+            n_kept = top_p_on ? top_p_prefix(candidates, n, p->top_p, normalizer) : n;
+            int32_t n_min_p = 1;
+            while (n_min_p < n_kept && candidates[n_min_p].weight >= min_p_weight) n_min_p++;
+            n_kept = n_min_p;
+        } else if (top_p_on) {
+            /* The nucleus lies among the tokens of weight >= (1 - top_p) / n_finite: the others weigh
+             * less than 1 - top_p in all, and the normalizer is >= 1 (the top token), so what is left
+             * already reaches top_p. Only those are sorted. Adding the min-p cut here is exact too:
+             * if the walk runs out first, min-p's set is the smaller one. */
+            float threshold = (float)((1.0 - (double)p->top_p) / (double)n_finite);
+            if (min_p_weight > threshold) threshold = min_p_weight;
+            double normalizer = 0.0;
+            for (int32_t i = 0; i < vocab_size; i++) {
+                if (work[i] == -INFINITY) continue;
+                float w = scaled_weight(work[i], max_logit, inverse_temperature);
+                normalizer += w;
+                if (w >= threshold) candidates[n_kept++] = (sampler_candidate){work[i], i, w};
+            }
+            qsort(candidates, (size_t)n_kept, sizeof *candidates, candidate_compare_descending);
+            n_kept = top_p_prefix(candidates, n_kept, p->top_p, normalizer);
+        } else {
+            /* No ordering needed: keep what min-p allows (everything possible when it is off). */
+            for (int32_t i = 0; i < vocab_size; i++) {
+                if (work[i] == -INFINITY) continue;
+                float w = scaled_weight(work[i], max_logit, inverse_temperature);
+                if (w >= min_p_weight) candidates[n_kept++] = (sampler_candidate){work[i], i, w};
+            }
+        }
+        token = draw_candidate(s, candidates, n_kept);
+    }
+
+    *token_out = token;
+    if (logprob_out) {
+        double log_normalizer = log_sum_exp_shifted(logits, vocab_size, raw_max);
+        *logprob_out = (float)((double)logits[token] - (double)raw_max - log_normalizer);
+    }
+    return KITE_OK;
+}
+
+kite_status sampler_top_logprobs(const float *logits, int32_t vocab_size, int32_t k, int32_t *ids,
+                                 float *logprobs) {
+    if (!logits || vocab_size <= 0) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_top_logprobs: no logits (vocab_size %d)",
+                         (int)vocab_size);
+    }
+    if (k < 0 || k > vocab_size) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_top_logprobs: k %d must be in [0, %d]", (int)k,
+                         (int)vocab_size);
+    }
+    if (k > 0 && (!ids || !logprobs)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_top_logprobs: NULL output for k %d", (int)k);
+    }
+    float max_logit = 0.0f;
+    int32_t n_finite = 0;
+    KITE_TRY(check_logits(logits, vocab_size, &max_logit, &n_finite));
+    if (k == 0) return KITE_OK;
+
+    sampler_candidate *best = malloc((size_t)k * sizeof *best);
+    if (!best) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "sampler_top_logprobs: out of memory for k %d", (int)k);
+    double log_normalizer = log_sum_exp_shifted(logits, vocab_size, max_logit);
+    /* -inf entries stay in: with k beyond the finite ones the caller still gets k rows (logprob -inf). */
+    int32_t n = select_top_k(logits, vocab_size, k, false, best);
+    for (int32_t i = 0; i < n; i++) {
+        ids[i] = best[i].id;
+        logprobs[i] = (float)((double)best[i].logit - (double)max_logit - log_normalizer);
+    }
+    free(best);
+    return KITE_OK;
+}

@@ -1,0 +1,78 @@
+/* The sampler: turns one row of float32 logits into the next token id.
+ *
+ * One `sampler` per request. It remembers the context (prompt and generated tokens, fed through
+ * sampler_accept) for the repetition penalty, and owns the seeded random generator, so the same
+ * parameters, seed, context and logits always give the same tokens.
+ *
+ * The chain, in order (llama.cpp's default chain, Hugging Face's logits processors):
+ *   1. repetition penalty   for every distinct token id in the context, a positive logit is divided by
+ *                           the penalty, a negative one multiplied (as HF / vLLM; zero stays zero).
+ *   2. greedy               when temperature == 0: the argmax of the penalized logits, lowest id on ties.
+ *                           Nothing below runs and no random number is drawn.
+ *   3. temperature          z_i = logit_i / temperature; probabilities below are softmax(z) over the
+ *                           tokens still kept at that step.
+ *   4. top-k                keep the k tokens with the highest logits; at the boundary, ties keep the
+ *                           lowest ids. Off when top_k == 0 or top_k >= the number of finite logits.
+ *   5. top-p (nucleus)      order the kept tokens by probability (descending, ties by ascending id) and
+ *                           keep the smallest prefix whose cumulative probability is >= top_p; at least
+ *                           one token is always kept. Off when top_p == 1.
+ *   6. min-p                keep the tokens whose probability is >= min_p * the largest probability
+ *                           (a ratio, so it does not matter that steps 4-5 renormalize). Off when 0.
+ *   7. draw                 softmax over the kept tokens, one uniform draw from the sampler's generator.
+ *
+ * Comparisons against top_p and min_p allow a relative slack of SAMPLER_PROBABILITY_SLACK: logits are
+ * float32, so a distribution written as exact decimals (0.5 / 0.3 / ...) arrives with ~1e-7 relative
+ * error, and a cut placed exactly on such a boundary must not flip on rounding.
+ *
+ * Logits: -inf is allowed and means "never this token" (such tokens are never drawn). NaN or +inf
+ * anywhere is KITE_ERROR_INVALID_INPUT, as is a row where every logit is -inf.
+ *
+ * Cost for a vocabulary of V: one pass for validation, one pass of expf when sampling, plus a partial
+ * selection O(V log k) for top-k, or for top-p without top-k a sort of only the tokens above a threshold
+ * that provably contains the nucleus (weight >= (1 - top_p) / V relative to the top token).
+ *
+ * Thread safety: a sampler is used by one thread at a time; distinct samplers are independent.
+ */
+#ifndef KITE_SAMPLING_SAMPLER_H
+#define KITE_SAMPLING_SAMPLER_H
+
+#include <stdint.h>
+
+#include "kite.h"
+
+#define SAMPLER_PROBABILITY_SLACK 1e-6
+
+typedef struct sampler_params {
+    float temperature;        /* >= 0; 0 = greedy */
+    int32_t top_k;            /* >= 0; 0 = off */
+    float top_p;              /* in [0, 1]; 1 = off; 0 keeps only the most probable token */
+    float min_p;              /* in [0, 1]; 0 = off */
+    float repetition_penalty; /* > 0; 1 = off; > 1 discourages tokens already in the context */
+    uint64_t seed;            /* seeds the generator (splitmix64 -> xoshiro256**) */
+} sampler_params;
+
+/* temperature 1, top_k 0, top_p 1, min_p 0, repetition_penalty 1, seed 0: plain softmax sampling. */
+sampler_params sampler_params_default(void);
+
+typedef struct sampler sampler;
+
+/* Validates the parameters (KITE_ERROR_INVALID_ARGUMENT naming the field) and allocates the
+ * per-request state: O(vocab_size) scratch so that sampling itself never allocates. */
+kite_status sampler_create(const sampler_params *params, int32_t vocab_size, sampler **out);
+void sampler_free(sampler *s);
+
+/* Records one context token for the repetition penalty; feed every prompt token, then every sampled
+ * token. Ids outside [0, vocab_size) have no logit to penalize and are ignored. */
+void sampler_accept(sampler *s, int32_t token);
+
+/* Samples the next token from logits[0..vocab_size). Does not accept the token (call sampler_accept).
+ * logprob_out (may be NULL) receives the log-softmax of the *unmodified* logits at the chosen token,
+ * as vLLM reports raw logprobs, whatever penalty, temperature or filters chose it. */
+kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, float *logprob_out);
+
+/* The k most probable tokens of the raw log-softmax of logits[0..vocab_size), for --logprobs K:
+ * ids[0..k) and logprobs[0..k) in descending order, ties lowest id first. 0 <= k <= vocab_size. */
+kite_status sampler_top_logprobs(const float *logits, int32_t vocab_size, int32_t k, int32_t *ids,
+                                 float *logprobs);
+
+#endif

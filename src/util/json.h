@@ -1,0 +1,84 @@
+/* A small, strict JSON reader (RFC 8259) for config.json, safetensors headers and tokenizer.json.
+ *
+ * The whole document is parsed into one arena: values, member arrays and decoded strings live there and
+ * are freed together by json_free(). Strings are decoded (escapes, \u surrogate pairs -> UTF-8) and
+ * NUL-terminated; `length` gives the byte count, so strings holding "\u0000" stay intact.
+ * Limits that keep hostile input from exhausting the stack: nesting depth at most JSON_MAX_DEPTH.
+ * Duplicate object keys are kept in order; json_object_get() returns the first.
+ */
+#ifndef KITE_UTIL_JSON_H
+#define KITE_UTIL_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JSON_MAX_DEPTH 256
+
+typedef enum json_type {
+    JSON_TYPE_NULL,
+    JSON_TYPE_FALSE,
+    JSON_TYPE_TRUE,
+    JSON_TYPE_NUMBER,
+    JSON_TYPE_STRING,
+    JSON_TYPE_ARRAY,
+    JSON_TYPE_OBJECT,
+} json_type;
+
+typedef struct json_value json_value;
+typedef struct json_member json_member;
+
+struct json_value {
+    json_type type;
+    /* NUMBER: true when the literal has no fraction or exponent and fits in int64 (then `integer` holds it). */
+    bool is_integer;
+    /* STRING: bytes (without the terminating NUL); ARRAY: items; OBJECT: members. */
+    size_t length;
+    union {
+        struct {
+            double number;
+            int64_t integer;
+        } num;
+        const char *string;        /* STRING */
+        const json_value *items;   /* ARRAY, `length` of them */
+        const json_member *members; /* OBJECT, `length` of them, in document order */
+    } as;
+};
+
+struct json_member {
+    const char *key; /* decoded, NUL-terminated */
+    size_t key_length;
+    json_value value;
+};
+
+typedef struct json_error {
+    size_t offset; /* byte offset of the problem in the input */
+    int line;      /* 1-based */
+    int column;    /* 1-based, in bytes */
+    char message[96];
+} json_error;
+
+typedef struct json_document json_document;
+
+/* Parses text[0..length). Returns NULL on failure and fills *error (error may be NULL).
+ * Trailing non-whitespace after the root value is an error. */
+json_document *json_parse(const char *text, size_t length, json_error *error);
+void json_free(json_document *document);
+const json_value *json_root(const json_document *document);
+
+/* Lookups; NULL when absent or when `object` is not an object. */
+const json_value *json_object_get(const json_value *object, const char *key);
+
+/* Typed accessors: return false (leaving *out untouched) when the value has another type or is out of range. */
+bool json_get_int64(const json_value *value, int64_t *out);
+bool json_get_double(const json_value *value, double *out);
+bool json_get_bool(const json_value *value, bool *out);
+static inline bool json_is_string(const json_value *value) { return value && value->type == JSON_TYPE_STRING; }
+static inline bool json_is_array(const json_value *value) { return value && value->type == JSON_TYPE_ARRAY; }
+static inline bool json_is_object(const json_value *value) { return value && value->type == JSON_TYPE_OBJECT; }
+static inline bool json_is_null(const json_value *value) { return value && value->type == JSON_TYPE_NULL; }
+
+/* "object", "string", ... for messages. */
+const char *json_type_name(json_type type);
+
+#endif

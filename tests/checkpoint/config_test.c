@@ -1,0 +1,265 @@
+/* config.json parsing: both published formats, derived fields, and every rejected field. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoint/config.h"
+#include "checkpoint_writer.h"
+#include "test_util.h"
+#include "util/error.h"
+
+/* The hub's Qwen3-0.6B-Base config.json, as published. */
+static const char *const base_fields[][2] = {
+    {"architectures", "[\"Qwen3ForCausalLM\"]"},
+    {"attention_bias", "false"},
+    {"attention_dropout", "0.0"},
+    {"bos_token_id", "151643"},
+    {"eos_token_id", "151643"},
+    {"head_dim", "128"},
+    {"hidden_act", "\"silu\""},
+    {"hidden_size", "1024"},
+    {"initializer_range", "0.02"},
+    {"intermediate_size", "3072"},
+    {"max_position_embeddings", "32768"},
+    {"max_window_layers", "28"},
+    {"model_type", "\"qwen3\""},
+    {"num_attention_heads", "16"},
+    {"num_hidden_layers", "28"},
+    {"num_key_value_heads", "8"},
+    {"rms_norm_eps", "1e-06"},
+    {"rope_scaling", "null"},
+    {"rope_theta", "1000000"},
+    {"sliding_window", "null"},
+    {"tie_word_embeddings", "true"},
+    {"torch_dtype", "\"bfloat16\""},
+    {"transformers_version", "\"4.51.0\""},
+    {"use_cache", "true"},
+    {"use_sliding_window", "false"},
+    {"vocab_size", "151936"},
+};
+#define N_BASE_FIELDS (sizeof base_fields / sizeof base_fields[0])
+
+/* Builds the base config with overrides: {key, value} replaces or adds, {key, NULL} removes. */
+static void build_config(char *buffer, size_t capacity, const char *const overrides[][2], size_t n_overrides) {
+    size_t used = 0;
+    bool first = true;
+#define APPEND(key, value)                                                                                             \
+    do {                                                                                                               \
+        int written = snprintf(buffer + used, capacity - used, "%s\"%s\": %s", first ? "{" : ", ", key, value);        \
+        if (written > 0 && (size_t)written < capacity - used) used += (size_t)written;                                 \
+        first = false;                                                                                                 \
+    } while (0)
+    for (size_t i = 0; i < N_BASE_FIELDS; i++) {
+        const char *value = base_fields[i][1];
+        bool removed = false;
+        for (size_t j = 0; j < n_overrides; j++) {
+            if (strcmp(overrides[j][0], base_fields[i][0]) != 0) continue;
+            if (overrides[j][1])
+                value = overrides[j][1];
+            else
+                removed = true;
+        }
+        if (!removed) APPEND(base_fields[i][0], value);
+    }
+    for (size_t j = 0; j < n_overrides; j++) {
+        bool in_base = false;
+        for (size_t i = 0; i < N_BASE_FIELDS; i++) in_base |= strcmp(overrides[j][0], base_fields[i][0]) == 0;
+        if (!in_base && overrides[j][1]) APPEND(overrides[j][0], overrides[j][1]);
+    }
+#undef APPEND
+    snprintf(buffer + used, capacity - used, "%s}", first ? "{" : "");
+}
+
+static kite_status parse_with(const char *const overrides[][2], size_t n_overrides, qwen3_config *config) {
+    char text[4096];
+    build_config(text, sizeof text, overrides, n_overrides);
+    return qwen3_config_parse(text, strlen(text), "m/config.json", config);
+}
+
+#define PARSE(config, ...)                                                                                             \
+    parse_with((const char *const[][2]){__VA_ARGS__},                                                                  \
+               sizeof((const char *const[][2]){__VA_ARGS__}) / sizeof(const char *const[2]), config)
+
+static void check_failure(kite_status status, kite_status expected, const char *substring, int line) {
+    if (status != expected || !strstr(kite_last_error(), substring))
+        fprintf(stderr, "  line %d: wanted status %d with \"%s\", got %d: %s\n", line, expected, substring, status,
+                kite_last_error());
+    CHECK(status == expected);
+    CHECK(strstr(kite_last_error(), substring) != NULL);
+    CHECK(strstr(kite_last_error(), "m/config.json") != NULL || expected == KITE_ERROR_IO);
+}
+#define EXPECT_FAIL(status, expected, substring) check_failure(status, expected, substring, __LINE__)
+
+static void test_hub_format(void) {
+    qwen3_config config;
+    CHECK(PARSE(&config, {"unused", NULL}) == KITE_OK);
+    CHECK(config.vocab_size == 151936);
+    CHECK(config.hidden_size == 1024);
+    CHECK(config.intermediate_size == 3072);
+    CHECK(config.n_layers == 28);
+    CHECK(config.n_heads == 16);
+    CHECK(config.n_kv_heads == 8);
+    CHECK(config.head_dim == 128); /* given; 1024 / 16 would be 64 */
+    CHECK(config.max_position_embeddings == 32768);
+    CHECK(config.rope_theta == 1000000.0);
+    CHECK(fabs(config.rms_norm_eps - 1e-6) < 1e-18);
+    CHECK(config.tie_word_embeddings);
+    CHECK(config.bos_token_id == 151643);
+    CHECK(config.n_eos_ids == 1 && config.eos_ids[0] == 151643);
+    CHECK(config.dtype == TENSOR_DTYPE_BF16);
+}
+
+static void test_transformers5_format(void) {
+    qwen3_config config;
+    CHECK(PARSE(&config, {"rope_theta", NULL}, {"torch_dtype", NULL},
+                {"rope_parameters", "{\"rope_theta\": 5000000.0, \"rope_type\": \"default\"}"},
+                {"dtype", "\"float16\""}) == KITE_OK);
+    CHECK(config.rope_theta == 5000000.0);
+    CHECK(config.dtype == TENSOR_DTYPE_F16);
+    /* Both spellings present and agreeing is fine; disagreeing is damage. */
+    CHECK(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000}"}) == KITE_OK);
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 10000}"}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_parameters.rope_theta");
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000, \"rope_type\": \"yarn\"}"}),
+                KITE_ERROR_UNSUPPORTED, "rope_type");
+    EXPECT_FAIL(PARSE(&config, {"rope_theta", NULL}), KITE_ERROR_INVALID_CHECKPOINT, "rope_theta is missing");
+    CHECK(PARSE(&config, {"dtype", "\"float32\""}, {"torch_dtype", "\"bfloat16\""}) == KITE_OK);
+    CHECK(config.dtype == TENSOR_DTYPE_F32);
+    EXPECT_FAIL(PARSE(&config, {"torch_dtype", "\"float64\""}), KITE_ERROR_UNSUPPORTED, "torch_dtype");
+    EXPECT_FAIL(PARSE(&config, {"torch_dtype", "16"}), KITE_ERROR_INVALID_CHECKPOINT, "torch_dtype");
+    CHECK(PARSE(&config, {"torch_dtype", NULL}) == KITE_OK);
+    CHECK(config.dtype == TENSOR_DTYPE_BF16);
+}
+
+static void test_derived_and_defaults(void) {
+    qwen3_config config;
+    CHECK(PARSE(&config, {"head_dim", NULL}) == KITE_OK);
+    CHECK(config.head_dim == 64);
+    CHECK(PARSE(&config, {"head_dim", "null"}) == KITE_OK);
+    CHECK(config.head_dim == 64);
+    EXPECT_FAIL(PARSE(&config, {"head_dim", NULL}, {"hidden_size", "1000"}, {"num_attention_heads", "16"}),
+                KITE_ERROR_INVALID_CHECKPOINT, "head_dim");
+    /* transformers' Qwen3Config defaults: untied, kv heads = heads, no bos/eos. */
+    CHECK(PARSE(&config, {"tie_word_embeddings", NULL}, {"num_key_value_heads", NULL}, {"bos_token_id", NULL},
+                {"eos_token_id", NULL}) == KITE_OK);
+    CHECK(!config.tie_word_embeddings);
+    CHECK(config.n_kv_heads == 16);
+    CHECK(config.bos_token_id == -1 && config.n_eos_ids == 0);
+    CHECK(PARSE(&config, {"bos_token_id", "null"}) == KITE_OK);
+    CHECK(config.bos_token_id == -1);
+    /* Either identification is enough. */
+    CHECK(PARSE(&config, {"model_type", NULL}) == KITE_OK);
+    CHECK(PARSE(&config, {"architectures", NULL}) == KITE_OK);
+    EXPECT_FAIL(PARSE(&config, {"architectures", NULL}, {"model_type", NULL}), KITE_ERROR_INVALID_CHECKPOINT,
+                "model_type");
+    /* Newer exporters may spell "no scaling" as rope_type default, or list full-attention layers. */
+    CHECK(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"default\"}"}) == KITE_OK);
+    CHECK(PARSE(&config, {"num_hidden_layers", "2"}, {"layer_types", "[\"full_attention\", \"full_attention\"]"}) ==
+          KITE_OK);
+}
+
+static void test_eos_list(void) {
+    qwen3_config config;
+    CHECK(PARSE(&config, {"eos_token_id", "[151645, 151643]"}) == KITE_OK);
+    CHECK(config.n_eos_ids == 2 && config.eos_ids[0] == 151645 && config.eos_ids[1] == 151643);
+    CHECK(PARSE(&config, {"eos_token_id", "[]"}) == KITE_OK);
+    CHECK(config.n_eos_ids == 0);
+    EXPECT_FAIL(PARSE(&config, {"eos_token_id", "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]"}), KITE_ERROR_UNSUPPORTED,
+                "eos_token_id");
+    EXPECT_FAIL(PARSE(&config, {"eos_token_id", "[1, \"2\"]"}), KITE_ERROR_INVALID_CHECKPOINT, "eos_token_id[1]");
+    EXPECT_FAIL(PARSE(&config, {"eos_token_id", "151936"}), KITE_ERROR_INVALID_CHECKPOINT, "eos_token_id");
+    EXPECT_FAIL(PARSE(&config, {"eos_token_id", "-1"}), KITE_ERROR_INVALID_CHECKPOINT, "eos_token_id");
+    EXPECT_FAIL(PARSE(&config, {"bos_token_id", "1.5"}), KITE_ERROR_INVALID_CHECKPOINT, "bos_token_id");
+}
+
+static void test_bad_sizes(void) {
+    qwen3_config config;
+    static const char *const size_fields[] = {
+        "vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim",          "max_position_embeddings"};
+    for (size_t i = 0; i < sizeof size_fields / sizeof size_fields[0]; i++) {
+        const char *field = size_fields[i];
+        EXPECT_FAIL(PARSE(&config, {field, "0"}), KITE_ERROR_INVALID_CHECKPOINT, field);
+        EXPECT_FAIL(PARSE(&config, {field, "-8"}), KITE_ERROR_INVALID_CHECKPOINT, field);
+        EXPECT_FAIL(PARSE(&config, {field, "32.5"}), KITE_ERROR_INVALID_CHECKPOINT, field);
+        EXPECT_FAIL(PARSE(&config, {field, "\"32\""}), KITE_ERROR_INVALID_CHECKPOINT, field);
+        EXPECT_FAIL(PARSE(&config, {field, "4294967296"}), KITE_ERROR_INVALID_CHECKPOINT, field);
+        EXPECT_FAIL(PARSE(&config, {field, "1e400"}), KITE_ERROR_INVALID_CHECKPOINT, field);
+    }
+    static const char *const required[] = {"vocab_size",        "hidden_size",         "intermediate_size",
+                                           "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
+                                           "rms_norm_eps"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        EXPECT_FAIL(PARSE(&config, {required[i], NULL}), KITE_ERROR_INVALID_CHECKPOINT, required[i]);
+    EXPECT_FAIL(PARSE(&config, {"num_key_value_heads", "3"}), KITE_ERROR_INVALID_CHECKPOINT, "num_key_value_heads 3");
+    EXPECT_FAIL(PARSE(&config, {"rms_norm_eps", "0"}), KITE_ERROR_INVALID_CHECKPOINT, "rms_norm_eps");
+    EXPECT_FAIL(PARSE(&config, {"rms_norm_eps", "-1e-6"}), KITE_ERROR_INVALID_CHECKPOINT, "rms_norm_eps");
+    EXPECT_FAIL(PARSE(&config, {"rope_theta", "0"}), KITE_ERROR_INVALID_CHECKPOINT, "rope_theta");
+    EXPECT_FAIL(PARSE(&config, {"rope_theta", "\"1e6\""}), KITE_ERROR_INVALID_CHECKPOINT, "rope_theta");
+    EXPECT_FAIL(PARSE(&config, {"tie_word_embeddings", "1"}), KITE_ERROR_INVALID_CHECKPOINT, "tie_word_embeddings");
+    EXPECT_FAIL(PARSE(&config, {"head_dim", "1073741824"}), KITE_ERROR_INVALID_CHECKPOINT, "head_dim");
+    EXPECT_FAIL(PARSE(&config, {"num_hidden_layers", "2"}, {"layer_types", "[\"full_attention\"]"}),
+                KITE_ERROR_INVALID_CHECKPOINT, "layer_types");
+}
+
+static void test_unsupported(void) {
+    qwen3_config config;
+    EXPECT_FAIL(PARSE(&config, {"attention_bias", "true"}), KITE_ERROR_UNSUPPORTED, "attention_bias");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}"}), KITE_ERROR_UNSUPPORTED,
+                "rope_scaling");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "[]"}), KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling");
+    EXPECT_FAIL(PARSE(&config, {"use_sliding_window", "true"}), KITE_ERROR_UNSUPPORTED, "use_sliding_window");
+    EXPECT_FAIL(PARSE(&config, {"hidden_act", "\"gelu\""}), KITE_ERROR_UNSUPPORTED, "hidden_act");
+    EXPECT_FAIL(PARSE(&config, {"model_type", "\"qwen3_moe\""}), KITE_ERROR_UNSUPPORTED, "model_type");
+    EXPECT_FAIL(PARSE(&config, {"architectures", "[\"LlamaForCausalLM\"]"}), KITE_ERROR_UNSUPPORTED, "architectures");
+    EXPECT_FAIL(PARSE(&config, {"quantization_config", "{\"quant_method\": \"fp8\"}"}), KITE_ERROR_UNSUPPORTED,
+                "quantization_config");
+    EXPECT_FAIL(
+        PARSE(&config, {"num_hidden_layers", "2"}, {"layer_types", "[\"full_attention\", \"sliding_attention\"]"}),
+        KITE_ERROR_UNSUPPORTED, "layer_types[1]");
+}
+
+static void test_not_json(void) {
+    qwen3_config config;
+    static const char *const texts[] = {"", "{", "not json", "[1, 2]", "{\"vocab_size\": 1,}", "null", "{} {}"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        kite_status status = qwen3_config_parse(texts[i], strlen(texts[i]), "m/config.json", &config);
+        CHECK_MSG(status == KITE_ERROR_INVALID_CHECKPOINT, "text %zu", i);
+        CHECK(strstr(kite_last_error(), "m/config.json") != NULL);
+    }
+}
+
+static void test_load_from_directory(void) {
+    char *dir = checkpoint_writer_make_temp_dir();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    qwen3_config config;
+    CHECK(qwen3_config_load(dir, &config) == KITE_ERROR_IO);
+    CHECK(strstr(kite_last_error(), "config.json") != NULL);
+
+    char *path = checkpoint_writer_path(dir, "config.json");
+    CHECK(checkpoint_writer_write_file(path, "{\"vocab_size\": ", 15));
+    CHECK(qwen3_config_load(dir, &config) == KITE_ERROR_INVALID_CHECKPOINT);
+    CHECK(strstr(kite_last_error(), path) != NULL);
+
+    checkpoint_writer_shape shape;
+    checkpoint_writer_shape_tiny(&shape);
+    CHECK(checkpoint_writer_write_config(dir, &shape));
+    CHECK(qwen3_config_load(dir, &config) == KITE_OK);
+    CHECK(config.hidden_size == 32 && config.head_dim == 32 && config.n_kv_heads == 1);
+    free(path);
+    CHECK(checkpoint_writer_remove_dir(dir));
+    free(dir);
+}
+
+int main(void) {
+    TEST_RUN(test_hub_format);
+    TEST_RUN(test_transformers5_format);
+    TEST_RUN(test_derived_and_defaults);
+    TEST_RUN(test_eos_list);
+    TEST_RUN(test_bad_sizes);
+    TEST_RUN(test_unsupported);
+    TEST_RUN(test_not_json);
+    TEST_RUN(test_load_from_directory);
+    return test_finish();
+}

@@ -1,0 +1,79 @@
+/* A minimal test harness shared by kite's C tests.
+ *
+ * Each test executable runs its cases with TEST_RUN(fn), checks with CHECK / CHECK_MSG, and ends with
+ * `return test_finish();`, which prints "N passed, N failed" and exits non-zero on any failure.
+ * A test that cannot run on this machine (no GPU) calls test_skip("why"), which prints the reason
+ * and exits 77 (ctest's SKIP_RETURN_CODE).
+ */
+#ifndef KITE_TEST_UTIL_H
+#define KITE_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_cases_passed __attribute__((unused));
+static int test_cases_failed __attribute__((unused));
+static int test_current_failures __attribute__((unused));
+
+#define CHECK(cond)                                                                                      \
+    do {                                                                                                 \
+        if (!(cond)) {                                                                                   \
+            fprintf(stderr, "  CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                \
+            test_current_failures++;                                                                     \
+        }                                                                                                \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                             \
+    do {                                                                                                 \
+        if (!(cond)) {                                                                                   \
+            fprintf(stderr, "  CHECK failed at %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                                                \
+            fputc('\n', stderr);                                                                         \
+            test_current_failures++;                                                                     \
+        }                                                                                                \
+    } while (0)
+
+#define TEST_RUN(fn)                                                                                     \
+    do {                                                                                                 \
+        test_current_failures = 0;                                                                       \
+        fn();                                                                                            \
+        if (test_current_failures == 0) {                                                                \
+            test_cases_passed++;                                                                         \
+            printf("PASS %s\n", #fn);                                                                    \
+        } else {                                                                                         \
+            test_cases_failed++;                                                                         \
+            printf("FAIL %s (%d checks)\n", #fn, test_current_failures);                                 \
+        }                                                                                                \
+        fflush(stdout);                                                                                  \
+    } while (0)
+
+static inline int test_finish(void) {
+    printf("%d passed, %d failed\n", test_cases_passed, test_cases_failed);
+    return test_cases_failed == 0 ? 0 : 1;
+}
+
+static inline void test_skip(const char *why) {
+    printf("SKIPPED: %s\n", why);
+    fflush(stdout);
+    exit(77);
+}
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer; NULL when unreadable. */
+static inline char *test_read_file(const char *path, size_t *length) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
+    long size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return NULL; }
+    char *buffer = malloc((size_t)size + 1);
+    if (!buffer) { fclose(f); return NULL; }
+    size_t got = fread(buffer, 1, (size_t)size, f);
+    fclose(f);
+    if (got != (size_t)size) { free(buffer); return NULL; }
+    buffer[size] = '\0';
+    if (length) *length = (size_t)size;
+    return buffer;
+}
+
+#endif

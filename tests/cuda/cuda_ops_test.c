@@ -1,0 +1,558 @@
+/* Every CUDA kernel of src/backend/cuda against a CPU reference written here (double precision), on
+ * random inputs of several shapes, including shapes that do not divide the kernels' tiles. Outputs are
+ * poisoned (NaN) before each launch and followed by guard bytes that must stay untouched. */
+#include "cuda_test_util.h"
+
+/* bf16 outputs land within about 2^-9 relative per element: NMSE well under 1e-5; products over
+ * bf16 inputs with fp32 accumulation: under 1e-6 for fp32 outputs. */
+#define NMSE_BF16_OUT 2e-5
+#define NMSE_F32_OUT 1e-8
+#define NMSE_ATTENTION 1e-4 /* P rounded to bf16 before P.V */
+
+static void test_embed(void) {
+    const int vocab = 1000, hidden = 1032, n = 7;
+    uint16_t *table = xmalloc((size_t)vocab * hidden * 2);
+    random_bf16(table, NULL, (size_t)vocab * hidden, 1.0f);
+    int32_t ids[7] = {0, 999, 5, 5, 123, 998, 1};
+    void *d_table = device_buffer((size_t)vocab * hidden * 2, table);
+    void *d_ids = device_buffer(sizeof ids, ids);
+    float *d_x = device_buffer((size_t)n * hidden * 4, NULL);
+    DEVICE_CHECK(cuda_embed(d_table, d_ids, d_x, n, hidden, NULL, 0));
+    float *x = xmalloc((size_t)n * hidden * 4);
+    DEVICE_CHECK(kite_cuda_copy_to_host(x, d_x, (size_t)n * hidden * 4));
+    int bad = 0;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < hidden; i++)
+            if (x[(size_t)t * hidden + i] != bf16_to_float(table[(size_t)ids[t] * hidden + i])) bad++;
+    CHECK_MSG(bad == 0, "%d elements differ", bad);
+    CHECK(guard_intact(d_x, (size_t)n * hidden * 4));
+    kite_cuda_free(d_table);
+    kite_cuda_free(d_ids);
+    kite_cuda_free(d_x);
+    free(table);
+    free(x);
+}
+
+static void check_rmsnorm(int rows, int dim, int gather) {
+    float *x = xmalloc((size_t)rows * dim * 4), *w = xmalloc((size_t)dim * 4);
+    random_f32(x, (size_t)rows * dim, 3.0f);
+    for (int i = 0; i < dim; i++) w[i] = 1.0f + 0.1f * rng_normal();
+    int32_t index[3] = {rows - 1, 0, rows / 2};
+    const int out_rows = gather ? 3 : rows;
+    float *d_x = device_buffer((size_t)rows * dim * 4, x);
+    float *d_w = device_buffer((size_t)dim * 4, w);
+    int32_t *d_index = device_buffer(sizeof index, index);
+    void *d_out = device_buffer((size_t)out_rows * dim * 2, NULL);
+    DEVICE_CHECK(cuda_rmsnorm(d_x, d_w, d_out, gather ? d_index : NULL, out_rows, dim, 1e-6f, NULL));
+    uint16_t *out = xmalloc((size_t)out_rows * dim * 2);
+    float *outf = xmalloc((size_t)out_rows * dim * 4);
+    double *ref = xmalloc((size_t)out_rows * dim * 8);
+    DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, (size_t)out_rows * dim * 2));
+    bf16_to_floats(out, outf, (size_t)out_rows * dim);
+    for (int r = 0; r < out_rows; r++) {
+        const float *xr = x + (size_t)(gather ? index[r] : r) * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        const double s = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; i++) ref[(size_t)r * dim + i] = xr[i] * s * w[i];
+    }
+    const double e = nmse(outf, ref, (size_t)out_rows * dim);
+    CHECK_MSG(e < NMSE_BF16_OUT, "rmsnorm rows %d dim %d gather %d: nmse %g", rows, dim, gather, e);
+    CHECK(guard_intact(d_out, (size_t)out_rows * dim * 2));
+    kite_cuda_free(d_x);
+    kite_cuda_free(d_w);
+    kite_cuda_free(d_index);
+    kite_cuda_free(d_out);
+    free(x);
+    free(w);
+    free(out);
+    free(outf);
+    free(ref);
+}
+
+static void test_rmsnorm(void) {
+    check_rmsnorm(5, 1024, 0);
+    check_rmsnorm(9, 1028, 0);
+    check_rmsnorm(9, 4100, 1);
+}
+
+static void test_swiglu(void) {
+    const int n = 5, inter = 3080;
+    const size_t in_n = (size_t)n * 2 * inter, out_n = (size_t)n * inter;
+    uint16_t *in = xmalloc(in_n * 2), *out = xmalloc(out_n * 2);
+    float *inf_ = xmalloc(in_n * 4), *outf = xmalloc(out_n * 4);
+    double *ref = xmalloc(out_n * 8);
+    random_bf16(in, inf_, in_n, 2.0f);
+    void *d_in = device_buffer(in_n * 2, in), *d_out = device_buffer(out_n * 2, NULL);
+    DEVICE_CHECK(cuda_swiglu(d_in, d_out, n, inter, NULL));
+    DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, out_n * 2));
+    bf16_to_floats(out, outf, out_n);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < inter; i++) {
+            const double g = inf_[(size_t)t * 2 * inter + i], u = inf_[(size_t)t * 2 * inter + inter + i];
+            ref[(size_t)t * inter + i] = g / (1.0 + exp(-g)) * u;
+        }
+    const double e = nmse(outf, ref, out_n);
+    CHECK_MSG(e < NMSE_BF16_OUT, "swiglu nmse %g", e);
+    CHECK(guard_intact(d_out, out_n * 2));
+    kite_cuda_free(d_in);
+    kite_cuda_free(d_out);
+    free(in);
+    free(out);
+    free(inf_);
+    free(outf);
+    free(ref);
+}
+
+/* ---- Q/K norm + RoPE + KV append ---------------------------------------------------------------- */
+
+static void rope_tables(float *cos_t, float *sin_t, int positions, int head_dim, double theta) {
+    const int half = head_dim / 2;
+    for (int p = 0; p < positions; p++)
+        for (int i = 0; i < half; i++) {
+            const double a = (double)p * pow(theta, -2.0 * i / head_dim);
+            cos_t[(size_t)p * half + i] = (float)cos(a);
+            sin_t[(size_t)p * half + i] = (float)sin(a);
+        }
+}
+
+static size_t kv_index(int block, int kind, int kv_head, int slot, int n_kv, int bs, int d) {
+    return ((((size_t)block * 2 + kind) * n_kv + kv_head) * bs + slot) * d;
+}
+
+static void check_qk_norm_rope(int io_f32, int n_heads, int n_kv, int n_tokens) {
+    const int D = 128, bs = 16, n_blocks = 8, positions = 4096, half = 64;
+    const int width = (n_heads + 2 * n_kv) * D;
+    const size_t qkv_n = (size_t)n_tokens * width, q_n = (size_t)n_tokens * n_heads * D;
+    const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
+    float *qkv = xmalloc(qkv_n * 4);
+    uint16_t *qkv_bits = xmalloc(qkv_n * 2);
+    random_bf16(qkv_bits, qkv, qkv_n, 1.5f); /* bf16-exact values serve both dtypes */
+    float qn[128], kn[128];
+    for (int i = 0; i < D; i++) {
+        qn[i] = 1.0f + 0.1f * rng_normal();
+        kn[i] = 1.0f + 0.1f * rng_normal();
+    }
+    float *cos_t = xmalloc((size_t)positions * half * 4), *sin_t = xmalloc((size_t)positions * half * 4);
+    rope_tables(cos_t, sin_t, positions, D, 1000000.0);
+    int32_t pos[16], slots[16];
+    for (int t = 0; t < n_tokens; t++) {
+        pos[t] = (int32_t)(rng_next() % positions);
+        slots[t] = (t * 37 + 5) % (n_blocks * bs); /* distinct for t < 128 / gcd */
+    }
+    void *d_qkv = device_buffer(qkv_n * (io_f32 ? 4 : 2), io_f32 ? (void *)qkv : (void *)qkv_bits);
+    void *d_q = device_buffer(q_n * (io_f32 ? 4 : 2), NULL);
+    int32_t *d_pos = device_buffer(sizeof pos, pos), *d_slots = device_buffer(sizeof slots, slots);
+    float *d_qn = device_buffer(sizeof qn, qn), *d_kn = device_buffer(sizeof kn, kn);
+    float *d_cos = device_buffer((size_t)positions * half * 4, cos_t), *d_sin = device_buffer((size_t)positions * half * 4, sin_t);
+    void *d_cache = device_buffer(cache_n * 2, NULL);
+    cuda_kv_layer kv = {d_cache, bs, n_kv, D};
+    DEVICE_CHECK(cuda_qk_norm_rope_kv(d_qkv, d_q, io_f32, d_pos, d_slots, d_qn, d_kn, d_cos, d_sin, kv, n_tokens, n_heads,
+                                      1e-6f, NULL, 0));
+    float *q_out = xmalloc(q_n * 4);
+    uint16_t *cache = xmalloc(cache_n * 2);
+    if (io_f32) {
+        DEVICE_CHECK(kite_cuda_copy_to_host(q_out, d_q, q_n * 4));
+    } else {
+        uint16_t *bits = xmalloc(q_n * 2);
+        DEVICE_CHECK(kite_cuda_copy_to_host(bits, d_q, q_n * 2));
+        bf16_to_floats(bits, q_out, q_n);
+        free(bits);
+    }
+    DEVICE_CHECK(kite_cuda_copy_to_host(cache, d_cache, cache_n * 2));
+
+    double *q_ref = xmalloc(q_n * 8);
+    const size_t kv_n = (size_t)n_tokens * n_kv * D;
+    double *k_ref = xmalloc(kv_n * 8), *v_ref = xmalloc(kv_n * 8);
+    float *k_got = xmalloc(kv_n * 4), *v_got = xmalloc(kv_n * 4);
+    char *written = calloc(cache_n, 1);
+    for (int t = 0; t < n_tokens; t++) {
+        for (int h = 0; h < n_heads + n_kv; h++) {
+            const float *src = qkv + (size_t)t * width + (size_t)h * D;
+            const float *w = h < n_heads ? qn : kn;
+            double ss = 0, y[128];
+            for (int i = 0; i < D; i++) ss += (double)src[i] * src[i];
+            const double s = 1.0 / sqrt(ss / D + 1e-6);
+            for (int i = 0; i < D; i++) y[i] = src[i] * s * w[i];
+            double *dst = h < n_heads ? q_ref + ((size_t)t * n_heads + h) * D : k_ref + ((size_t)t * n_kv + h - n_heads) * D;
+            for (int i = 0; i < half; i++) {
+                const double c = cos_t[(size_t)pos[t] * half + i], sn = sin_t[(size_t)pos[t] * half + i];
+                dst[i] = y[i] * c - y[i + half] * sn;
+                dst[i + half] = y[i + half] * c + y[i] * sn;
+            }
+        }
+        const int block = slots[t] / bs, slot = slots[t] % bs;
+        for (int h = 0; h < n_kv; h++) {
+            const float *v = qkv + (size_t)t * width + (size_t)(n_heads + n_kv + h) * D;
+            for (int i = 0; i < D; i++) {
+                const size_t kk = kv_index(block, 0, h, slot, n_kv, bs, D) + i, vv = kv_index(block, 1, h, slot, n_kv, bs, D) + i;
+                v_ref[((size_t)t * n_kv + h) * D + i] = v[i];
+                k_got[((size_t)t * n_kv + h) * D + i] = bf16_to_float(cache[kk]);
+                v_got[((size_t)t * n_kv + h) * D + i] = bf16_to_float(cache[vv]);
+                written[kk] = written[vv] = 1;
+            }
+        }
+    }
+    int untouched_bad = 0;
+    for (size_t i = 0; i < cache_n; i++)
+        if (!written[i] && cache[i] != 0xFFFF) untouched_bad++;
+    const double eq = nmse(q_out, q_ref, q_n), ek = nmse(k_got, k_ref, kv_n), ev = nmse(v_got, v_ref, kv_n);
+    CHECK_MSG(eq < (io_f32 ? 1e-10 : NMSE_BF16_OUT), "q nmse %g (f32 %d)", eq, io_f32);
+    CHECK_MSG(ek < NMSE_BF16_OUT, "k nmse %g", ek);
+    CHECK_MSG(ev == 0.0, "v nmse %g", ev);
+    CHECK_MSG(untouched_bad == 0, "%d cache elements outside the new slots changed", untouched_bad);
+    CHECK(guard_intact(d_q, q_n * (io_f32 ? 4 : 2)));
+    CHECK(guard_intact(d_cache, cache_n * 2));
+    void *bufs[] = {d_qkv, d_q, d_pos, d_slots, d_qn, d_kn, d_cos, d_sin, d_cache};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(qkv);
+    free(qkv_bits);
+    free(cos_t);
+    free(sin_t);
+    free(q_out);
+    free(cache);
+    free(q_ref);
+    free(k_ref);
+    free(v_ref);
+    free(k_got);
+    free(v_got);
+    free(written);
+}
+
+static void test_qk_norm_rope(void) {
+    check_qk_norm_rope(0, 16, 8, 5);
+    check_qk_norm_rope(1, 16, 8, 1);
+    check_qk_norm_rope(0, 6, 2, 11);
+    check_qk_norm_rope(1, 32, 8, 3);
+}
+
+/* ---- attention ------------------------------------------------------------------------------------ */
+
+typedef struct paged_cache {
+    int n_blocks, bs, n_kv, D;
+    uint16_t *bits;  /* host copy */
+    void *device;
+} paged_cache;
+
+static paged_cache make_cache(int n_blocks, int bs, int n_kv) {
+    paged_cache c = {n_blocks, bs, n_kv, 128, NULL, NULL};
+    const size_t n = (size_t)n_blocks * 2 * n_kv * bs * 128;
+    c.bits = xmalloc(n * 2);
+    random_bf16(c.bits, NULL, n, 1.0f);
+    c.device = device_buffer(n * 2, c.bits);
+    return c;
+}
+
+static float cache_at(const paged_cache *c, const int32_t *table, int kind, int kv_head, int position, int i) {
+    return bf16_to_float(c->bits[kv_index(table[position / c->bs], kind, kv_head, position % c->bs, c->n_kv, c->bs, c->D) + i]);
+}
+
+/* out[h][i] for one query (fp32 values q) at position `position`, attending to [0, position]. */
+static void attention_ref(const paged_cache *c, const int32_t *table, const float *q, int n_heads, int position,
+                          double *out) {
+    const int D = c->D, group = n_heads / c->n_kv;
+    const double scale = 1.0 / sqrt((double)D);
+    double *w = xmalloc((size_t)(position + 1) * 8);
+    for (int h = 0; h < n_heads; h++) {
+        const int kvh = h / group;
+        double mx = -INFINITY;
+        for (int p = 0; p <= position; p++) {
+            double s = 0;
+            for (int i = 0; i < D; i++) s += (double)q[h * D + i] * cache_at(c, table, 0, kvh, p, i);
+            w[p] = s * scale;
+            if (w[p] > mx) mx = w[p];
+        }
+        double sum = 0;
+        for (int p = 0; p <= position; p++) sum += (w[p] = exp(w[p] - mx));
+        for (int i = 0; i < D; i++) {
+            double acc = 0;
+            for (int p = 0; p <= position; p++) acc += w[p] * cache_at(c, table, 1, kvh, p, i);
+            out[h * D + i] = acc / sum;
+        }
+    }
+    free(w);
+}
+
+static void make_tables(int32_t *tables, int n_seqs, int per_seq, int n_blocks) {
+    /* A permutation of the blocks, so each sequence's blocks are scattered. */
+    int32_t *perm = xmalloc((size_t)n_blocks * 4);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        const int j = (int)(rng_next() % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int i = 0; i < n_seqs * per_seq; i++) tables[i] = perm[i % n_blocks];
+    free(perm);
+}
+
+static void check_attention_prefill(int n_heads, int n_kv, int bs, int n_seqs, const int *n_new, const int *ctx) {
+    const int D = 128, per_seq = 64;
+    const int n_blocks = n_seqs * per_seq;
+    paged_cache c = make_cache(n_blocks, bs, n_kv);
+    int32_t *tables = xmalloc((size_t)n_seqs * per_seq * 4);
+    make_tables(tables, n_seqs, per_seq, n_blocks);
+    int32_t token_start[9], table_start[8], ctx32[8];
+    int T = 0, max_new = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        token_start[s] = T;
+        T += n_new[s];
+        table_start[s] = s * per_seq;
+        ctx32[s] = ctx[s];
+        if (n_new[s] > max_new) max_new = n_new[s];
+    }
+    token_start[n_seqs] = T;
+    const size_t qn = (size_t)T * n_heads * D;
+    uint16_t *q_bits = xmalloc(qn * 2), *out_bits = xmalloc(qn * 2);
+    float *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+    double *ref = xmalloc(qn * 8);
+    random_bf16(q_bits, q, qn, 1.0f);
+    void *d_q = device_buffer(qn * 2, q_bits), *d_out = device_buffer(qn * 2, NULL);
+    int32_t *d_ts = device_buffer(sizeof token_start, token_start), *d_ctx = device_buffer(sizeof ctx32, ctx32);
+    int32_t *d_tstart = device_buffer(sizeof table_start, table_start);
+    int32_t *d_tables = device_buffer((size_t)n_seqs * per_seq * 4, tables);
+    cuda_kv_layer kv = {c.device, bs, n_kv, D};
+    cuda_seq_meta meta = {d_ts, d_ctx, d_tstart, d_tables, n_seqs, max_new};
+    DEVICE_CHECK(cuda_attention_prefill(d_q, d_out, kv, meta, n_heads, 1.0f / sqrtf((float)D), NULL));
+    DEVICE_CHECK(kite_cuda_copy_to_host(out_bits, d_out, qn * 2));
+    bf16_to_floats(out_bits, out, qn);
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < n_new[s]; i++) {
+            const int t = token_start[s] + i;
+            attention_ref(&c, tables + (size_t)s * per_seq, q + (size_t)t * n_heads * D, n_heads, ctx[s] - n_new[s] + i,
+                          ref + (size_t)t * n_heads * D);
+        }
+    const double e = nmse(out, ref, qn);
+    CHECK_MSG(e < NMSE_ATTENTION, "prefill attention heads %d/%d bs %d seqs %d: nmse %g", n_heads, n_kv, bs, n_seqs, e);
+    CHECK(guard_intact(d_out, qn * 2));
+    void *bufs[] = {d_q, d_out, d_ts, d_ctx, d_tstart, d_tables, c.device};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(c.bits);
+    free(tables);
+    free(q_bits);
+    free(out_bits);
+    free(q);
+    free(out);
+    free(ref);
+}
+
+static void test_attention_prefill(void) {
+    /* A fresh prompt not a multiple of 64, a chunk after earlier context, a single decode token. */
+    const int n_new_a[3] = {70, 5, 1}, ctx_a[3] = {70, 133, 300};
+    check_attention_prefill(4, 2, 16, 3, n_new_a, ctx_a);
+    const int n_new_b[1] = {200}, ctx_b[1] = {777};
+    check_attention_prefill(16, 8, 32, 1, n_new_b, ctx_b);
+    const int n_new_c[2] = {64, 129}, ctx_c[2] = {64, 129};
+    check_attention_prefill(6, 2, 16, 2, n_new_c, ctx_c);
+    const int n_new_d[1] = {17}, ctx_d[1] = {2000};
+    check_attention_prefill(8, 8, 64, 1, n_new_d, ctx_d);
+}
+
+static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits) {
+    const int D = 128, n_blocks = KITE_TEST_CEIL(ctx, bs) + 3;
+    paged_cache c = make_cache(n_blocks, bs, n_kv);
+    int32_t *table = xmalloc((size_t)n_blocks * 4);
+    make_tables(table, 1, n_blocks, n_blocks);
+    const size_t qn = (size_t)n_heads * D;
+    float *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+    double *ref = xmalloc(qn * 8);
+    random_f32(q, qn, 1.0f);
+    int32_t ctx32 = ctx;
+    float *d_q = device_buffer(qn * 4, q), *d_out = device_buffer(qn * 4, NULL);
+    int32_t *d_table = device_buffer((size_t)n_blocks * 4, table), *d_ctx = device_buffer(4, &ctx32);
+    const size_t ws_bytes = cuda_attention_decode_workspace(n_heads, D, n_splits);
+    void *d_ws = device_buffer(ws_bytes, NULL);
+    unsigned *d_counters = device_buffer((size_t)n_heads * 4, NULL);
+    DEVICE_CHECK(kite_cuda_memset(d_counters, 0, (size_t)n_heads * 4));
+    cuda_kv_layer kv = {c.device, bs, n_kv, D};
+    attention_ref(&c, table, q, n_heads, ctx - 1, ref);
+    for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
+        DEVICE_CHECK(kite_cuda_memset(d_out, POISON, qn * 4));
+        DEVICE_CHECK(cuda_attention_decode(d_q, d_out, kv, d_table, d_ctx, n_heads, 1.0f / sqrtf((float)D), n_splits, d_ws,
+                                           d_counters, NULL, run));
+        DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, qn * 4));
+        const double e = nmse(out, ref, qn);
+        CHECK_MSG(e < 1e-9, "decode attention heads %d/%d ctx %d splits %d run %d: nmse %g", n_heads, n_kv, ctx, n_splits,
+                  run, e);
+    }
+    unsigned counters[64];
+    DEVICE_CHECK(kite_cuda_copy_to_host(counters, d_counters, (size_t)n_heads * 4));
+    int nonzero = 0;
+    for (int i = 0; i < n_heads; i++) nonzero += counters[i] != 0;
+    CHECK_MSG(nonzero == 0, "%d counters left non-zero", nonzero);
+    CHECK(guard_intact(d_out, qn * 4));
+    void *bufs[] = {d_q, d_out, d_table, d_ctx, d_ws, d_counters, c.device};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(c.bits);
+    free(table);
+    free(q);
+    free(out);
+    free(ref);
+}
+
+static void test_attention_decode(void) {
+    check_attention_decode(16, 8, 16, 1, 64);
+    check_attention_decode(16, 8, 16, 37, 7);
+    check_attention_decode(16, 8, 32, 1000, 66);
+    check_attention_decode(8, 2, 16, 515, 16);  /* group of 4 */
+    check_attention_decode(6, 2, 16, 300, 5);   /* group of 3: one head per block */
+    check_attention_decode(32, 8, 64, 4099, 33);
+}
+
+/* ---- GEMV, argmax, GEMM --------------------------------------------------------------------------- */
+
+static void check_gemv(int rows, int cols, int epilogue, int with_norm) {
+    const size_t wn = (size_t)rows * cols;
+    uint16_t *w_bits = xmalloc(wn * 2);
+    float *w = xmalloc(wn * 4), *x = xmalloc((size_t)cols * 4), *g = xmalloc((size_t)cols * 4);
+    random_bf16(w_bits, w, wn, 0.05f);
+    random_f32(x, (size_t)cols, 1.0f);
+    for (int i = 0; i < cols; i++) g[i] = 1.0f + 0.1f * rng_normal();
+    const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    float *y0 = xmalloc((size_t)outputs * 4), *y = xmalloc((size_t)outputs * 4);
+    double *ref = xmalloc((size_t)outputs * 8), *in = xmalloc((size_t)cols * 8), *dots = xmalloc((size_t)rows * 8);
+    random_f32(y0, (size_t)outputs, 1.0f);
+    double ss = 0;
+    for (int i = 0; i < cols; i++) ss += (double)x[i] * x[i];
+    const double s = with_norm ? 1.0 / sqrt(ss / cols + 1e-6) : 1.0;
+    for (int i = 0; i < cols; i++) in[i] = with_norm ? x[i] * s * g[i] : x[i];
+    for (int r = 0; r < rows; r++) {
+        double acc = 0;
+        for (int i = 0; i < cols; i++) acc += (double)w[(size_t)r * cols + i] * in[i];
+        dots[r] = acc;
+    }
+    for (int o = 0; o < outputs; o++) {
+        if (epilogue == CUDA_GEMV_SWIGLU) ref[o] = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
+        else if (epilogue == CUDA_GEMV_ADD) ref[o] = y0[o] + dots[o];
+        else ref[o] = dots[o];
+    }
+    void *d_w = device_buffer(wn * 2, w_bits);
+    float *d_x = device_buffer((size_t)cols * 4, x), *d_g = device_buffer((size_t)cols * 4, g);
+    float *d_y = device_buffer((size_t)outputs * 4, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
+    void *d_ws = device_buffer(cuda_gemv_argmax_workspace(rows), NULL);
+    int32_t *d_id = device_buffer(4, NULL);
+    DEVICE_CHECK(cuda_gemv(d_w, d_x, with_norm ? d_g : NULL, 1e-6f, d_y, rows, cols, epilogue, d_ws, d_id, NULL, 1));
+    DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, (size_t)outputs * 4));
+    const double e = nmse(y, ref, (size_t)outputs);
+    CHECK_MSG(e < 1e-9, "gemv %d x %d epilogue %d norm %d: nmse %g", rows, cols, epilogue, with_norm, e);
+    CHECK(guard_intact(d_y, (size_t)outputs * 4));
+    if (epilogue == CUDA_GEMV_ARGMAX) {
+        int32_t id = -1;
+        DEVICE_CHECK(kite_cuda_copy_to_host(&id, d_id, 4));
+        int best = 0;
+        for (int r = 1; r < rows; r++)
+            if (y[r] > y[best]) best = r;
+        CHECK_MSG(id == best, "gemv argmax %d, expected %d", id, best);
+        CHECK(guard_intact(d_id, 4));
+    }
+    void *bufs[] = {d_w, d_x, d_g, d_y, d_ws, d_id};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(w_bits);
+    free(w);
+    free(x);
+    free(g);
+    free(y0);
+    free(y);
+    free(ref);
+    free(in);
+    free(dots);
+}
+
+static void test_gemv(void) {
+    check_gemv(1000, 1024, CUDA_GEMV_STORE, 1);
+    check_gemv(4096, 1024, CUDA_GEMV_STORE, 1);
+    check_gemv(1000, 520, CUDA_GEMV_STORE, 0);
+    check_gemv(1024, 2048, CUDA_GEMV_ADD, 0);
+    check_gemv(1000, 3072, CUDA_GEMV_ADD, 0);
+    check_gemv(6144, 1024, CUDA_GEMV_SWIGLU, 1);
+    check_gemv(1002, 2056, CUDA_GEMV_SWIGLU, 1);
+    check_gemv(151936, 1024, CUDA_GEMV_ARGMAX, 1);
+    check_gemv(999, 2048, CUDA_GEMV_ARGMAX, 1);
+}
+
+static void test_argmax_rows(void) {
+    const int rows = 3, vocab = 151936;
+    float *logits = xmalloc((size_t)rows * vocab * 4);
+    random_f32(logits, (size_t)rows * vocab, 1.0f);
+    logits[77] = 50.0f;
+    logits[5000] = 50.0f; /* tie: the lowest id wins */
+    logits[(size_t)vocab + vocab - 1] = 60.0f;
+    logits[2 * (size_t)vocab + 3] = NAN; /* NaN never wins */
+    logits[2 * (size_t)vocab + 100] = 40.0f;
+    float *d_logits = device_buffer((size_t)rows * vocab * 4, logits);
+    int32_t *d_ids = device_buffer(rows * 4, NULL);
+    DEVICE_CHECK(cuda_argmax_rows(d_logits, d_ids, rows, vocab, NULL));
+    int32_t ids[3];
+    DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, sizeof ids));
+    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == 100, "argmax %d %d %d", ids[0], ids[1], ids[2]);
+    CHECK(guard_intact(d_ids, rows * 4));
+    kite_cuda_free(d_logits);
+    kite_cuda_free(d_ids);
+    free(logits);
+}
+
+static void check_gemm(cuda_gemm *gemm, int n, int m, int k, int out_f32, float beta) {
+    const size_t xn = (size_t)n * k, wn = (size_t)m * k, yn = (size_t)n * m;
+    uint16_t *x_bits = xmalloc(xn * 2), *w_bits = xmalloc(wn * 2), *y_bits = xmalloc(yn * 2);
+    float *x = xmalloc(xn * 4), *w = xmalloc(wn * 4), *y0 = xmalloc(yn * 4), *y = xmalloc(yn * 4);
+    double *ref = xmalloc(yn * 8);
+    random_bf16(x_bits, x, xn, 1.0f);
+    random_bf16(w_bits, w, wn, 0.05f);
+    random_f32(y0, yn, 1.0f);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++) {
+            double acc = 0;
+            for (int l = 0; l < k; l++) acc += (double)x[(size_t)i * k + l] * w[(size_t)j * k + l];
+            ref[(size_t)i * m + j] = acc + (beta != 0.0f ? (double)beta * y0[(size_t)i * m + j] : 0.0);
+        }
+    void *d_x = device_buffer(xn * 2, x_bits), *d_w = device_buffer(wn * 2, w_bits);
+    void *d_y = device_buffer(yn * (out_f32 ? 4 : 2), beta != 0.0f ? y0 : NULL);
+    DEVICE_CHECK(cuda_gemm_bf16(gemm, d_x, d_w, d_y, out_f32, beta, n, m, k, NULL));
+    if (out_f32) {
+        DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, yn * 4));
+    } else {
+        DEVICE_CHECK(kite_cuda_copy_to_host(y_bits, d_y, yn * 2));
+        bf16_to_floats(y_bits, y, yn);
+    }
+    const double e = nmse(y, ref, yn);
+    CHECK_MSG(e < (out_f32 ? 1e-8 : NMSE_BF16_OUT), "gemm %d x %d x %d out_f32 %d beta %g: nmse %g", n, m, k, out_f32,
+              beta, e);
+    CHECK(guard_intact(d_y, yn * (out_f32 ? 4 : 2)));
+    kite_cuda_free(d_x);
+    kite_cuda_free(d_w);
+    kite_cuda_free(d_y);
+    free(x_bits);
+    free(w_bits);
+    free(y_bits);
+    free(x);
+    free(w);
+    free(y0);
+    free(y);
+    free(ref);
+}
+
+static void test_gemm(void) {
+    cuda_gemm *gemm = NULL;
+    DEVICE_CHECK(cuda_gemm_create(&gemm));
+    check_gemm(gemm, 37, 200, 264, 0, 0.0f);
+    check_gemm(gemm, 5, 1000, 1024, 1, 1.0f);
+    check_gemm(gemm, 300, 1024, 2048, 1, 1.0f);
+    check_gemm(gemm, 1, 4096, 1024, 0, 0.0f);
+    check_gemm(gemm, 37, 200, 264, 0, 0.0f); /* the cached plan */
+    cuda_gemm_destroy(gemm);
+}
+
+int main(void) {
+    require_gpu();
+    TEST_RUN(test_embed);
+    TEST_RUN(test_rmsnorm);
+    TEST_RUN(test_swiglu);
+    TEST_RUN(test_qk_norm_rope);
+    TEST_RUN(test_attention_prefill);
+    TEST_RUN(test_attention_decode);
+    TEST_RUN(test_gemv);
+    TEST_RUN(test_argmax_rows);
+    TEST_RUN(test_gemm);
+    return test_finish();
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Makes the checkpoints and transformers references under tests/data. Runs on a machine with torch,
+# transformers and tokenizers (the GPU machine): bash tests/data/tools/make_test_data.sh OUTDIR
+# make_checkpoint.py and reference.py are copies of the project's shared device scripts.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: make_test_data.sh OUTDIR}
+tok=$here/../tokenizer   # tokenizer.json + tokenizer_config.json (the real Qwen3 files)
+mkdir -p "$out"
+
+# 1. tiny: make_checkpoint.py's own tiny shape (tied embeddings, hub-format config, one file).
+python3 "$here/make_checkpoint.py" tiny "$out/tiny" --seed 1234 --tokenizer-dir "$tok"
+
+# 2. tiny-untied: grouped-query attention (4 heads over 2 kv heads), head_dim larger than
+#    hidden/heads, three layers, an untied lm_head, the newer transformers config layout
+#    (rope_parameters, dtype) and two shards with an index.
+python3 "$here/make_variant.py" "$out/tiny-untied" --tokenizer-dir "$tok"
+
+prompts=(--prompt "The capital of France is"
+         --prompt "Hello"
+         --prompt "def fibonacci(n):
+    if n < 2:
+        return n
+    return fibonacci(n - 1) + fibonacci(n - 2)"
+         --prompt "北京是中国的首都，也是一座历史悠久的城市。"
+         --prompt "In the beginning the Universe was created. This has made a lot of people very angry and been widely regarded as a bad move. Many races believe that it was created by some sort of god, though the Jatravartid people of Viltvodyle VI believe that the entire Universe was in fact sneezed out of the nose of a being called the Great Green Arkleseizure. The Jatravartids, who live in perpetual fear of the time they call The Coming of The Great White Handkerchief, are small blue creatures with more than fifty arms each, who are therefore unique in being the only race in history to have invented the aerosol deodorant before the wheel.")
+for name in tiny tiny-untied; do
+  python3 "$here/reference.py" "$out/$name" "$out/$name.reference.json" "${prompts[@]}" --steps 32 --topk 5 \
+    --dtype float32 --device cpu
+done

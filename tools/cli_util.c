@@ -1,0 +1,111 @@
+#include "cli_util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cli_parse_int(const char *option, const char *text, long long min, long long max, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "kite: %s: '%s' is not an integer in [%lld, %lld]\n", option, text, min, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *option, const char *text, double min, double max, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !(v >= min && v <= max)) {
+        fprintf(stderr, "kite: %s: '%s' is not a number in [%g, %g]\n", option, text, min, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_int_list(const char *option, const char *text, long long min, long long max, int32_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    size_t count = 1;
+    for (const char *p = text; *p; p++) count += *p == ',';
+    int32_t *values = malloc(count * sizeof(int32_t));
+    char *copy = strdup(text);
+    if (!values || !copy) {
+        free(values);
+        free(copy);
+        fprintf(stderr, "kite: out of memory\n");
+        return false;
+    }
+    size_t k = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        long long v;
+        if (!cli_parse_int(option, item, min, max, &v)) {
+            free(values);
+            free(copy);
+            return false;
+        }
+        values[k++] = (int32_t)v;
+    }
+    free(copy);
+    if (k == 0) {
+        fprintf(stderr, "kite: %s: empty list\n", option);
+        free(values);
+        return false;
+    }
+    *out = values;
+    *n = k;
+    return true;
+}
+
+bool cli_take_value(int argc, char **argv, int *i, const char **value) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kite: %s needs a value\n", argv[*i]);
+        return false;
+    }
+    *i += 1;
+    *value = argv[*i];
+    return true;
+}
+
+bool cli_parse_backend(const char *text, kite_backend_kind *out) {
+    if (strcmp(text, "auto") == 0) *out = KITE_BACKEND_AUTO;
+    else if (strcmp(text, "cpu") == 0) *out = KITE_BACKEND_CPU;
+    else if (strcmp(text, "cuda") == 0) *out = KITE_BACKEND_CUDA;
+    else {
+        fprintf(stderr, "kite: --backend: '%s' is not one of auto, cpu, cuda\n", text);
+        return false;
+    }
+    return true;
+}
+
+void json_write_string(FILE *out, const char *text, size_t length) {
+    fputc('"', out);
+    for (size_t i = 0; i < length; i++) {
+        unsigned char c = (unsigned char)text[i];
+        switch (c) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\r': fputs("\\r", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (c < 0x20)
+                fprintf(out, "\\u%04x", c);
+            else
+                fputc(c, out);
+        }
+    }
+    fputc('"', out);
+}
+
+int cli_report(const char *what, kite_status status) {
+    const char *message = kite_last_error();
+    fprintf(stderr, "kite: %s: %s\n", what, message[0] ? message : kite_status_string(status));
+    return 1;
+}

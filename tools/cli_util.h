@@ -1,0 +1,28 @@
+/* Small helpers shared by the CLI subcommands: argument parsing with clear errors, and JSON output. */
+#ifndef KITE_TOOLS_CLI_UTIL_H
+#define KITE_TOOLS_CLI_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kite.h"
+
+/* Parses a whole decimal integer / float; false (after one line on stderr naming the option) otherwise. */
+bool cli_parse_int(const char *option, const char *text, long long min, long long max, long long *out);
+bool cli_parse_float(const char *option, const char *text, double min, double max, double *out);
+/* Parses "a,b,c" into a malloc'd array of ints within [min, max]. */
+bool cli_parse_int_list(const char *option, const char *text, long long min, long long max, int32_t **out, size_t *n);
+/* Takes the value of option argv[*i] (advancing *i); false with a message when it is missing. */
+bool cli_take_value(int argc, char **argv, int *i, const char **value);
+/* Parses --backend auto|cpu|cuda. */
+bool cli_parse_backend(const char *text, kite_backend_kind *out);
+
+/* Writes text as a JSON string literal (with quotes), escaping as RFC 8259 requires. */
+void json_write_string(FILE *out, const char *text, size_t length);
+
+/* Reports a failed kite call: "kite: <what>: <message>" on stderr. Returns 1 (the exit code). */
+int cli_report(const char *what, kite_status status);
+
+#endif
