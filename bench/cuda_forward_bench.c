@@ -136,6 +136,7 @@ int main(int argc, char **argv) {
     double *samples = malloc((size_t)(reps + 1) * sizeof *samples);
     for (int i = 0; i < n_prompts; i++) {
         const int n = prompts[i];
+        if (n <= 0) continue;
         for (int r = 0; r <= reps; r++) {
             TRY(cuda_backend_synchronize(gpu));
             const double t0 = now_s();

@@ -105,7 +105,11 @@ void json_write_string(FILE *out, const char *text, size_t length) {
 }
 
 int cli_report(const char *what, kite_status status) {
+    /* kite's messages already name the file, tensor or field; `what` only helps when there is none. */
     const char *message = kite_last_error();
-    fprintf(stderr, "kite: %s: %s\n", what, message[0] ? message : kite_status_string(status));
+    if (message[0])
+        fprintf(stderr, "kite: %s\n", message);
+    else
+        fprintf(stderr, "kite: %s: %s\n", what, kite_status_string(status));
     return 1;
 }

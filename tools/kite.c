@@ -12,6 +12,10 @@ typedef struct subcommand {
 } subcommand;
 
 static const subcommand subcommands[] = {
+    {"run", cmd_run, "generate text from a prompt (or a file of prompts, as one batch)"},
+    {"bench", cmd_bench, "measure prefill and decode throughput, each row checked against the CPU"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", cmd_detokenize, "print the text of token ids"},
     {"info", cmd_info, "print the build, the backends present and the GPU"},
 };
 

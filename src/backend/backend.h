@@ -17,6 +17,10 @@
 #include "kite.h"
 #include "model/qwen3.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct step_batch {
     int32_t n_seqs;
     int32_t n_tokens; /* total new tokens over all sequences */
@@ -52,6 +56,8 @@ typedef struct backend_ops {
     kite_status (*argmax)(backend *self, int32_t *out_ids, int32_t n_rows);
     /* Device memory in bytes that is free for the KV cache now (0 and total 0 for the host backend). */
     kite_status (*memory_info)(backend *self, size_t *free_bytes, size_t *total_bytes);
+    /* What the backend runs on, for reports ("NVIDIA H200", "cpu (16 threads)"). May be NULL. */
+    const char *(*device_name)(backend *self);
 } backend_ops;
 
 /* Implementations embed this as their first member. */
@@ -78,5 +84,9 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
 int cuda_backend_available(char *reason, size_t reason_capacity);
 kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                 const backend_params *params, backend **out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define QWEN3_MAX_EOS_IDS 16
 
 typedef enum tensor_dtype {
@@ -93,5 +97,9 @@ float f16_to_float(uint16_t bits);
 
 /* Converts n elements of a tensor of any supported dtype to float32. */
 void tensor_to_float(tensor_dtype dtype, const void *src, float *dst, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -82,26 +82,54 @@ uint64_t bytes_hash(const void *data, size_t length) {
 
 int32_t bytes_map_find(const tokenizer *t, const char *bytes, size_t length) {
     const bytes_map *m = &t->vocab;
-    size_t i = (size_t)bytes_hash(bytes, length) & m->mask;
+    uint64_t h = bytes_hash(bytes, length);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t i = (size_t)h & m->mask;
     for (;;) {
-        int32_t id = m->slots[i];
-        if (id < 0) return -1;
-        uint32_t start = t->offsets[id], end = t->offsets[id + 1];
-        if (end - start == length && memcmp(t->blob + start, bytes, length) == 0) return id;
+        const bytes_slot *s = &m->slots[i];
+        if (s->id < 0) return -1;
+        if (s->tag == tag) {
+            uint32_t start = t->offsets[s->id], end = t->offsets[s->id + 1];
+            if (end - start == length && memcmp(t->blob + start, bytes, length) == 0) return s->id;
+        }
         i = (i + 1) & m->mask;
     }
 }
+
+bool bytes_map_insert(tokenizer *t, int32_t id) {
+    bytes_map *m = &t->vocab;
+    const char *bytes = t->blob + t->offsets[id];
+    size_t length = t->offsets[id + 1] - t->offsets[id];
+    uint64_t h = bytes_hash(bytes, length);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t i = (size_t)h & m->mask;
+    for (;;) {
+        bytes_slot *s = &m->slots[i];
+        if (s->id < 0) {
+            s->id = id;
+            s->tag = tag;
+            return true;
+        }
+        if (s->tag == tag) {
+            uint32_t start = t->offsets[s->id], end = t->offsets[s->id + 1];
+            if (end - start == length && memcmp(t->blob + start, bytes, length) == 0) return false;
+        }
+        i = (i + 1) & m->mask;
+    }
+}
+
+uint64_t merge_hash(uint64_t key) { return mix64(key); }
 
 static inline bool merge_find(const merge_map *m, int32_t left, int32_t right, uint64_t *value) {
     uint64_t key = ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1;
     size_t i = (size_t)mix64(key) & m->mask;
     for (;;) {
-        uint64_t k = m->keys[i];
-        if (k == key) {
-            *value = m->values[i];
+        const merge_entry *e = &m->entries[i];
+        if (e->key == key) {
+            *value = e->value;
             return true;
         }
-        if (k == 0) return false;
+        if (e->key == 0) return false;
         i = (i + 1) & m->mask;
     }
 }

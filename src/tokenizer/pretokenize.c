@@ -4,6 +4,7 @@
 #include <utf8proc.h>
 
 #include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode_overrides.h"
 #include "util/error.h"
 
 /* ---- UTF-8 ---------------------------------------------------------------------------------------- */
@@ -284,9 +285,87 @@ static kite_status split_recursive(const tokenizer *t, size_t level, split_state
     return split_emit(t, level, states, text + previous, length - previous, piece, user);
 }
 
+/* ---- Unicode version differences ------------------------------------------------------------------ */
+
+static uint32_t override_stand_in(uint32_t cp) {
+    size_t lo = 0, hi = sizeof unicode_overrides / sizeof unicode_overrides[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < unicode_overrides[mid].first)
+            hi = mid;
+        else if (cp > unicode_overrides[mid].last)
+            lo = mid + 1;
+        else
+            return unicode_overrides[mid].stand_in;
+    }
+    return 0;
+}
+
+static void utf8_write(uint32_t c, size_t n, char *out) {
+    if (n == 2) {
+        out[0] = (char)(0xC0 | (c >> 6));
+        out[1] = (char)(0x80 | (c & 0x3F));
+    } else if (n == 3) {
+        out[0] = (char)(0xE0 | (c >> 12));
+        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (c & 0x3F));
+    } else {
+        out[0] = (char)(0xF0 | (c >> 18));
+        out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+        out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[3] = (char)(0x80 | (c & 0x3F));
+    }
+}
+
+/* PCRE2's Unicode tables are older than Hugging Face's (unicode_overrides.h lists where they disagree for
+ * the split regex). The regex runs over a copy in which each such character is replaced by a stand-in of
+ * the same UTF-8 length that PCRE2 classifies as Hugging Face does; offsets are unchanged, so the pieces
+ * are cut from the original text. NULL *out when the text has none. */
+static kite_status apply_overrides(const char *text, size_t length, char **out) {
+    const unsigned char *s = (const unsigned char *)text;
+    *out = NULL;
+    for (size_t i = 0; i < length; i++) {
+        if (s[i] < 0xE1) continue; /* every listed code point takes 3 or 4 bytes, led by 0xE1 or above */
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate(s + i, (utf8proc_ssize_t)(length - i), &cp);
+        if (n <= 0) continue;
+        uint32_t stand_in = override_stand_in((uint32_t)cp);
+        if (stand_in) {
+            if (!*out) {
+                *out = malloc(length + 1);
+                if (!*out) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "tokenizer: out of memory splitting text");
+                memcpy(*out, text, length);
+            }
+            utf8_write(stand_in, (size_t)n, *out + i);
+        }
+        i += (size_t)n - 1;
+    }
+    return KITE_OK;
+}
+
+typedef struct override_relay {
+    const char *original;
+    const char *copy;
+    pretokenize_piece_fn piece;
+    void *user;
+} override_relay;
+
+static kite_status relay_piece(void *user, const char *piece, size_t length) {
+    override_relay *r = user;
+    return r->piece(r->user, r->original + (piece - r->copy), length);
+}
+
 kite_status pretokenize_split(const tokenizer *t, const char *text, size_t length, pretokenize_piece_fn piece,
                               void *user) {
     if (t->n_splits == 0) return length ? piece(user, text, length) : KITE_OK;
+    char *copy = NULL;
+    KITE_TRY(apply_overrides(text, length, &copy));
+    override_relay relay = {text, copy, piece, user};
+    if (copy) {
+        text = copy;
+        piece = relay_piece;
+        user = &relay;
+    }
     split_state states[TOKENIZER_MAX_SPLITS];
     memset(states, 0, sizeof states);
     kite_status status = KITE_OK;
@@ -299,5 +378,6 @@ kite_status pretokenize_split(const tokenizer *t, const char *text, size_t lengt
     }
     if (status == KITE_OK) status = split_recursive(t, 0, states, text, length, piece, user);
     for (size_t i = 0; i < t->n_splits; i++) split_state_release(&states[i]);
+    free(copy);
     return status;
 }

@@ -21,15 +21,24 @@ kite_status id_buffer_push(id_buffer *b, int32_t id);
 kite_status id_buffer_reserve(id_buffer *b, size_t extra);
 
 /* Byte string -> id, open addressing over offsets into the tokenizer's byte blob. */
+typedef struct bytes_slot {
+    int32_t id;   /* -1 when empty */
+    uint32_t tag; /* high bits of the hash: most mismatches are rejected without reading the blob */
+} bytes_slot;
+
 typedef struct bytes_map {
-    int32_t *slots; /* id, or -1 when empty */
-    size_t mask;    /* capacity - 1 (capacity is a power of two) */
+    bytes_slot *slots;
+    size_t mask; /* capacity - 1 (capacity is a power of two) */
 } bytes_map;
 
 /* (left id, right id) -> merge rank and merged id. */
+typedef struct merge_entry {
+    uint64_t key;   /* (left << 32 | right) + 1; 0 marks an empty slot */
+    uint64_t value; /* rank << 32 | merged id */
+} merge_entry;
+
 typedef struct merge_map {
-    uint64_t *keys;   /* (left << 32 | right) + 1; 0 marks an empty slot */
-    uint64_t *values; /* rank << 32 | merged id */
+    merge_entry *entries; /* key and value side by side: one cache line per probe */
     size_t mask;
 } merge_map;
 
@@ -96,6 +105,9 @@ bool byte_level_decode(const char *s, size_t length, char *out, size_t *out_leng
 
 uint64_t bytes_hash(const void *data, size_t length);
 int32_t bytes_map_find(const tokenizer *t, const char *bytes, size_t length);
+/* Inserts a model id under its blob bytes; false when those bytes are already there. */
+bool bytes_map_insert(tokenizer *t, int32_t id);
+uint64_t merge_hash(uint64_t key);
 
 /* Merged piece -> ids appended to out. */
 kite_status bpe_encode_piece(const tokenizer *t, const char *piece, size_t length, id_buffer *out);

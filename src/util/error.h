@@ -9,6 +9,10 @@
 
 #include "kite.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define KITE_PRINTF_LIKE(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
 #else
@@ -31,5 +35,9 @@ void kite_error_clear(void);
         kite_status kite_try_status_ = (expr);                                                           \
         if (kite_try_status_ != KITE_OK) return kite_try_status_;                                        \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "cpu_test_model.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -265,6 +266,7 @@ static void test_logit_rows(void) {
     CHECK(b->ops->memory_info(b, &memory_free, &memory_total) == KITE_OK);
     CHECK(memory_free == 0 && memory_total == 0);
     CHECK(strcmp(b->ops->name, "cpu") == 0);
+    CHECK(b->ops->device_name != NULL && strcmp(b->ops->device_name(b), "cpu (2 threads)") == 0);
     b->ops->destroy(b);
 done:
     test_model_free(&m);
@@ -299,6 +301,32 @@ static void test_argmax_ties(void) {
     CHECK_MSG(best == (logits[7] > 0.0f ? 7 : 0), "argmax %d (logit 7 = %g)", best, (double)logits[7]);
     b->ops->destroy(b);
 done:
+    test_model_free(&m);
+}
+
+/* The AVX2 kernels and the portable ones give the same bits (no FMA contraction, same lane order). */
+static void test_portable_matches_vector_path(void) {
+    qwen3_config c = test_config(72, 4, 2, 16, 100, 2, 301);
+    test_model m;
+    if (!test_model_build(&m, &c, TENSOR_DTYPE_BF16, 23)) {
+        CHECK_MSG(0, "cannot build the test model");
+        return;
+    }
+    enum { n = 13 };
+    int32_t ids[n], table[4] = {2, 0, 3, 1};
+    random_tokens(ids, n, c.vocab_size, 29);
+    float logits[2][301];
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_ops_force_portable(pass);
+        backend *b = create_backend(&m, 2, 4, 4);
+        if (!b) break;
+        seq_step step = {ids, n, n, table, 1};
+        CHECK(run_step(b, &step, 1) == KITE_OK);
+        CHECK(b->ops->read_logits(b, logits[pass], 1) == KITE_OK);
+        b->ops->destroy(b);
+    }
+    cpu_ops_force_portable(0);
+    CHECK_MSG(memcmp(logits[0], logits[1], sizeof logits[0]) == 0, "portable and vector kernels differ");
     test_model_free(&m);
 }
 
@@ -414,6 +442,7 @@ int main(void) {
     TEST_RUN(test_batch_invariance);
     TEST_RUN(test_logit_rows);
     TEST_RUN(test_argmax_ties);
+    TEST_RUN(test_portable_matches_vector_path);
     TEST_RUN(test_bad_input);
     TEST_RUN(test_kv_bytes);
     return test_finish();

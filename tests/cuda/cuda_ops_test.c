@@ -349,46 +349,100 @@ static void test_attention_prefill(void) {
     check_attention_prefill(8, 8, 64, 1, n_new_d, ctx_d);
 }
 
+/* q (n_heads, D) and the new k, v (n_kv, D) from a QKV row: RMSNorm * weight then RoPE at `position`. */
+static void norm_rope_ref(const float *src, const float *w, const float *cos_t, const float *sin_t, int position,
+                          double *dst) {
+    const int D = 128, half = 64;
+    double ss = 0, y[128];
+    for (int i = 0; i < D; i++) ss += (double)src[i] * src[i];
+    const double s = 1.0 / sqrt(ss / D + 1e-6);
+    for (int i = 0; i < D; i++) y[i] = src[i] * s * w[i];
+    for (int i = 0; i < half; i++) {
+        const double c = cos_t[(size_t)position * half + i], sn = sin_t[(size_t)position * half + i];
+        dst[i] = y[i] * c - y[i + half] * sn;
+        dst[i + half] = y[i + half] * c + y[i] * sn;
+    }
+}
+
 static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits) {
-    const int D = 128, n_blocks = KITE_TEST_CEIL(ctx, bs) + 3;
+    const int D = 128, n_blocks = KITE_TEST_CEIL(ctx, bs) + 3, half = 64, positions = ctx + 1;
     paged_cache c = make_cache(n_blocks, bs, n_kv);
     int32_t *table = xmalloc((size_t)n_blocks * 4);
     make_tables(table, 1, n_blocks, n_blocks);
-    const size_t qn = (size_t)n_heads * D;
-    float *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
-    double *ref = xmalloc(qn * 8);
-    random_f32(q, qn, 1.0f);
+    const size_t qn = (size_t)n_heads * D, width = (size_t)(n_heads + 2 * n_kv) * D;
+    float *qkv = xmalloc(width * 4), *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+    double *ref = xmalloc(qn * 8), row[128];
+    random_f32(qkv, width, 1.0f);
+    float qn_w[128], kn_w[128];
+    for (int i = 0; i < D; i++) {
+        qn_w[i] = 1.0f + 0.1f * rng_normal();
+        kn_w[i] = 1.0f + 0.1f * rng_normal();
+    }
+    float *cos_t = xmalloc((size_t)positions * half * 4), *sin_t = xmalloc((size_t)positions * half * 4);
+    rope_tables(cos_t, sin_t, positions, D, 1000000.0);
+    const int position = ctx - 1;
+    /* Reference: the query heads, and the new K (rounded to bf16 as the cache stores it) and V written
+     * into the host copy of the cache. */
+    for (int h = 0; h < n_heads; h++) {
+        norm_rope_ref(qkv + (size_t)h * D, qn_w, cos_t, sin_t, position, row);
+        for (int i = 0; i < D; i++) q[h * D + i] = (float)row[i];
+    }
+    const int blk = table[position / bs], slot = position % bs;
+    for (int h = 0; h < n_kv; h++) {
+        norm_rope_ref(qkv + (size_t)(n_heads + h) * D, kn_w, cos_t, sin_t, position, row);
+        for (int i = 0; i < D; i++) {
+            c.bits[kv_index(blk, 0, h, slot, n_kv, bs, D) + i] = float_to_bf16((float)row[i]);
+            c.bits[kv_index(blk, 1, h, slot, n_kv, bs, D) + i] = float_to_bf16(qkv[(size_t)(n_heads + n_kv + h) * D + i]);
+        }
+    }
+    attention_ref(&c, table, q, n_heads, position, ref);
     int32_t ctx32 = ctx;
-    float *d_q = device_buffer(qn * 4, q), *d_out = device_buffer(qn * 4, NULL);
+    float *d_qkv = device_buffer(width * 4, qkv), *d_out = device_buffer(qn * 4, NULL);
     int32_t *d_table = device_buffer((size_t)n_blocks * 4, table), *d_ctx = device_buffer(4, &ctx32);
+    float *d_qn = device_buffer(sizeof qn_w, qn_w), *d_kn = device_buffer(sizeof kn_w, kn_w);
+    float *d_cos = device_buffer((size_t)positions * half * 4, cos_t), *d_sin = device_buffer((size_t)positions * half * 4, sin_t);
     const size_t ws_bytes = cuda_attention_decode_workspace(n_heads, D, n_splits);
     void *d_ws = device_buffer(ws_bytes, NULL);
     unsigned *d_counters = device_buffer((size_t)n_heads * 4, NULL);
     DEVICE_CHECK(kite_cuda_memset(d_counters, 0, (size_t)n_heads * 4));
     cuda_kv_layer kv = {c.device, bs, n_kv, D};
-    attention_ref(&c, table, q, n_heads, ctx - 1, ref);
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, qn * 4));
-        DEVICE_CHECK(cuda_attention_decode(d_q, d_out, kv, d_table, d_ctx, n_heads, 1.0f / sqrtf((float)D), n_splits, d_ws,
-                                           d_counters, NULL, run));
+        DEVICE_CHECK(cuda_attention_decode(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f, n_heads,
+                                           1.0f / sqrtf((float)D), n_splits, d_ws, d_counters, NULL, run));
         DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, qn * 4));
         const double e = nmse(out, ref, qn);
-        CHECK_MSG(e < 1e-9, "decode attention heads %d/%d ctx %d splits %d run %d: nmse %g", n_heads, n_kv, ctx, n_splits,
+        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d run %d: nmse %g", n_heads, n_kv, ctx, n_splits,
                   run, e);
     }
+    /* The cache equals the host copy: the new row appended, nothing else touched. */
+    const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
+    uint16_t *got = xmalloc(cache_n * 2);
+    DEVICE_CHECK(kite_cuda_copy_to_host(got, c.device, cache_n * 2));
+    size_t differ = 0;
+    for (size_t i = 0; i < cache_n; i++) {
+        const float a = bf16_to_float(got[i]), b = bf16_to_float(c.bits[i]);
+        if (fabsf(a - b) > 1e-2f * fabsf(b) + 1e-6f) differ++;
+    }
+    CHECK_MSG(differ == 0, "%zu cache elements differ from the reference after the append", differ);
     unsigned counters[64];
     DEVICE_CHECK(kite_cuda_copy_to_host(counters, d_counters, (size_t)n_heads * 4));
     int nonzero = 0;
     for (int i = 0; i < n_heads; i++) nonzero += counters[i] != 0;
     CHECK_MSG(nonzero == 0, "%d counters left non-zero", nonzero);
     CHECK(guard_intact(d_out, qn * 4));
-    void *bufs[] = {d_q, d_out, d_table, d_ctx, d_ws, d_counters, c.device};
+    CHECK(guard_intact(c.device, cache_n * 2));
+    void *bufs[] = {d_qkv, d_out, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, d_ws, d_counters, c.device};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
     free(c.bits);
     free(table);
+    free(qkv);
     free(q);
     free(out);
     free(ref);
+    free(cos_t);
+    free(sin_t);
+    free(got);
 }
 
 static void test_attention_decode(void) {
@@ -398,6 +452,7 @@ static void test_attention_decode(void) {
     check_attention_decode(8, 2, 16, 515, 16);  /* group of 4 */
     check_attention_decode(6, 2, 16, 300, 5);   /* group of 3: one head per block */
     check_attention_decode(32, 8, 64, 4099, 33);
+    check_attention_decode(16, 8, 16, 16384, 66);
 }
 
 /* ---- GEMV, argmax, GEMM --------------------------------------------------------------------------- */

@@ -56,6 +56,7 @@ typedef struct cpu_backend {
     backend base; /* first: a cpu_backend * is a backend * */
     qwen3_config config;
     int n_threads;
+    char device_name[48]; /* "cpu (16 threads)" */
 
     float *embed_tokens; /* (vocab, hidden) */
     cpu_layer *layers;   /* n_layers */
@@ -263,8 +264,11 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     b->config = *config;
     b->base.ops = &cpu_backend_ops;
     b->base.config = &b->config; /* our own copy: the caller's may not outlive us */
-    b->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    /* 0: OpenMP's default team size (all cores, or OMP_NUM_THREADS when the user set it). */
+    b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (b->n_threads < 1) b->n_threads = 1;
+    snprintf(b->device_name, sizeof b->device_name, "cpu (%d thread%s)", b->n_threads,
+             b->n_threads == 1 ? "" : "s");
 
     kite_status status = cpu_create_weights(b, weights);
     if (status != KITE_OK) {
@@ -628,6 +632,8 @@ static kite_status cpu_memory_info(backend *self, size_t *free_bytes, size_t *to
     return KITE_OK;
 }
 
+static const char *cpu_device_name(backend *self) { return ((cpu_backend *)self)->device_name; }
+
 static const backend_ops cpu_backend_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -636,4 +642,5 @@ static const backend_ops cpu_backend_ops = {
     .read_logits = cpu_read_logits,
     .argmax = cpu_argmax,
     .memory_info = cpu_memory_info,
+    .device_name = cpu_device_name,
 };

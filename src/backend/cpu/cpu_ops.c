@@ -100,7 +100,13 @@ __attribute__((target("avx2"))) static void rows4_avx2(float *out, const float *
 typedef float (*dot_fn)(const float *, const float *, int32_t);
 typedef void (*rows4_fn)(float *, const float *, const float *, int32_t, int32_t, int32_t);
 
+/* Set by tests to compare the two paths; read-only while a forward runs. */
+static int portable_only;
+
+void cpu_ops_force_portable(int on) { portable_only = on != 0; }
+
 static int use_avx2(void) {
+    if (portable_only) return 0;
 #ifdef CPU_HAVE_AVX2_CLONES
     /* __builtin_cpu_supports initialises itself on first use; the answer never changes. */
     return __builtin_cpu_supports("avx2");

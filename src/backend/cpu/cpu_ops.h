@@ -32,6 +32,10 @@ void cpu_rope_angles(float *cos_out, float *sin_out, int32_t position, int32_t h
 /* Rotate-half RoPE of one head in place: x * cos + cat(-x2, x1) * sin. */
 void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, int32_t head_dim);
 
+/* Tests only: nonzero makes every kernel take the portable path even where AVX2 exists, to check that
+ * both paths give the same bits. Call it between forwards, never during one. */
+void cpu_ops_force_portable(int on);
+
 /* x[i] = silu(gate[i]) * up[i], stored into gate. */
 void cpu_swiglu(float *gate, const float *up, size_t n);
 

@@ -1,4 +1,5 @@
-/* Split-K flash-decoding attention for one new token over the paged KV cache.
+/* Split-K flash-decoding attention for one new token over the paged KV cache, with the token's Q/K
+ * RMSNorm, RoPE and KV append fused in (one kernel instead of two per layer on the decode path).
  *
  * Grid (kv_head, split, head_group): a fixed grid whatever the context length, so the decode graph
  * replays it unchanged; each block takes one contiguous range of positions (context_len / n_splits
@@ -7,7 +8,12 @@
  * ...); lane j of a stream holds dims [16 j, 16 j + 16) of K, V and the accumulator, so one position
  * costs each lane two 16-byte loads of K and two of V. Each stream keeps its own running max and sum
  * (online softmax in fp32, base 2); streams merge by shuffles, warps through shared memory, splits in
- * the last block to finish (a per-head-group counter, reset by that block). */
+ * the last block to finish (a per-head-group counter, reset by that block).
+ * Each split covers at least MIN_CHUNK positions, so a short context uses few splits (blocks past the
+ * last used split leave at once) and the combine stays short. Every block normalises and rotates its own
+ * query heads from the QKV projection; the block whose range holds the new position writes the new K and
+ * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane asks L2 for
+ * the first cache rows it will read: they do not depend on that kernel. */
 #include "backend/cuda/cuda_common.cuh"
 
 namespace {
@@ -15,6 +21,7 @@ namespace {
 constexpr int HEAD_DIM = 128;
 constexpr int THREADS = 128;
 constexpr int STREAMS = THREADS / 8;
+constexpr int MIN_CHUNK = 32;
 constexpr float NO_SCORE = -1.0e30f; /* finite, so exp2(NO_SCORE - NO_SCORE) stays 1, never NaN */
 
 __device__ __forceinline__ void load_row(const bf16 *row, int sub, uint4 &a, uint4 &b) {
@@ -23,15 +30,37 @@ __device__ __forceinline__ void load_row(const bf16 *row, int sub, uint4 &a, uin
     b = __ldcs(p + 1);
 }
 
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+/* Normalises (RMSNorm * weight) and rotates (RoPE, rotate-half) one head of 128 values with a warp:
+ * lane l holds dims 2l, 2l + 1, 64 + 2l, 65 + 2l. */
+__device__ __forceinline__ void norm_rope_head(const float *src, const float *norm, const float *cos_row,
+                                               const float *sin_row, float eps, int lane, float out[4]) {
+    const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
+    float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
+    const float sum_sq = warp_sum(lo.x * lo.x + lo.y * lo.y + hi.x * hi.x + hi.y * hi.y);
+    const float scale = rsqrtf(sum_sq / (float)HEAD_DIM + eps);
+    lo.x *= scale * norm[d0];
+    lo.y *= scale * norm[d0 + 1];
+    hi.x *= scale * norm[d1];
+    hi.y *= scale * norm[d1 + 1];
+    const float2 c = *reinterpret_cast<const float2 *>(cos_row + d0), s = *reinterpret_cast<const float2 *>(sin_row + d0);
+    out[0] = lo.x * c.x - hi.x * s.x;
+    out[1] = lo.y * c.y - hi.y * s.y;
+    out[2] = hi.x * c.x + lo.x * s.x;
+    out[3] = hi.y * c.y + lo.y * s.y;
+}
+
 template <int GROUP>
 __global__ void __launch_bounds__(THREADS)
-    attention_decode_kernel(const float *q, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                            const int32_t *context_len, int n_heads, float scale_log2, int n_splits, float *ws_acc,
-                            float2 *ws_stats, unsigned *counters) {
-    pdl_wait();
-    pdl_launch_dependents();
+    attention_decode_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                            const int32_t *context_len, const float *__restrict__ q_norm,
+                            const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
+                            const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
+                            int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
     __shared__ float smem_acc[THREADS / 32][GROUP][HEAD_DIM];
     __shared__ float smem_m[THREADS / 32][GROUP], smem_l[THREADS / 32][GROUP];
+    __shared__ float smem_q[GROUP][HEAD_DIM];
     __shared__ bool is_last;
 
     const int kv_head = blockIdx.x, split = blockIdx.y;
@@ -39,24 +68,68 @@ __global__ void __launch_bounds__(THREADS)
     const int first_head = kv_head * group_heads + blockIdx.z * GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
     const int stream = warp * 4 + (lane >> 3);
+    /* The context length and block table come from the step buffer, written before the graph ran. */
     const int ctx = context_len[0];
-    const int chunk = (ctx + n_splits - 1) / n_splits;
+    int chunk = (ctx + n_splits - 1) / n_splits;
+    if (chunk < MIN_CHUNK) chunk = MIN_CHUNK;
+    const int n_used = (ctx + chunk - 1) / chunk;
     const int begin = split * chunk;
     const int end = min(ctx, begin + chunk);
+    const int position = ctx - 1;
+    const bf16 *cache = static_cast<const bf16 *>(kv.base);
+
+    if (split < n_used) { /* older positions do not depend on the previous kernel */
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int p = begin + j * STREAMS + stream;
+            if (p < end && p != position) {
+                const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
+                prefetch_l2(cache + kv_offset(kv, block, 0, kv_head, slot) + sub * 16);
+                prefetch_l2(cache + kv_offset(kv, block, 1, kv_head, slot) + sub * 16);
+            }
+        }
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    if (split >= n_used) return;
+
+    /* The query heads of this block, and (in the block that owns the new position) the new K and V. */
+    const bool owns_new = begin <= position && position < end;
+    const float *cos_row = rope_cos + (size_t)position * (HEAD_DIM / 2);
+    const float *sin_row = rope_sin + (size_t)position * (HEAD_DIM / 2);
+    for (int item = warp; item < GROUP + 2; item += THREADS / 32) {
+        if (item < GROUP) {
+            float v[4];
+            norm_rope_head(qkv + (size_t)(first_head + item) * HEAD_DIM, q_norm, cos_row, sin_row, eps, lane, v);
+            smem_q[item][2 * lane] = v[0] * scale_log2;
+            smem_q[item][2 * lane + 1] = v[1] * scale_log2;
+            smem_q[item][HEAD_DIM / 2 + 2 * lane] = v[2] * scale_log2;
+            smem_q[item][HEAD_DIM / 2 + 2 * lane + 1] = v[3] * scale_log2;
+        } else if (owns_new) {
+            const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
+            const int kind = item - GROUP; /* 0: K, 1: V */
+            const float *src = qkv + (size_t)(n_heads + kind * kv.n_kv_heads + kv_head) * HEAD_DIM;
+            bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
+            float v[4];
+            if (kind == 0) {
+                norm_rope_head(src, k_norm, cos_row, sin_row, eps, lane, v);
+            } else {
+                v[0] = src[2 * lane];
+                v[1] = src[2 * lane + 1];
+                v[2] = src[HEAD_DIM / 2 + 2 * lane];
+                v[3] = src[HEAD_DIM / 2 + 2 * lane + 1];
+            }
+            *reinterpret_cast<uint32_t *>(dst + 2 * lane) = pack_bf16x2(v[0], v[1]);
+            *reinterpret_cast<uint32_t *>(dst + HEAD_DIM / 2 + 2 * lane) = pack_bf16x2(v[2], v[3]);
+        }
+    }
+    __syncthreads(); /* smem_q ready; the new K/V row is in global memory for this block's reads */
 
     float qr[GROUP][16];
 #pragma unroll
-    for (int g = 0; g < GROUP; g++) {
-        const float4 *qp = reinterpret_cast<const float4 *>(q + (size_t)(first_head + g) * HEAD_DIM + sub * 16);
+    for (int g = 0; g < GROUP; g++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 v = qp[i];
-            qr[g][4 * i] = v.x * scale_log2;
-            qr[g][4 * i + 1] = v.y * scale_log2;
-            qr[g][4 * i + 2] = v.z * scale_log2;
-            qr[g][4 * i + 3] = v.w * scale_log2;
-        }
-    }
+        for (int i = 0; i < 16; i++) qr[g][i] = smem_q[g][sub * 16 + i];
     float m[GROUP], l[GROUP], acc[GROUP][16];
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
@@ -66,7 +139,6 @@ __global__ void __launch_bounds__(THREADS)
         for (int i = 0; i < 16; i++) acc[g][i] = 0.0f;
     }
 
-    const bf16 *cache = static_cast<const bf16 *>(kv.base);
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
     for (int round = 0; round < n_rounds; round += 2) {
         /* Two positions per stream in flight: 8 loads of 16 bytes per lane. */
@@ -169,7 +241,7 @@ __global__ void __launch_bounds__(THREADS)
     __threadfence();
     __syncthreads();
     const unsigned counter_index = (unsigned)(first_head / GROUP);
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[counter_index], 1u) == (unsigned)(n_splits - 1);
+    if (threadIdx.x == 0) is_last = atomicAdd(&counters[counter_index], 1u) == (unsigned)(n_used - 1);
     __syncthreads();
     if (!is_last) return;
     __threadfence();
@@ -177,9 +249,11 @@ __global__ void __launch_bounds__(THREADS)
     for (int g = 0; g < GROUP; g++) {
         const size_t base = (size_t)(first_head + g) * (size_t)n_splits;
         float m_all = NO_SCORE;
-        for (int sp = 0; sp < n_splits; sp++) m_all = fmaxf(m_all, __ldcg(&ws_stats[base + sp]).x);
+#pragma unroll 8
+        for (int sp = 0; sp < n_used; sp++) m_all = fmaxf(m_all, __ldcg(&ws_stats[base + sp]).x);
         float l_all = 0.0f, a_all = 0.0f;
-        for (int sp = 0; sp < n_splits; sp++) {
+#pragma unroll 8
+        for (int sp = 0; sp < n_used; sp++) {
             const float2 st = __ldcg(&ws_stats[base + sp]);
             const float f = exp2f(st.x - m_all);
             l_all += st.y * f;
@@ -202,9 +276,11 @@ extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int
     return (size_t)n_heads * (size_t)n_splits * ((size_t)head_dim * sizeof(float) + sizeof(float2));
 }
 
-extern "C" kite_status cuda_attention_decode(const float *q, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                                             const int32_t *context_len, int n_heads, float scale, int n_splits,
-                                             void *workspace, unsigned *counters, void *stream, int use_pdl) {
+extern "C" kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                             const int32_t *context_len, const float *q_norm, const float *k_norm,
+                                             const float *rope_cos, const float *rope_sin, float eps, int n_heads,
+                                             float scale, int n_splits, void *workspace, unsigned *counters,
+                                             void *stream, int use_pdl) {
     if (kv.head_dim != HEAD_DIM || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || n_splits <= 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: head_dim %d heads %d kv heads %d splits %d",
                          kv.head_dim, n_heads, kv.n_kv_heads, n_splits);
@@ -216,19 +292,15 @@ extern "C" kite_status cuda_attention_decode(const float *q, float *out, cuda_kv
     const float scale_log2 = scale * 1.4426950408889634f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
+#define LAUNCH(G)                                                                                        \
+    CUDA_CHECK(launch_kernel(attention_decode_kernel<G>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv, block_table, \
+                             context_len, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale_log2, n_splits,  \
+                             ws_acc, ws_stats, counters))
     switch (group) {
-    case 4:
-        CUDA_CHECK(launch_kernel(attention_decode_kernel<4>, grid, dim3(THREADS), 0, s, pdl, q, out, kv, block_table,
-                                 context_len, n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters));
-        break;
-    case 2:
-        CUDA_CHECK(launch_kernel(attention_decode_kernel<2>, grid, dim3(THREADS), 0, s, pdl, q, out, kv, block_table,
-                                 context_len, n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters));
-        break;
-    default:
-        CUDA_CHECK(launch_kernel(attention_decode_kernel<1>, grid, dim3(THREADS), 0, s, pdl, q, out, kv, block_table,
-                                 context_len, n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters));
-        break;
+    case 4: LAUNCH(4); break;
+    case 2: LAUNCH(2); break;
+    default: LAUNCH(1); break;
     }
+#undef LAUNCH
     return KITE_OK;
 }

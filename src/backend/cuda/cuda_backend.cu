@@ -36,6 +36,7 @@ struct cuda_backend {
     backend base; /* first: a cuda_backend * is a backend * */
     qwen3_config config;
     int device, sm_count;
+    char device_name[256];
     cudaStream_t stream;
     cuda_gemm *gemm;
     bool use_graph, use_pdl;
@@ -431,10 +432,9 @@ kite_status decode_launches(cuda_backend *b) {
         const cuda_kv_layer kv = kv_layer(b, l);
         KITE_TRY(cuda_gemv(L->qkv, b->dec_x, L->input_norm, eps, b->dec_qkv, qkv_dim, hidden, CUDA_GEMV_STORE, NULL,
                            NULL, st, pdl));
-        KITE_TRY(cuda_qk_norm_rope_kv(b->dec_qkv, b->dec_q, 1, step + STEP_POSITION, step + STEP_SLOT, L->q_norm,
-                                      L->k_norm, b->rope_cos, b->rope_sin, kv, 1, c->n_heads, eps, st, pdl));
-        KITE_TRY(cuda_attention_decode(b->dec_q, b->dec_attention, kv, step + STEP_TABLE, step + STEP_CONTEXT,
-                                       c->n_heads, scale, b->n_splits, b->dec_attention_ws, b->dec_counters, st, pdl));
+        KITE_TRY(cuda_attention_decode(b->dec_qkv, b->dec_attention, kv, step + STEP_TABLE, step + STEP_CONTEXT,
+                                       L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale,
+                                       b->n_splits, b->dec_attention_ws, b->dec_counters, st, pdl));
         KITE_TRY(cuda_gemv(L->o, b->dec_attention, NULL, 0.0f, b->dec_x, hidden, qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
         KITE_TRY(cuda_gemv(L->gate_up, b->dec_x, L->post_norm, eps, b->dec_act, 2 * inter, hidden, CUDA_GEMV_SWIGLU,
                            NULL, NULL, st, pdl));
@@ -628,8 +628,11 @@ kite_status cuda_memory_info(backend *self, size_t *free_bytes, size_t *total_by
     return KITE_OK;
 }
 
+const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name; }
+
 const backend_ops cuda_ops = {
     "cuda", cuda_destroy, cuda_kv_reserve, cuda_forward, cuda_read_logits, cuda_argmax, cuda_memory_info,
+    cuda_device_name,
 };
 
 kite_status check_device(int device, char *reason, size_t capacity) {
@@ -705,6 +708,9 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         return kite_fail(KITE_ERROR_BACKEND, "cuda: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
     };
     STEP(cuda_step(cudaDeviceGetAttribute(&b->sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute"));
+    cudaDeviceProp prop;
+    STEP(cuda_step(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+    if (status == KITE_OK) snprintf(b->device_name, sizeof b->device_name, "%s", prop.name);
     STEP(cuda_step(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     STEP(cuda_step(cudaEventCreateWithFlags(&b->meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
     STEP(cuda_step(cudaEventCreateWithFlags(&b->step_copied, cudaEventDisableTiming), "cudaEventCreate"));

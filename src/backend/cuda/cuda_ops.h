@@ -78,14 +78,18 @@ kite_status cuda_qk_norm_rope_kv(const void *qkv, void *q_out, int io_f32, const
 kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_layer kv, cuda_seq_meta seqs, int n_heads,
                                    float scale, void *stream);
 
-/* One new token of one sequence attending to context_len[0] positions (the new one already appended),
- * split over n_splits blocks per kv head (a fixed grid for any context length) and combined in the
- * last block to finish. q, out: fp32 (n_heads, head_dim). workspace: cuda_attention_decode_workspace()
- * bytes; counters: n_kv_heads unsigned ints, zero before the first call (each call leaves them zero). */
+/* One new token of one sequence (the decode step): its query heads and new K are RMS-normalised and
+ * rotated here (position context_len[0] - 1), the new K and V appended to the cache at that position
+ * (block_table[position / block_size]), then it attends to all context_len[0] positions, split over
+ * n_splits blocks per kv head (a fixed grid for any context length; splits of at least 32 positions)
+ * and combined in the last block to finish. qkv: fp32 ((n_heads + 2 n_kv_heads) * head_dim), q then k
+ * then v; out: fp32 (n_heads, head_dim). workspace: cuda_attention_decode_workspace() bytes; counters:
+ * n_heads unsigned ints, zero before the first call (each call leaves them zero). */
 size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int n_splits);
-kite_status cuda_attention_decode(const float *q, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                                  const int32_t *context_len, int n_heads, float scale, int n_splits,
-                                  void *workspace, unsigned *counters, void *stream, int use_pdl);
+kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                  const int32_t *context_len, const float *q_norm, const float *k_norm,
+                                  const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
+                                  int n_splits, void *workspace, unsigned *counters, void *stream, int use_pdl);
 
 /* Decode matrix-vector products: weight bf16 (rows, cols), x fp32 (cols), 16-byte loads, each weight
  * read once. The input is x, or rmsnorm(x) * norm_weight when norm_weight is not NULL. Epilogues:

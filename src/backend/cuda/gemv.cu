@@ -4,7 +4,7 @@
  *
  * Work split: a warp owns R weight rows at a time and walks them together, U chunks of 8 bf16 per lane
  * in flight per row, so each lane keeps R * U 16-byte loads outstanding. Blocks loop over warp tasks
- * (a grid of at most two blocks per SM), so the prologue (and its RMSNorm) is paid once per block and
+ * (a grid of at most four 4-warp blocks per SM), so the prologue (and its RMSNorm) is paid once per block and
  * under PDL the whole grid is resident and can fetch its first weights before the previous kernel ends. */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -12,7 +12,8 @@
 
 namespace {
 
-constexpr int GEMV_THREADS = 256;
+constexpr int GEMV_THREADS = 128;
+constexpr int GEMV_BLOCKS_PER_SM = 4;
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 
 struct argmax_entry {
@@ -207,7 +208,7 @@ int gemv_grid(int n_tasks) {
             gemv_sm_count = 132;
     }
     const int blocks = KITE_CEIL_DIV(n_tasks, GEMV_WARPS);
-    return blocks < 2 * gemv_sm_count ? blocks : 2 * gemv_sm_count;
+    return blocks < GEMV_BLOCKS_PER_SM * gemv_sm_count ? blocks : GEMV_BLOCKS_PER_SM * gemv_sm_count;
 }
 
 template <int R, int U, int EPILOGUE>
@@ -234,7 +235,7 @@ extern "C" size_t cuda_gemv_argmax_workspace(int rows) {
     (void)rows;
     int device = 0, sm_count = 132;
     if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-    return (size_t)(2 * sm_count) * sizeof(argmax_entry);
+    return (size_t)(GEMV_BLOCKS_PER_SM * sm_count) * sizeof(argmax_entry);
 }
 
 extern "C" kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weight, float eps, float *y,

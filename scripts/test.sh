@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The README's test command: installs the dependencies (Debian 12), then
+#   1. a Release build (with the CUDA backend when nvcc is found) and every test (GPU tests skip, saying
+#      why, on a machine without a GPU);
+#   2. a Debug build with AddressSanitizer + UndefinedBehaviorSanitizer and every CPU test under it;
+#   3. a short bounded pass of each libFuzzer target.
+# Usage: scripts/test.sh [FUZZ_SECONDS_PER_TARGET=15]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+fuzz_seconds="${1:-15}"
+jobs="$(nproc)"
+
+bash scripts/install-deps.sh
+
+echo "== Release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== ASan + UBSan build and tests"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKITE_SANITIZE=ON -DKITE_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== fuzz (${fuzz_seconds} s per target)"
+bash scripts/fuzz.sh "$fuzz_seconds"
+echo "all tests passed"

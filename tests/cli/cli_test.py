@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `kite run`, `kite tokenize`, `kite detokenize` and `kite info` on the tiny
+checkpoints of tests/data, against the transformers references there (made by tests/data/tools)."""
+import argparse, json, os, shutil, struct, subprocess, sys, tempfile
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kite", required=True)
+ap.add_argument("--data", required=True)
+args = ap.parse_args()
+KITE, DATA = args.kite, args.data
+passed = failed = 0
+
+
+def run(*argv, check_exit=None):
+    p = subprocess.run([KITE, *argv], capture_output=True, timeout=600)
+    if check_exit is not None and p.returncode != check_exit:
+        raise AssertionError(f"kite {' '.join(argv)}: exit {p.returncode}, stderr: {p.stderr.decode(errors='replace')}")
+    return p
+
+
+def case(fn):
+    global passed, failed
+    try:
+        fn()
+        passed += 1
+        print("PASS", fn.__name__, flush=True)
+    except AssertionError as e:
+        failed += 1
+        print("FAIL", fn.__name__, e, flush=True)
+    return fn
+
+
+def last_json(stdout):
+    return json.loads(stdout.decode().rstrip("\n").split("\n")[-1])
+
+
+@case
+def greedy_tokens_and_logprobs_match_transformers():
+    for name in ("tiny", "tiny-untied"):
+        ref = json.load(open(os.path.join(DATA, name + ".reference.json")))
+        for r in ref["results"]:
+            ids = ",".join(map(str, r["prompt_ids"]))
+            p = run("run", "--model", os.path.join(DATA, name), "--prompt-ids", ids, "--max-tokens", str(len(r["greedy"])),
+                    "--ignore-eos", "--json", "--logprobs", "5", "--backend", "cpu", check_exit=0)
+            out = last_json(p.stdout)
+            assert out["tokens"] == r["greedy"], f"{name} {r['prompt'][:20]!r}: {out['tokens']} vs {r['greedy']}"
+            assert out["finish_reason"] == "length"
+            for step, (got, want) in enumerate(zip(out["logprobs"], r["steps"])):
+                got_values = [t["logprob"] for t in got["top"]]
+                for a, b in zip(got_values, want["top_logprobs"]):
+                    assert abs(a - b) <= 1e-4, f"{name} step {step}: top-5 {got_values} vs {want['top_logprobs']}"
+                assert abs(got["logprob"] - want["top_logprobs"][0]) <= 1e-4
+
+
+@case
+def text_prompt_goes_through_the_tokenizer_and_streams():
+    ref = json.load(open(os.path.join(DATA, "tiny.reference.json")))
+    r = ref["results"][0]
+    p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt", r["prompt"], "--max-tokens", "16",
+            "--ignore-eos", "--json", "--backend", "cpu", check_exit=0)
+    lines = p.stdout.decode().split("\n")
+    out = json.loads(lines[-2])
+    assert out["prompt_tokens"] == r["prompt_ids"]
+    assert out["tokens"] == r["greedy"][:16]
+    streamed = p.stdout.decode()[: -(len(lines[-2]) + 2)]  # the text, then "\n", then the JSON line
+    assert streamed == out["text"], f"streamed {streamed!r} != final {out['text']!r}"
+    d = run("detokenize", "--model", os.path.join(DATA, "tiny"), *map(str, out["tokens"]), check_exit=0)
+    assert d.stdout.decode().rstrip("\n") == out["text"]
+
+
+@case
+def tokenize_cli():
+    p = run("tokenize", "--model", os.path.join(DATA, "tiny"), "--json", "Hello, my dog is cute", check_exit=0)
+    assert json.loads(p.stdout) == {"ids": [9707, 11, 847, 5562, 374, 18838]}
+
+
+@case
+def stop_string_ends_generation_before_it():
+    base = last_json(run("run", "--model", os.path.join(DATA, "tiny"), "--prompt", "Hello", "--max-tokens", "24",
+                         "--ignore-eos", "--json", "--backend", "cpu", check_exit=0).stdout)
+    text = base["text"]
+    assert len(text) > 8, text
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    cut = text.index(stop)
+    out = last_json(run("run", "--model", os.path.join(DATA, "tiny"), "--prompt", "Hello", "--max-tokens", "24",
+                        "--ignore-eos", "--json", "--backend", "cpu", "--stop", stop, check_exit=0).stdout)
+    assert out["finish_reason"] == "stop", out
+    assert out["text"] == text[:cut], f"{out['text']!r} vs {text[:cut]!r}"
+
+
+@case
+def seeded_sampling_is_reproducible():
+    common = ["run", "--model", os.path.join(DATA, "tiny"), "--prompt", "Hello", "--max-tokens", "24", "--ignore-eos",
+              "--json", "--backend", "cpu", "--temperature", "1.0", "--top-p", "0.95"]
+    a = last_json(run(*common, "--seed", "7", check_exit=0).stdout)["tokens"]
+    b = last_json(run(*common, "--seed", "7", check_exit=0).stdout)["tokens"]
+    c = last_json(run(*common, "--seed", "8", check_exit=0).stdout)["tokens"]
+    assert a == b
+    assert a != c
+
+
+@case
+def prompt_file_runs_as_one_batch_with_solo_tokens():
+    ref = json.load(open(os.path.join(DATA, "tiny.reference.json")))
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "prompts.txt")
+        prompts = [r["prompt"] for r in ref["results"] if "\n" not in r["prompt"]]
+        open(f, "w").write("\n".join(prompts) + "\n")
+        p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt-file", f, "--max-tokens", "20", "--ignore-eos",
+                "--json", "--backend", "cpu", check_exit=0)
+        outs = [json.loads(l) for l in p.stdout.decode().strip().split("\n")]
+        want = [r for r in ref["results"] if "\n" not in r["prompt"]]
+        assert len(outs) == len(want)
+        for o, r in zip(outs, want):
+            assert o["tokens"] == r["greedy"][:20], (o["tokens"], r["greedy"][:20])
+
+
+def damaged(setup, expect):
+    """Copies tiny, lets setup(dir) damage it, and checks exit code 1 with one stderr line naming it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "ckpt")
+        shutil.copytree(os.path.join(DATA, "tiny"), d)
+        setup(d)
+        p = run("run", "--model", d, "--prompt-ids", "1,2,3", "--max-tokens", "2", "--backend", "cpu")
+        err = p.stderr.decode()
+        assert p.returncode == 1, f"exit {p.returncode}: {err}"
+        assert err.count("\n") == 1, f"not one line: {err!r}"
+        for word in expect:
+            assert word in err, f"{word!r} not in {err!r}"
+
+
+def rewrite_header(d, edit):
+    path = os.path.join(d, "model.safetensors")
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    edit(header)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+
+
+@case
+def damaged_checkpoints_fail_cleanly():
+    damaged(lambda d: os.remove(os.path.join(d, "config.json")), ["config.json"])
+    damaged(lambda d: open(os.path.join(d, "config.json"), "w").write("{not json"), ["config.json"])
+    damaged(lambda d: os.truncate(os.path.join(d, "model.safetensors"), 5_000_000), ["model.safetensors"])
+    damaged(lambda d: open(os.path.join(d, "model.safetensors"), "wb").close(), ["model.safetensors"])
+    damaged(lambda d: rewrite_header(d, lambda h: h.update({"model.norm.weights": h.pop("model.norm.weight")})),
+            ["model.norm.weight"])
+    damaged(lambda d: rewrite_header(d, lambda h: h["model.norm.weight"].update(dtype="Q4")), ["model.norm.weight"])
+
+    def zero_heads(d):
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["num_key_value_heads"] = 3  # 2 query heads over 3 kv heads
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+    damaged(zero_heads, ["num_attention_heads"])
+    damaged(lambda d: os.remove(os.path.join(d, "tokenizer.json")), ["tokenizer.json"])
+
+
+@case
+def usage_errors_exit_2():
+    assert run("run", "--model", os.path.join(DATA, "tiny")).returncode == 2
+    assert run("run", "--model", os.path.join(DATA, "tiny"), "--prompt", "x", "--top-p", "2").returncode == 2
+    assert run("frobnicate").returncode == 2
+    p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt-ids", "999999999", "--backend", "cpu")
+    assert p.returncode == 1 and "vocabulary" in p.stderr.decode(), p.stderr
+
+
+@case
+def info_names_the_backends():
+    out = run("info", check_exit=0).stdout.decode()
+    assert "cpu" in out and "cuda" in out
+
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

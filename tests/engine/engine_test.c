@@ -1,0 +1,233 @@
+/* The engine on the CPU backend with the tiny checkpoint: greedy tokens equal transformers' reference,
+ * batch invariance under different arrival times, preemption under a tiny KV cache, cancel and the
+ * free-block accounting. */
+#include <stdint.h>
+
+#include "kite.h"
+#include "test_util.h"
+#include "util/json.h"
+
+#define MAX_TOKENS 64
+#define MAX_REQUESTS 8
+
+typedef struct collected {
+    int32_t tokens[MAX_TOKENS];
+    int32_t n;
+    kite_finish_reason finish;
+    int events_after_finish;
+} collected;
+
+static void collect(const kite_token_event *event, void *user_data) {
+    collected *c = user_data;
+    if (c->finish != KITE_FINISH_NONE) c->events_after_finish++;
+    if (event->token >= 0 && c->n < MAX_TOKENS) c->tokens[c->n++] = event->token;
+    if (event->finish != KITE_FINISH_NONE) c->finish = event->finish;
+}
+
+typedef struct reference_prompt {
+    int32_t ids[512];
+    int32_t n_ids;
+    int32_t greedy[64];
+    int32_t n_greedy;
+} reference_prompt;
+
+static int load_reference(const char *path, reference_prompt *out, int max) {
+    size_t length;
+    char *text = test_read_file(path, &length);
+    if (!text) return 0;
+    json_document *d = json_parse(text, length, NULL);
+    free(text);
+    if (!d) return 0;
+    const json_value *results = json_object_get(json_root(d), "results");
+    int n = 0;
+    for (size_t i = 0; results && i < results->length && n < max; i++) {
+        const json_value *ids = json_object_get(&results->as.items[i], "prompt_ids");
+        const json_value *greedy = json_object_get(&results->as.items[i], "greedy");
+        reference_prompt *p = &out[n++];
+        p->n_ids = p->n_greedy = 0;
+        for (size_t k = 0; k < ids->length && k < 512; k++) {
+            int64_t v = 0;
+            json_get_int64(&ids->as.items[k], &v);
+            p->ids[p->n_ids++] = (int32_t)v;
+        }
+        for (size_t k = 0; k < greedy->length && k < 64; k++) {
+            int64_t v = 0;
+            json_get_int64(&greedy->as.items[k], &v);
+            p->greedy[p->n_greedy++] = (int32_t)v;
+        }
+    }
+    json_free(d);
+    return n;
+}
+
+static kite_model *load_tiny(void) {
+    kite_load_params p = kite_load_params_default();
+    p.backend = KITE_BACKEND_CPU;
+    p.n_threads = 2;
+    kite_model *m = NULL;
+    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m);
+    CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
+    return m;
+}
+
+static kite_request greedy_request(const reference_prompt *p, int32_t max_tokens, collected *c) {
+    kite_request r = kite_request_default();
+    r.prompt_ids = p->ids;
+    r.n_prompt_ids = (size_t)p->n_ids;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.on_token = collect;
+    r.user_data = c;
+    return r;
+}
+
+static reference_prompt prompts[8];
+static int n_prompts;
+
+/* Alone, each prompt's greedy tokens equal transformers'. */
+static void test_greedy_matches_reference(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    for (int i = 0; i < n_prompts; i++) {
+        collected c = {0};
+        kite_request r = greedy_request(&prompts[i], prompts[i].n_greedy, &c);
+        CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+        CHECK(kite_engine_run(e) == KITE_OK);
+        CHECK(c.finish == KITE_FINISH_LENGTH);
+        CHECK_MSG(c.n == prompts[i].n_greedy, "prompt %d: %d tokens", i, c.n);
+        for (int k = 0; k < c.n && k < prompts[i].n_greedy; k++)
+            CHECK_MSG(c.tokens[k] == prompts[i].greedy[k], "prompt %d step %d: %d vs reference %d", i, k, c.tokens[k],
+                      prompts[i].greedy[k]);
+    }
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
+/* Runs all prompts with staggered arrivals (one more joins every `stagger` steps) under the given
+ * engine parameters; returns the engine's preemption count. */
+static int64_t run_staggered(kite_engine_params params, int stagger, collected *out, int32_t max_tokens,
+                             int32_t *blocks_before, int32_t *blocks_after) {
+    kite_model *m = load_tiny();
+    if (!m) return -1;
+    kite_engine *e = NULL;
+    kite_status s = kite_engine_create(m, &params, &e);
+    CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
+    if (s != KITE_OK) {
+        kite_model_free(m);
+        return -1;
+    }
+    *blocks_before = kite_engine_get_stats(e).kv_blocks_free;
+    int submitted = 0, step = 0;
+    while (submitted < n_prompts || !kite_engine_idle(e)) {
+        if (submitted < n_prompts && step % stagger == 0) {
+            kite_request r = greedy_request(&prompts[submitted], max_tokens, &out[submitted]);
+            CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+            submitted++;
+        }
+        s = kite_engine_step(e);
+        CHECK_MSG(s == KITE_OK, "step: %s", kite_last_error());
+        if (s != KITE_OK) break;
+        step++;
+    }
+    CHECK(kite_engine_run(e) == KITE_OK);
+    int64_t preemptions = kite_engine_get_stats(e).preemptions;
+    *blocks_after = kite_engine_get_stats(e).kv_blocks_free;
+    kite_engine_free(e);
+    kite_model_free(m);
+    return preemptions;
+}
+
+static void check_same_tokens(const collected *a, int32_t max_tokens) {
+    for (int i = 0; i < n_prompts; i++) {
+        CHECK_MSG(a[i].n == max_tokens, "prompt %d: %d tokens", i, a[i].n);
+        for (int k = 0; k < a[i].n && k < prompts[i].n_greedy; k++)
+            CHECK_MSG(a[i].tokens[k] == prompts[i].greedy[k], "prompt %d step %d: %d vs %d", i, k, a[i].tokens[k],
+                      prompts[i].greedy[k]);
+        CHECK(a[i].events_after_finish == 0);
+    }
+}
+
+/* In a batch with different prompt lengths and arrival times, every request gets its solo tokens,
+ * and all blocks come back. Chunked prefill (a small step budget) must not change anything. */
+static void test_batch_invariance(void) {
+    kite_engine_params params = kite_engine_params_default();
+    params.max_step_tokens = 40; /* the 143-token prompt is read in chunks, mixed with decode */
+    collected c[MAX_REQUESTS] = {0};
+    int32_t before = 0, after = 0;
+    run_staggered(params, 3, c, 32, &before, &after);
+    check_same_tokens(c, 32);
+    CHECK_MSG(before == after, "free blocks %d before, %d after", before, after);
+}
+
+/* A KV cache too small for all requests at once forces preemption; tokens stay the same. */
+static void test_preemption(void) {
+    kite_engine_params params = kite_engine_params_default();
+    params.kv_block_size = 4;
+    /* tiny: 2 layers x 1 kv head x 32 dims x K,V x 4 bytes = 512 bytes per position on the CPU. */
+    params.kv_cache_bytes = 512 * 4 * 60; /* 60 blocks = 240 positions for 5 requests needing ~330 */
+    collected c[MAX_REQUESTS] = {0};
+    int32_t before = 0, after = 0;
+    int64_t preemptions = run_staggered(params, 1, c, 32, &before, &after);
+    CHECK_MSG(preemptions > 0, "expected preemptions, got %lld", (long long)preemptions);
+    check_same_tokens(c, 32);
+    CHECK_MSG(before == after, "free blocks %d before, %d after", before, after);
+}
+
+/* A prompt that can never fit ends with KITE_FINISH_CAPACITY instead of waiting forever. */
+static void test_capacity(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine_params params = kite_engine_params_default();
+    params.max_context = 100;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
+    collected c = {0};
+    kite_request r = greedy_request(&prompts[n_prompts - 1], 8, &c); /* 143 tokens > 100 */
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+    CHECK(kite_engine_run(e) == KITE_OK);
+    CHECK(c.finish == KITE_FINISH_CAPACITY && c.n == 0);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
+/* Cancel frees the request's blocks at once and reports KITE_FINISH_CANCELLED. */
+static void test_cancel(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    int32_t free_start = kite_engine_get_stats(e).kv_blocks_free;
+    collected a = {0}, b = {0};
+    kite_request ra = greedy_request(&prompts[0], 32, &a), rb = greedy_request(&prompts[4], 32, &b);
+    kite_request_id ida = 0, idb = 0;
+    CHECK(kite_engine_submit(e, &ra, &ida) == KITE_OK);
+    CHECK(kite_engine_submit(e, &rb, &idb) == KITE_OK);
+    for (int i = 0; i < 3; i++) CHECK(kite_engine_step(e) == KITE_OK);
+    int32_t free_mid = kite_engine_get_stats(e).kv_blocks_free;
+    CHECK(kite_engine_cancel(e, idb) == KITE_OK);
+    CHECK(b.finish == KITE_FINISH_CANCELLED);
+    CHECK(kite_engine_get_stats(e).kv_blocks_free > free_mid);
+    CHECK(kite_engine_run(e) == KITE_OK);
+    CHECK(a.finish == KITE_FINISH_LENGTH && a.n == 32);
+    for (int k = 0; k < a.n; k++) CHECK(a.tokens[k] == prompts[0].greedy[k]);
+    CHECK(kite_engine_get_stats(e).kv_blocks_free == free_start);
+    CHECK(kite_engine_cancel(e, 12345) != KITE_OK);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
+int main(void) {
+    n_prompts = load_reference(KITE_TEST_DATA_DIR "/tiny.reference.json", prompts, 8);
+    if (n_prompts < 3) {
+        printf("cannot read tests/data/tiny.reference.json\n");
+        return 1;
+    }
+    TEST_RUN(test_greedy_matches_reference);
+    TEST_RUN(test_batch_invariance);
+    TEST_RUN(test_preemption);
+    TEST_RUN(test_capacity);
+    TEST_RUN(test_cancel);
+    return test_finish();
+}

@@ -1,0 +1,547 @@
+/* kite bench: prefill (pp N) and decode (tg N, B sequences, after a context of --depth tokens) throughput,
+ * like llama-bench, each row gated by a check against the float32 CPU backend on the same weights.
+ *
+ * The bench drives the backend interface directly (the same forward the engine calls each step), with one
+ * contiguous run of KV blocks per sequence, so what is timed is the model and its kernels: the engine's
+ * own per-step work (scheduling, sampling bookkeeping) is a few microseconds on the host.
+ * The method is described in docs/BENCHMARKS.md.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "kite.h"
+#include "model/model.h"
+#include "util/error.h"
+
+static const char bench_usage[] =
+    "usage: kite bench (--model DIR | --dummy SHAPE) [options]\n"
+    "  -p N,N,...        prefill rows: pp N (default 256,2048)\n"
+    "  -n N,N,...        decode rows: tg N (default 128)\n"
+    "  -b B,B,...        sequences decoding together in the tg rows (default 1)\n"
+    "  --depth D,D,...   context already in the cache before the tg rows (default 256)\n"
+    "  -r R              repetitions per row; the median is reported (default 5)\n"
+    "  --backend auto|cpu|cuda   (default auto)   --threads N (CPU threads)\n"
+    "  -o md|jsonl       output format (default md)\n"
+    "  --seed S          seed of the dummy weights and the random prompts (default 0)\n"
+    "Every row is first checked against the CPU backend (docs/BENCHMARKS.md); a failed check prints FAILED.\n";
+
+#define GATE_MAX_PREFILL 1024 /* tokens of a pp row the CPU reference recomputes */
+#define GATE_MAX_DEPTH 512    /* context of a tg row's check */
+#define GATE_STEPS 8          /* decode steps checked teacher-forced */
+#define GATE_MAX_SEQS 2
+#define GATE_REL_L2 2e-2
+#define GATE_TOP 5
+
+typedef struct bench_context {
+    kite_model *model;
+    const qwen3_config *config;
+    backend *target;      /* the backend being measured */
+    backend *reference;   /* the CPU oracle, made on first use (NULL when the target is the CPU) */
+    int32_t block_size;
+    int32_t blocks_per_seq;
+    int32_t max_seqs;
+    int32_t **tables;     /* [max_seqs] contiguous block runs */
+    uint64_t rng;
+} bench_context;
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void random_tokens(bench_context *b, int32_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = (int32_t)(next_random(&b->rng) % (uint64_t)b->config->vocab_size);
+}
+
+/* One forward of n_seqs sequences with n_new tokens each, continuing contexts of `start` positions. */
+static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
+                                int32_t start, bool want_logits) {
+    int32_t seq_start[257];
+    int32_t context[256];
+    uint8_t wants[256];
+    if (n_seqs > 256) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench: at most 256 sequences");
+    for (int32_t s = 0; s < n_seqs; s++) {
+        seq_start[s] = s * n_new;
+        context[s] = start + n_new;
+        wants[s] = want_logits;
+    }
+    seq_start[n_seqs] = n_seqs * n_new;
+    step_batch batch = {.n_seqs = n_seqs, .n_tokens = n_seqs * n_new, .token_ids = tokens,
+                        .seq_token_start = seq_start, .seq_context_len = context,
+                        .block_tables = (const int32_t *const *)tables, .seq_wants_logits = wants};
+    return be->ops->forward(be, &batch);
+}
+
+/* Fills `depth` positions of n_seqs sequences with random tokens, in chunks. */
+static kite_status fill_context(bench_context *b, backend *be, int32_t **tables, int32_t n_seqs, int32_t depth,
+                                int32_t *tokens_out /* n_seqs * depth, may be NULL */) {
+    const int32_t chunk_max = 2048;
+    int32_t *chunk = malloc((size_t)chunk_max * sizeof(int32_t));
+    if (!chunk) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    kite_status status = KITE_OK;
+    for (int32_t s = 0; s < n_seqs && status == KITE_OK; s++) {
+        for (int32_t done = 0; done < depth && status == KITE_OK;) {
+            int32_t n = depth - done < chunk_max ? depth - done : chunk_max;
+            if (tokens_out)
+                memcpy(chunk, tokens_out + (size_t)s * depth + done, (size_t)n * sizeof(int32_t));
+            else
+                random_tokens(b, chunk, (size_t)n);
+            status = forward_step(be, &tables[s], 1, chunk, n, done, false);
+            done += n;
+        }
+    }
+    free(chunk);
+    return status;
+}
+
+static double relative_l2(const float *x, const float *reference, size_t n) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i] - (double)reference[i];
+        diff += d * d;
+        norm += (double)reference[i] * (double)reference[i];
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+/* The ids of the k largest values (ties: lowest id), best first. */
+static void top_ids(const float *row, int32_t vocab, int32_t k, int32_t *ids) {
+    for (int32_t j = 0; j < k; j++) ids[j] = -1;
+    for (int32_t i = 0; i < vocab; i++) {
+        for (int32_t j = 0; j < k; j++) {
+            if (ids[j] < 0 || row[i] > row[ids[j]]) {
+                memmove(ids + j + 1, ids + j, (size_t)(k - j - 1) * sizeof(int32_t));
+                ids[j] = i;
+                break;
+            }
+        }
+    }
+}
+
+static bool contains(const int32_t *ids, int32_t k, int32_t id) {
+    for (int32_t j = 0; j < k; j++)
+        if (ids[j] == id) return true;
+    return false;
+}
+
+typedef struct gate_result {
+    bool passed;
+    double worst_rel_l2;
+    int32_t near_ties; /* positions where the argmax differed but each is in the other's top 5 */
+    char why[160];
+} gate_result;
+
+/* Compares rows of target and reference logits: relative L2 and the near-tie rule of DESIGN.md. */
+static void gate_compare(const float *target, const float *reference, int32_t rows, int32_t vocab, gate_result *g) {
+    for (int32_t r = 0; r < rows; r++) {
+        const float *t = target + (size_t)r * vocab, *ref = reference + (size_t)r * vocab;
+        double e = relative_l2(t, ref, (size_t)vocab);
+        if (e > g->worst_rel_l2 || isnan(e)) g->worst_rel_l2 = isnan(e) ? INFINITY : e;
+        int32_t top_t[GATE_TOP], top_r[GATE_TOP];
+        top_ids(t, vocab, GATE_TOP, top_t);
+        top_ids(ref, vocab, GATE_TOP, top_r);
+        if (top_t[0] != top_r[0]) {
+            if (contains(top_r, GATE_TOP, top_t[0]) && contains(top_t, GATE_TOP, top_r[0])) {
+                g->near_ties++;
+            } else if (g->passed) {
+                g->passed = false;
+                snprintf(g->why, sizeof g->why, "argmax %d vs reference %d, not a near tie", top_t[0], top_r[0]);
+            }
+        }
+        if (!(e <= GATE_REL_L2) && g->passed) {
+            g->passed = false;
+            snprintf(g->why, sizeof g->why, "logits relative L2 %.3g > %.0e", e, GATE_REL_L2);
+        }
+    }
+}
+
+static int32_t reference_blocks_per_seq(int32_t block_size) {
+    return (GATE_MAX_PREFILL + GATE_MAX_DEPTH + GATE_STEPS + block_size) / block_size + 1;
+}
+
+static kite_status ensure_reference(bench_context *b) {
+    if (b->reference) return KITE_OK;
+    backend_params p = {.n_threads = 0, .device = 0};
+    KITE_TRY(cpu_backend_create(b->config, b->model->weights, &p, &b->reference));
+    int32_t blocks = GATE_MAX_SEQS * reference_blocks_per_seq(b->block_size);
+    return b->reference->ops->kv_reserve(b->reference, blocks, b->block_size);
+}
+
+/* pp gate: the last-token logits of a prefill of min(n, GATE_MAX_PREFILL) random tokens. */
+static kite_status gate_prefill(bench_context *b, int32_t n, int32_t **ref_tables, gate_result *g) {
+    *g = (gate_result){.passed = true};
+    if (!b->reference) {
+        snprintf(g->why, sizeof g->why, "the CPU backend is the reference");
+        return KITE_OK;
+    }
+    int32_t m = n < GATE_MAX_PREFILL ? n : GATE_MAX_PREFILL;
+    size_t vocab = (size_t)b->config->vocab_size;
+    int32_t *tokens = malloc((size_t)m * sizeof(int32_t));
+    float *lt = malloc(vocab * sizeof(float)), *lr = malloc(vocab * sizeof(float));
+    kite_status status = tokens && lt && lr ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    if (status == KITE_OK) {
+        random_tokens(b, tokens, (size_t)m);
+        status = forward_step(b->target, b->tables, 1, tokens, m, 0, true);
+    }
+    if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, 1);
+    if (status == KITE_OK) status = forward_step(b->reference, ref_tables, 1, tokens, m, 0, true);
+    if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, 1);
+    if (status == KITE_OK) gate_compare(lt, lr, 1, (int32_t)vocab, g);
+    free(tokens);
+    free(lt);
+    free(lr);
+    return status;
+}
+
+/* tg gate: min(B, 2) sequences after min(depth, GATE_MAX_DEPTH) random tokens decode GATE_STEPS greedy
+ * steps on the target; the reference is fed the same tokens (teacher forcing) and every step's logits
+ * are compared. */
+static kite_status gate_decode(bench_context *b, int32_t n_seqs, int32_t depth, int32_t **ref_tables, gate_result *g) {
+    *g = (gate_result){.passed = true};
+    if (!b->reference) {
+        snprintf(g->why, sizeof g->why, "the CPU backend is the reference");
+        return KITE_OK;
+    }
+    int32_t seqs = n_seqs < GATE_MAX_SEQS ? n_seqs : GATE_MAX_SEQS;
+    int32_t d = depth < GATE_MAX_DEPTH ? depth : GATE_MAX_DEPTH;
+    size_t vocab = (size_t)b->config->vocab_size;
+    int32_t *context = malloc(((size_t)seqs * (size_t)(d > 0 ? d : 1)) * sizeof(int32_t));
+    float *lt = malloc((size_t)seqs * vocab * sizeof(float)), *lr = malloc((size_t)seqs * vocab * sizeof(float));
+    int32_t tokens[GATE_MAX_SEQS];
+    kite_status status = context && lt && lr ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    if (status == KITE_OK && d > 0) {
+        random_tokens(b, context, (size_t)seqs * (size_t)d);
+        status = fill_context(b, b->target, b->tables, seqs, d, context);
+        if (status == KITE_OK) status = fill_context(b, b->reference, ref_tables, seqs, d, context);
+    }
+    random_tokens(b, tokens, (size_t)seqs);
+    for (int32_t step = 0; step < GATE_STEPS && status == KITE_OK; step++) {
+        status = forward_step(b->target, b->tables, seqs, tokens, 1, d + step, true);
+        if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, seqs);
+        if (status == KITE_OK) status = forward_step(b->reference, ref_tables, seqs, tokens, 1, d + step, true);
+        if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, seqs);
+        if (status != KITE_OK) break;
+        gate_compare(lt, lr, seqs, (int32_t)vocab, g);
+        /* Continue with the target's greedy choices, as a real generation would. */
+        for (int32_t s = 0; s < seqs; s++) top_ids(lt + (size_t)s * vocab, (int32_t)vocab, 1, &tokens[s]);
+    }
+    free(context);
+    free(lt);
+    free(lr);
+    return status;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct row_result {
+    double median_tok_s, min_tok_s, max_tok_s;
+    double median_step_ms;
+} row_result;
+
+static void summarize(double *tok_s, int reps, double tokens_per_rep, double *seconds, row_result *out) {
+    qsort(tok_s, (size_t)reps, sizeof(double), compare_doubles);
+    qsort(seconds, (size_t)reps, sizeof(double), compare_doubles);
+    out->median_tok_s = tok_s[reps / 2];
+    out->min_tok_s = tok_s[0];
+    out->max_tok_s = tok_s[reps - 1];
+    out->median_step_ms = seconds[reps / 2] * 1e3 / tokens_per_rep;
+}
+
+static kite_status time_prefill(bench_context *b, int32_t n, int reps, row_result *out) {
+    int32_t *tokens = malloc((size_t)n * sizeof(int32_t));
+    double *tok_s = calloc((size_t)reps, sizeof(double)), *secs = calloc((size_t)reps, sizeof(double));
+    kite_status status = tokens && tok_s && secs ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    int32_t id;
+    for (int rep = -1; rep < reps && status == KITE_OK; rep++) { /* rep -1 warms up */
+        random_tokens(b, tokens, (size_t)n);
+        double t0 = seconds_now();
+        status = forward_step(b->target, b->tables, 1, tokens, n, 0, true);
+        if (status == KITE_OK) status = b->target->ops->argmax(b->target, &id, 1); /* waits for the device */
+        double t = seconds_now() - t0;
+        if (rep >= 0) {
+            secs[rep] = t;
+            tok_s[rep] = n / t;
+        }
+    }
+    if (status == KITE_OK) summarize(tok_s, reps, 1.0, secs, out);
+    free(tokens);
+    free(tok_s);
+    free(secs);
+    return status;
+}
+
+static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth, int reps,
+                               row_result *out) {
+    double *tok_s = calloc((size_t)reps, sizeof(double)), *secs = calloc((size_t)reps, sizeof(double));
+    int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t)), *ids = malloc((size_t)n_seqs * sizeof(int32_t));
+    kite_status status = tok_s && secs && tokens && ids ? KITE_OK
+                                                        : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    if (status == KITE_OK && depth > 0) status = fill_context(b, b->target, b->tables, n_seqs, depth, NULL);
+    for (int rep = -1; rep < reps && status == KITE_OK; rep++) {
+        random_tokens(b, tokens, (size_t)n_seqs);
+        double t0 = seconds_now();
+        for (int32_t step = 0; step < n_steps && status == KITE_OK; step++) {
+            status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step, true);
+            if (status == KITE_OK) status = b->target->ops->argmax(b->target, ids, n_seqs);
+            memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* greedy: feed back what was chosen */
+        }
+        double t = seconds_now() - t0;
+        if (rep >= 0) {
+            secs[rep] = t;
+            tok_s[rep] = (double)n_seqs * n_steps / t;
+        }
+    }
+    if (status == KITE_OK) summarize(tok_s, reps, (double)n_steps, secs, out);
+    free(tok_s);
+    free(secs);
+    free(tokens);
+    free(ids);
+    return status;
+}
+
+/* Bytes one decode step must read from device memory: every weight matrix once (bf16) plus the KV of
+ * every sequence. Used to report the fraction of the bandwidth floor. */
+static double decode_step_bytes(const qwen3_config *c, int32_t n_seqs, int32_t context) {
+    double hidden = c->hidden_size, q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
+    double per_layer = hidden * (q + 2 * kv) + q * hidden + 3 * hidden * c->intermediate_size;
+    double weights = 2.0 * (per_layer * c->n_layers + (double)c->vocab_size * hidden);
+    double kv_bytes = (double)kv_bytes_per_position(c, 2) * context * n_seqs;
+    return weights + kv_bytes;
+}
+
+static const double HBM_BYTES_PER_SECOND = 4.3e12; /* measured device-to-device copy rate on the H200 */
+
+typedef struct bench_options {
+    const char *model_dir, *dummy;
+    int32_t *prefill, *decode, *batch, *depth;
+    size_t n_prefill, n_decode, n_batch, n_depth;
+    int reps;
+    bool jsonl;
+    uint64_t seed;
+    kite_load_params load;
+} bench_options;
+
+static void print_row(const bench_options *o, bench_context *b, const char *test, int32_t n_seqs, int32_t depth,
+                      const row_result *r, const gate_result *g, double floor_fraction) {
+    const char *device = b->target->ops->device_name ? b->target->ops->device_name(b->target) : b->target->ops->name;
+    const char *model = o->dummy ? o->dummy : o->model_dir;
+    if (o->jsonl) {
+        time_t now = time(NULL);
+        char date[32];
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        printf("{\"test\":\"%s\",\"batch\":%d,\"depth\":%d,\"model\":", test, n_seqs, depth);
+        json_write_string(stdout, model, strlen(model));
+        printf(",\"backend\":\"%s\",\"gpu\":", b->target->ops->name);
+        json_write_string(stdout, device, strlen(device));
+        if (g->passed)
+            printf(",\"tok_s\":%.1f,\"tok_s_min\":%.1f,\"tok_s_max\":%.1f,\"ms_per_step\":%.4f", r->median_tok_s,
+                   r->min_tok_s, r->max_tok_s, r->median_step_ms);
+        else
+            printf(",\"tok_s\":null");
+        if (floor_fraction > 0 && g->passed) printf(",\"hbm_floor_fraction\":%.3f", floor_fraction);
+        printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,\"commit\":\"%s\",\"date\":\"%s\"}\n",
+               !b->reference ? "oracle" : g->passed ? "pass" : "FAILED", g->worst_rel_l2, g->near_ties, o->reps, KITE_GIT_COMMIT, date);
+    } else if (g->passed) {
+        char spread[64];
+        snprintf(spread, sizeof spread, "%.0f-%.0f", r->min_tok_s, r->max_tok_s);
+        char floor_text[32] = "";
+        if (floor_fraction > 0) snprintf(floor_text, sizeof floor_text, "%.0f%%", floor_fraction * 100);
+        char gate_text[64];
+        if (b->reference)
+            snprintf(gate_text, sizeof gate_text, "pass (L2 %.1e)", g->worst_rel_l2);
+        else
+            snprintf(gate_text, sizeof gate_text, "oracle");
+        printf("| %-8s | %3d | %6d | %12.1f | %-17s | %9.4f | %5s | %s |\n", test, n_seqs, depth, r->median_tok_s,
+               spread, r->median_step_ms, floor_text, gate_text);
+    } else {
+        printf("| %-8s | %3d | %6d | FAILED: %s |\n", test, n_seqs, depth, g->why);
+    }
+    fflush(stdout);
+}
+
+static int run_bench(const bench_options *o) {
+    kite_model *model = NULL;
+    kite_status status = o->dummy ? kite_model_load_dummy(o->dummy, o->seed, &o->load, &model)
+                                  : kite_model_load(o->model_dir, &o->load, &model);
+    if (status != KITE_OK) return cli_report("load", status);
+    bench_context b = {.model = model, .config = &model->config, .target = model->backend, .block_size = 16,
+                       .rng = o->seed ^ 0x5eedull};
+    /* One contiguous block run per sequence, as long as the longest row needs. */
+    int32_t max_positions = 0, max_seqs = 1;
+    for (size_t i = 0; i < o->n_prefill; i++) max_positions = o->prefill[i] > max_positions ? o->prefill[i] : max_positions;
+    for (size_t d = 0; d < o->n_depth; d++)
+        for (size_t i = 0; i < o->n_decode; i++) {
+            int32_t need = o->depth[d] + o->decode[i] + 1;
+            if (need < GATE_MAX_DEPTH + GATE_STEPS) need = GATE_MAX_DEPTH + GATE_STEPS;
+            max_positions = need > max_positions ? need : max_positions;
+        }
+    for (size_t i = 0; i < o->n_batch; i++) max_seqs = o->batch[i] > max_seqs ? o->batch[i] : max_seqs;
+    if (max_positions > model->config.max_position_embeddings) {
+        fprintf(stderr, "kite bench: rows need %d positions, the model allows %d\n", max_positions,
+                model->config.max_position_embeddings);
+        kite_model_free(model);
+        return 1;
+    }
+    b.max_seqs = max_seqs;
+    b.blocks_per_seq = (max_positions + b.block_size - 1) / b.block_size;
+    int32_t *storage = malloc((size_t)max_seqs * (size_t)b.blocks_per_seq * sizeof(int32_t));
+    b.tables = malloc((size_t)max_seqs * sizeof(int32_t *));
+    int32_t ref_per_seq = reference_blocks_per_seq(b.block_size);
+    int32_t *ref_storage = malloc((size_t)GATE_MAX_SEQS * (size_t)ref_per_seq * sizeof(int32_t));
+    int exit_code = 0;
+    if (!storage || !b.tables || !ref_storage) {
+        fprintf(stderr, "kite: out of memory\n");
+        exit_code = 1;
+        goto done;
+    }
+    for (int32_t s = 0; s < max_seqs; s++) {
+        b.tables[s] = storage + (size_t)s * b.blocks_per_seq;
+        for (int32_t i = 0; i < b.blocks_per_seq; i++) b.tables[s][i] = s * b.blocks_per_seq + i;
+    }
+    status = model->backend->ops->kv_reserve(model->backend, max_seqs * b.blocks_per_seq, b.block_size);
+    if (status == KITE_OK && strcmp(model->backend->ops->name, "cpu") != 0) status = ensure_reference(&b);
+    if (status != KITE_OK) {
+        exit_code = cli_report("bench", status);
+        goto done;
+    }
+    int32_t *ref_tables[GATE_MAX_SEQS];
+    for (int32_t s = 0; s < GATE_MAX_SEQS; s++) {
+        ref_tables[s] = ref_storage + (size_t)s * ref_per_seq;
+        for (int32_t i = 0; i < ref_per_seq; i++) ref_tables[s][i] = s * ref_per_seq + i;
+    }
+
+    if (!o->jsonl) {
+        const char *device = b.target->ops->device_name ? b.target->ops->device_name(b.target) : b.target->ops->name;
+        printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n\n", KITE_VERSION_STRING,
+               KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
+        printf("| test     |   B |  depth |        tok/s | min-max tok/s     |   ms/step | floor | gate |\n");
+        printf("|----------|-----|--------|--------------|-------------------|-----------|-------|------|\n");
+    }
+    for (size_t i = 0; i < o->n_prefill && exit_code == 0; i++) {
+        int32_t n = o->prefill[i];
+        gate_result g;
+        row_result r = {0};
+        status = gate_prefill(&b, n, ref_tables, &g);
+        if (status == KITE_OK && g.passed) status = time_prefill(&b, n, o->reps, &r);
+        if (status != KITE_OK) {
+            exit_code = cli_report("bench", status);
+            break;
+        }
+        char test[32];
+        snprintf(test, sizeof test, "pp%d", n);
+        print_row(o, &b, test, 1, 0, &r, &g, 0.0);
+        if (!g.passed) exit_code = 1;
+    }
+    for (size_t d = 0; d < o->n_depth && exit_code == 0; d++) {
+        for (size_t bi = 0; bi < o->n_batch && exit_code == 0; bi++) {
+            for (size_t i = 0; i < o->n_decode && exit_code == 0; i++) {
+                int32_t n = o->decode[i], seqs = o->batch[bi], depth = o->depth[d];
+                gate_result g;
+                row_result r = {0};
+                status = gate_decode(&b, seqs, depth, ref_tables, &g);
+                if (status == KITE_OK && g.passed) status = time_decode(&b, n, seqs, depth, o->reps, &r);
+                if (status != KITE_OK) {
+                    exit_code = cli_report("bench", status);
+                    break;
+                }
+                double floor_fraction = 0.0;
+                if (g.passed && strcmp(b.target->ops->name, "cuda") == 0) {
+                    double floor_s = decode_step_bytes(b.config, seqs, depth + n / 2) / HBM_BYTES_PER_SECOND;
+                    floor_fraction = floor_s / (r.median_step_ms * 1e-3);
+                }
+                char test[32];
+                snprintf(test, sizeof test, "tg%d", n);
+                print_row(o, &b, test, seqs, depth, &r, &g, floor_fraction);
+                if (!g.passed) exit_code = 1;
+            }
+        }
+    }
+
+done:
+    if (b.reference) b.reference->ops->destroy(b.reference);
+    free(storage);
+    free(ref_storage);
+    free(b.tables);
+    kite_model_free(model);
+    return exit_code;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_options o = {.reps = 5, .load = kite_load_params_default()};
+    const char *prefill = "256,2048", *decode = "128", *batch = "1", *depth = "256";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        long long iv;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(bench_usage, stdout);
+            return 0;
+        } else if (!cli_take_value(argc, argv, &i, &v)) {
+            return 2;
+        } else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0) {
+            o.model_dir = v;
+        } else if (strcmp(a, "--dummy") == 0) {
+            o.dummy = v;
+        } else if (strcmp(a, "-p") == 0) {
+            prefill = v;
+        } else if (strcmp(a, "-n") == 0) {
+            decode = v;
+        } else if (strcmp(a, "-b") == 0) {
+            batch = v;
+        } else if (strcmp(a, "--depth") == 0 || strcmp(a, "-d") == 0) {
+            depth = v;
+        } else if (strcmp(a, "-r") == 0) {
+            if (!cli_parse_int(a, v, 1, 1000, &iv)) return 2;
+            o.reps = (int)iv;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (!cli_parse_backend(v, &o.load.backend)) return 2;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_parse_int(a, v, 0, 4096, &iv)) return 2;
+            o.load.n_threads = (int32_t)iv;
+        } else if (strcmp(a, "-o") == 0) {
+            if (strcmp(v, "md") != 0 && strcmp(v, "jsonl") != 0) {
+                fprintf(stderr, "kite bench: -o must be md or jsonl\n");
+                return 2;
+            }
+            o.jsonl = strcmp(v, "jsonl") == 0;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!cli_parse_int(a, v, 0, INT64_MAX, &iv)) return 2;
+            o.seed = (uint64_t)iv;
+        } else {
+            fprintf(stderr, "kite bench: unknown option '%s'\n%s", a, bench_usage);
+            return 2;
+        }
+    }
+    if ((o.model_dir != NULL) == (o.dummy != NULL)) {
+        fprintf(stderr, "kite bench: give exactly one of --model DIR or --dummy SHAPE\n%s", bench_usage);
+        return 2;
+    }
+    int exit_code = 2;
+    bool ok = true;
+    if (strcmp(prefill, "0") != 0) ok = cli_parse_int_list("-p", prefill, 1, 1 << 20, &o.prefill, &o.n_prefill);
+    if (ok && strcmp(decode, "0") != 0) ok = cli_parse_int_list("-n", decode, 1, 1 << 20, &o.decode, &o.n_decode);
+    if (ok) ok = cli_parse_int_list("-b", batch, 1, 256, &o.batch, &o.n_batch);
+    if (ok) ok = cli_parse_int_list("--depth", depth, 0, 1 << 20, &o.depth, &o.n_depth);
+    if (ok) exit_code = run_bench(&o);
+    free(o.prefill);
+    free(o.decode);
+    free(o.batch);
+    free(o.depth);
+    return exit_code;
+}
