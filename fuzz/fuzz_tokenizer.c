@@ -2,6 +2,7 @@
  * id must be in the vocabulary, decode(encode(x)) must equal NFC of the repaired x, and the streaming
  * detokenizer must give the same text. The Qwen3 tokenizer is read once from tests/data/tokenizer (or
  * from $KITE_TOKENIZER_DIR). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +21,11 @@ static tokenizer *fuzz_get_tokenizer(void) {
     const char *dir = getenv("KITE_TOKENIZER_DIR");
     char path[4096];
     if (!dir) {
-        /* This file is tests/tokenizer/fuzz_tokenizer.c; the data sits in tests/data/tokenizer. */
+        /* This file is fuzz/fuzz_tokenizer.c; the data sits in tests/data/tokenizer. */
         const char *file = __FILE__;
         const char *slash = strrchr(file, '/');
         size_t n = slash ? (size_t)(slash - file) : 0;
-        snprintf(path, sizeof path, "%.*s%s../data/tokenizer", (int)n, file, n ? "/" : "");
+        snprintf(path, sizeof path, "%.*s%s../tests/data/tokenizer", (int)n, file, n ? "/" : "");
         dir = path;
     }
     if (tokenizer_load(dir, &fuzz_tokenizer) != KITE_OK) {
@@ -52,7 +53,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     utf8proc_ssize_t expected_length =
         utf8proc_map(repaired ? (const utf8proc_uint8_t *)repaired : data,
                      (utf8proc_ssize_t)(repaired ? repaired_length : size), &expected, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (expected_length < 0 || (size_t)expected_length != length || memcmp(expected, text, length) != 0) __builtin_trap();
+    /* Added tokens are split out before normalization (as Hugging Face does), so NFC never composes across
+     * them: the round trip equals NFC of the whole text only when no added token was found. */
+    bool has_added_token = false;
+    for (size_t i = 0; i < n; i++) has_added_token |= t->id_kind[ids[i]] >= 2;
+    if (expected_length < 0) __builtin_trap();
+    if (!has_added_token && ((size_t)expected_length != length || memcmp(expected, text, length) != 0)) __builtin_trap();
 
     detokenizer *d = NULL;
     if (detokenizer_create(t, &d) != KITE_OK) __builtin_trap();
