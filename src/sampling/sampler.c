@@ -10,12 +10,18 @@
 #include "util/error.h"
 
 /* One token still in the running. `weight` is exp((logit - max_logit) / temperature): the top token has
- * weight 1, so weights never overflow and sums are >= 1 (the top-p threshold relies on that). */
+ * weight 1, so weights never overflow and a probability ratio to the top token is just a weight. */
 typedef struct sampler_candidate {
     float logit; /* after the repetition penalty, before temperature */
     int32_t id;
     float weight;
 } sampler_candidate;
+
+/* Bins for top-p without top-k: z = (max_logit - logit) / temperature in steps of 1/16 up to the point
+ * where expf underflows to 0 anyway, plus one bin for everything beyond. */
+#define SAMPLER_MAX_SCALED_DISTANCE 104.0 /* expf(-104) is below the smallest float */
+#define SAMPLER_BINS_PER_UNIT 16
+#define SAMPLER_N_BINS (104 * SAMPLER_BINS_PER_UNIT + 1)
 
 struct sampler {
     sampler_params params;
@@ -25,6 +31,7 @@ struct sampler {
     int32_t *context_ids;           /* the distinct accepted ids, so the penalty costs O(distinct), not O(V) */
     int32_t n_context_ids;
     float *penalized;               /* [vocab_size] scratch: logits after the penalty */
+    double bin_mass[SAMPLER_N_BINS];  /* scratch for top-p without top-k */
     sampler_candidate *candidates;  /* [vocab_size] scratch */
 };
 
@@ -264,8 +271,13 @@ static const float *apply_repetition_penalty(sampler *s, const float *logits) {
 /* exp((logit - max_logit) / temperature) in [0, 1]. The division is in double because 1/temperature
  * overflows float for tiny temperatures, and 0 * inf would turn the top token into NaN. */
 static inline float scaled_weight(float logit, float max_logit, double inverse_temperature) {
-    double z = ((double)logit - (double)max_logit) * inverse_temperature;
-    return z < -104.0 ? 0.0f : expf((float)z); /* below -104 expf is 0 anyway */
+    double z = ((double)max_logit - (double)logit) * inverse_temperature;
+    return z < SAMPLER_MAX_SCALED_DISTANCE ? expf((float)-z) : 0.0f;
+}
+
+/* The top-p bin of a scaled distance z >= 0 (monotone in z, so bins never reorder tokens). */
+static inline int32_t scaled_distance_bin(double z) {
+    return z < SAMPLER_MAX_SCALED_DISTANCE ? (int32_t)(z * SAMPLER_BINS_PER_UNIT) : SAMPLER_N_BINS - 1;
 }
 
 /* One draw among candidates[0..n) in proportion to their weights (the softmax over the kept). */
@@ -295,6 +307,50 @@ static int32_t top_p_prefix(const sampler_candidate *candidates, int32_t n, doub
         if (cumulative >= target) return i + 1;
     }
     return n;
+}
+
+/* top-p (then min-p) over the whole vocabulary without sorting all of it. Tokens are binned by their
+ * scaled distance below the top, z = (max_logit - logit) / temperature, in bins of width 1/16 (weights
+ * within a bin differ by < 7%); walking the bins from the top until their mass reaches top_p gives a
+ * cut that provably contains the nucleus, because every token above the cut outranks every token below
+ * it. Only the tokens above the cut (and above min-p, whose set is also a top prefix) are sorted: for a
+ * real next-token distribution that is the nucleus plus at most one bin, not the 151,936 tokens. */
+static int32_t top_p_without_top_k(sampler *s, const float *work, float max_logit, double inverse_temperature,
+                                   float min_p_weight) {
+    sampler_candidate *candidates = s->candidates;
+    double *bin_mass = s->bin_mass;
+    memset(bin_mass, 0, sizeof s->bin_mass);
+    double normalizer = 0.0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->vocab_size; i++) {
+        if (work[i] == -INFINITY) continue;
+        double z = ((double)max_logit - (double)work[i]) * inverse_temperature;
+        int32_t bin = scaled_distance_bin(z);
+        float w = z < SAMPLER_MAX_SCALED_DISTANCE ? expf((float)-z) : 0.0f;
+        bin_mass[bin] += w;
+        normalizer += w;
+        candidates[n++] = (sampler_candidate){work[i], i, w};
+    }
+    double target = ((double)s->params.top_p - SAMPLER_PROBABILITY_SLACK) * normalizer;
+    double cumulative = 0.0;
+    int32_t cut_bin = SAMPLER_N_BINS - 1;
+    for (int32_t b = 0; b < SAMPLER_N_BINS; b++) {
+        cumulative += bin_mass[b];
+        if (cumulative >= target) {
+            cut_bin = b;
+            break;
+        }
+    }
+    /* Tokens whose bin is above the cut are the ones with z below the cut bin's upper edge. */
+    int32_t n_kept = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const sampler_candidate c = candidates[j];
+        double z = ((double)max_logit - (double)c.logit) * inverse_temperature;
+        int32_t bin = scaled_distance_bin(z);
+        if (bin <= cut_bin && c.weight >= min_p_weight) candidates[n_kept++] = c;
+    }
+    qsort(candidates, (size_t)n_kept, sizeof *candidates, candidate_compare_descending);
+    return top_p_prefix(candidates, n_kept, s->params.top_p, normalizer);
 }
 
 kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, float *logprob_out) {
@@ -338,25 +394,17 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
             while (n_min_p < n_kept && candidates[n_min_p].weight >= min_p_weight) n_min_p++;
             n_kept = n_min_p;
         } else if (top_p_on) {
-            /* The nucleus lies among the tokens of weight >= (1 - top_p) / n_finite: the others weigh
-             * less than 1 - top_p in all, and the normalizer is >= 1 (the top token), so what is left
-             * already reaches top_p. Only those are sorted. Adding the min-p cut here is exact too:
-             * if the walk runs out first, min-p's set is the smaller one. */
-            float threshold = (float)((1.0 - (double)p->top_p) / (double)n_finite);
-            if (min_p_weight > threshold) threshold = min_p_weight;
-            double normalizer = 0.0;
-            for (int32_t i = 0; i < vocab_size; i++) {
-                if (work[i] == -INFINITY) continue;
-                float w = scaled_weight(work[i], max_logit, inverse_temperature);
-                normalizer += w;
-                if (w >= threshold) candidates[n_kept++] = (sampler_candidate){work[i], i, w};
-            }
-            qsort(candidates, (size_t)n_kept, sizeof *candidates, candidate_compare_descending);
-            n_kept = top_p_prefix(candidates, n_kept, p->top_p, normalizer);
+            n_kept = top_p_without_top_k(s, work, max_logit, inverse_temperature, min_p_weight);
         } else {
-            /* No ordering needed: keep what min-p allows (everything possible when it is off). */
+            /* No ordering needed: keep what min-p allows (everything possible when it is off). Most
+             * of a real vocabulary lies far below a min-p cut, so a logit comparison (with a margin,
+             * the weight test below stays the rule) spares their expf. */
+            double prefilter = -INFINITY;
+            if (min_p_weight > 0.0f) {
+                prefilter = (double)max_logit + (log((double)min_p_weight) - 1e-3) * (double)p->temperature;
+            }
             for (int32_t i = 0; i < vocab_size; i++) {
-                if (work[i] == -INFINITY) continue;
+                if (work[i] == -INFINITY || (double)work[i] < prefilter) continue;
                 float w = scaled_weight(work[i], max_logit, inverse_temperature);
                 if (w >= min_p_weight) candidates[n_kept++] = (sampler_candidate){work[i], i, w};
             }

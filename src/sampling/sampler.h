@@ -27,9 +27,10 @@
  * Logits: -inf is allowed and means "never this token" (such tokens are never drawn). NaN or +inf
  * anywhere is KITE_ERROR_INVALID_INPUT, as is a row where every logit is -inf.
  *
- * Cost for a vocabulary of V: one pass for validation, one pass of expf when sampling, plus a partial
- * selection O(V log k) for top-k, or for top-p without top-k a sort of only the tokens above a threshold
- * that provably contains the nucleus (weight >= (1 - top_p) / V relative to the top token).
+ * Cost for a vocabulary of V: a validation pass and an argmax pass; greedy stops there. Top-k is a partial
+ * selection, O(V log k), then expf over the k. Otherwise one pass of expf; top-p without top-k bins the
+ * tokens by probability and sorts only the bins that reach top_p (the nucleus plus at most one bin), not
+ * all V. logprob_out costs one more pass of expf over the raw logits.
  *
  * Thread safety: a sampler is used by one thread at a time; distinct samplers are independent.
  */

@@ -633,9 +633,9 @@ static void test_large_vocab_top_k_and_top_p(void) {
     /* top-k 40 = the 30 head tokens and the 10 lowest ids of the tied block (hot enough that the
      * tied ones are drawn too). */
     p.top_k = 40;
-    p.temperature = 10.0f;
+    p.temperature = 20.0f;
     p.seed = 77;
-    CHECK(count_draws(&p, logits, QWEN3_VOCAB, 4000, counts));
+    CHECK(count_draws(&p, logits, QWEN3_VOCAB, 1000, counts));
     for (int j = 0; j < 30; j++) allowed[head_ids[j]] = true;
     for (int j = 0; j < 10; j++) allowed[tied_ids[j]] = true;
     CHECK(support_is(counts, allowed, QWEN3_VOCAB));
@@ -650,9 +650,9 @@ static void test_large_vocab_top_k_and_top_p(void) {
         int draws;
         bool all_appear;
     } cases[] = {
-        {1.0f, 0.5f, 3000, true},   /* a few head tokens */
-        {1.0f, 0.999f, 3000, true}, /* all head tokens and a little more */
-        {4.0f, 0.9f, 40, false},    /* hot: the tail dominates, a nucleus of ~10^5 tokens is sorted */
+        {1.0f, 0.5f, 1000, true},  /* a few head tokens */
+        {1.0f, 0.999f, 300, false}, /* all head tokens and thousands of the tail */
+        {4.0f, 0.9f, 40, false},    /* hot: the tail dominates, a nucleus of ~10^5 tokens */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double total = 0.0;
@@ -675,7 +675,6 @@ static void test_large_vocab_top_k_and_top_p(void) {
             if (counts[i] > 0 && !allowed[i]) outside++;
             if (allowed[i] && counts[i] > 0) inside++;
         }
-        printf("  top-p case %zu: nucleus of %d tokens\n", c, nucleus);
         CHECK_MSG(outside == 0, "case %zu: %d tokens outside the nucleus of %d", c, outside, nucleus);
         if (cases[c].all_appear) CHECK_MSG(inside == nucleus, "case %zu: %d of %d drawn", c, inside, nucleus);
     }

@@ -257,8 +257,10 @@ extern "C" kite_status cuda_gemv(const void *weight, const float *x, const float
         return short_rows ? gemv_launch<2, 4, CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
                           : gemv_launch<1, 8, CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
     case CUDA_GEMV_SWIGLU:
-        return short_rows ? gemv_launch<2, 4, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
-                          : gemv_launch<2, 4, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
+        /* 4 rows (2 outputs) per warp: a grid that holds every task, so all weights are requested before
+         * the PDL wait. */
+        return short_rows ? gemv_launch<4, 4, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
+                          : gemv_launch<4, 2, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
     case CUDA_GEMV_ARGMAX:
         if (!workspace || !argmax_out)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: ARGMAX needs a workspace and an output");
