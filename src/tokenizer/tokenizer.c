@@ -1,6 +1,9 @@
 /* Loading tokenizer.json / tokenizer_config.json, and encode: added tokens first, then normalize, split
  * and merge what lies between them. */
 #include <errno.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,36 @@ static size_t next_power_of_two(size_t n) {
     size_t p = 1;
     while (p < n) p <<= 1;
     return p;
+}
+
+/* Maps a whole file read-only (prefaulted: the parser reads every byte). An empty file maps to "". */
+static kite_status map_whole_file(const char *path, const char **out, size_t *length) {
+    *out = NULL;
+    *length = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return kite_fail(KITE_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int saved = errno;
+        close(fd);
+        return kite_fail(KITE_ERROR_IO, "%s: cannot stat: %s", path, strerror(saved));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return kite_fail(KITE_ERROR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        *out = "";
+        return KITE_OK;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    int saved = errno;
+    close(fd);
+    if (p == MAP_FAILED) return kite_fail(KITE_ERROR_IO, "%s: cannot map: %s", path, strerror(saved));
+    *out = p;
+    *length = (size_t)st.st_size;
+    return KITE_OK;
 }
 
 static kite_status read_whole_file(const char *path, char **out, size_t *length, bool *missing) {
@@ -938,10 +971,11 @@ kite_status tokenizer_load(const char *dir, tokenizer **out) {
     char *text = NULL;
     size_t length = 0;
     tokenizer *t = NULL;
-    kite_status status = read_whole_file(path, &text, &length, NULL);
-    if (status == KITE_OK) status = tokenizer_load_json(text, length, path, &t);
-    free(text);
-    text = NULL;
+    /* tokenizer.json is 11 MB: map it instead of copying it into fresh heap pages. */
+    const char *mapped = NULL;
+    kite_status status = map_whole_file(path, &mapped, &length);
+    if (status == KITE_OK) status = tokenizer_load_json(mapped, length, path, &t);
+    if (mapped && length > 0) (void)munmap((void *)mapped, length);
     if (status == KITE_OK) {
         bool missing = false;
         snprintf(path, dir_length + 32, "%s/tokenizer_config.json", dir);

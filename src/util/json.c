@@ -358,6 +358,19 @@ static bool parse_number(parser *p, json_value *out) {
         while (p->pos < n && t[p->pos] >= '0' && t[p->pos] <= '9') p->pos++;
     }
     size_t literal_length = p->pos - start;
+    if (integral && literal_length <= 18) {
+        /* Small integers (all of tokenizer.json's ids) need no strtod: the digits are exact in int64
+         * and in double alike. */
+        int64_t magnitude = 0;
+        for (size_t i = start + (negative ? 1 : 0); i < p->pos; i++) magnitude = magnitude * 10 + (t[i] - '0');
+        int64_t value = negative ? -magnitude : magnitude;
+        out->type = JSON_TYPE_NUMBER;
+        out->is_integer = true;
+        out->as.num.integer = value;
+        out->as.num.number = (double)value;
+        if (negative && magnitude == 0) out->as.num.number = -0.0;
+        return true;
+    }
     char buffer[64];
     if (literal_length >= sizeof buffer) {
         /* Long literals are legal; go through a heap copy so strtod sees a terminated string. */
