@@ -21,6 +21,9 @@ static const char run_usage[] =
     "  --logprobs K          report the top K log-probabilities of each token (with --json)\n"
     "  --backend auto|cpu|cuda   (default auto)    --threads N (CPU threads, 0 = all)\n"
     "  --max-context N       context limit (default: the model's, at most 65536)\n"
+    "  --kv-cache-mb N       KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)\n"
+    "  --max-batch N         sequences per step at most (default 256)\n"
+    "  --max-step-tokens N   tokens per step at most, the chunked-prefill budget (default 2048)\n"
     "  --dummy SHAPE         random weights of a known shape instead of --model (ids only)\n"
     "  --json                print one JSON object per prompt, last, alone on a line\n";
 
@@ -242,6 +245,15 @@ int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
             if (!cli_parse_int(a, v, 0, 4096, &iv)) return 2;
             load.n_threads = (int32_t)iv;
+        } else if (strcmp(a, "--kv-cache-mb") == 0) {
+            if (!cli_parse_int(a, v, 1, 1 << 30, &iv)) return 2;
+            engine_params.kv_cache_bytes = (size_t)iv << 20;
+        } else if (strcmp(a, "--max-batch") == 0) {
+            if (!cli_parse_int(a, v, 1, 4096, &iv)) return 2;
+            engine_params.max_sequences = (int32_t)iv;
+        } else if (strcmp(a, "--max-step-tokens") == 0) {
+            if (!cli_parse_int(a, v, 1, 1 << 20, &iv)) return 2;
+            engine_params.max_step_tokens = (int32_t)iv;
         } else if (strcmp(a, "--max-context") == 0) {
             if (!cli_parse_int(a, v, 1, INT32_MAX, &iv)) return 2;
             engine_params.max_context = (int32_t)iv;
@@ -296,6 +308,12 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     double load_s = seconds_now() - load_start;
+    {
+        kite_engine_stats stats = kite_engine_get_stats(engine);
+        fprintf(stderr, "kite: %s backend; KV cache %zu tokens (%d blocks of %d), %d sequences of the full %d-token context\n",
+                kite_model_get_info(model).backend_name, stats.kv_capacity_tokens, stats.kv_blocks_total,
+                stats.kv_block_size, stats.max_concurrent_full, stats.max_context);
+    }
 
     for (size_t p = 0; p < n_prompts; p++) {
         generation *g = &gens[p];
