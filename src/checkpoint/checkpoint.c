@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "checkpoint/config.h"
-#include "checkpoint/file.h"
+#include "util/file.h"
 #include "checkpoint/safetensors.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -364,7 +364,7 @@ static kite_status open_shards(checkpoint *c, const char *dir, const char *index
         if (!c->files) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory", index_path);
     }
     for (size_t i = 0; i < n_shards && status == KITE_OK; i++) {
-        char *path = checkpoint_path_join(dir, shards[i]);
+        char *path = path_join(dir, shards[i]);
         if (!path)
             status = KITE_ERROR_OUT_OF_MEMORY;
         else
@@ -409,7 +409,7 @@ static kite_status check_index(const checkpoint *c, const char *index_path, cons
 static kite_status open_indexed(checkpoint *c, const char *dir, const char *index_path) {
     char *text = NULL;
     size_t length = 0;
-    KITE_TRY(checkpoint_read_file(index_path, INDEX_MAX_BYTES, &text, &length));
+    KITE_TRY(file_read_all(index_path, INDEX_MAX_BYTES, KITE_ERROR_INVALID_CHECKPOINT, &text, &length));
     json_error error;
     memset(&error, 0, sizeof error);
     json_document *document = json_parse(text, length, &error);
@@ -427,10 +427,10 @@ static kite_status open_indexed(checkpoint *c, const char *dir, const char *inde
 }
 
 static kite_status open_files(checkpoint *c, const char *dir) {
-    char *single = checkpoint_path_join(dir, SINGLE_FILE_NAME);
+    char *single = path_join(dir, SINGLE_FILE_NAME);
     if (!single) return KITE_ERROR_OUT_OF_MEMORY;
     kite_status status;
-    if (checkpoint_path_exists(single)) {
+    if (path_exists(single)) {
         c->files = calloc(1, sizeof *c->files);
         if (!c->files)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory", single);
@@ -441,9 +441,9 @@ static kite_status open_files(checkpoint *c, const char *dir) {
         return status;
     }
     free(single);
-    char *index_path = checkpoint_path_join(dir, INDEX_FILE_NAME);
+    char *index_path = path_join(dir, INDEX_FILE_NAME);
     if (!index_path) return KITE_ERROR_OUT_OF_MEMORY;
-    if (checkpoint_path_exists(index_path))
+    if (path_exists(index_path))
         status = open_indexed(c, dir, index_path);
     else
         status = kite_fail(KITE_ERROR_IO, "%s: no " SINGLE_FILE_NAME " or " INDEX_FILE_NAME " found", dir);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/file.h"
+#include "util/file.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -347,11 +347,11 @@ kite_status qwen3_config_parse(const char *text, size_t length, const char *path
 
 kite_status qwen3_config_load(const char *dir, qwen3_config *out) {
     if (!dir || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "qwen3_config_load: NULL argument");
-    char *path = checkpoint_path_join(dir, "config.json");
+    char *path = path_join(dir, "config.json");
     if (!path) return KITE_ERROR_OUT_OF_MEMORY;
     char *text = NULL;
     size_t length = 0;
-    kite_status status = checkpoint_read_file(path, CONFIG_MAX_BYTES, &text, &length);
+    kite_status status = file_read_all(path, CONFIG_MAX_BYTES, KITE_ERROR_INVALID_CHECKPOINT, &text, &length);
     if (status == KITE_OK) status = qwen3_config_parse(text, length, path, out);
     free(text);
     free(path);

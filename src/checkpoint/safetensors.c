@@ -1,23 +1,19 @@
 #include "checkpoint/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "util/error.h"
+#include "util/file.h"
 #include "util/json.h"
 
 struct safetensors_file {
     char *name; /* copy of the path or label given at open */
-    void *map;  /* the whole file when opened from a path, else NULL */
-    size_t map_size;
+    file_mapping map; /* the whole file when opened from a path, else empty */
     size_t n_tensors;
     safetensors_tensor *tensors; /* sorted by name */
     size_t n_metadata;
@@ -105,7 +101,7 @@ static int compare_by_offset(const void *a, const void *b) {
 
 void safetensors_close(safetensors_file *file) {
     if (!file) return;
-    if (file->map) munmap(file->map, file->map_size); /* nothing useful to do if this fails */
+    file_unmap(&file->map);
     free(file->tensors);
     free(file->metadata);
     free(file->strings);
@@ -404,45 +400,22 @@ kite_status safetensors_parse_memory(const void *data, size_t size, const char *
 kite_status safetensors_open(const char *path, safetensors_file **out) {
     if (!path || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "safetensors_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kite_fail(KITE_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        kite_status status = kite_fail(KITE_ERROR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return status;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return kite_fail(KITE_ERROR_IO, "%s: not a regular file", path);
-    }
-    if (st.st_size < 0 || (uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
-        close(fd);
-        return kite_fail(KITE_ERROR_IO, "%s: file size %lld cannot be mapped", path, (long long)st.st_size);
-    }
-    size_t size = (size_t)st.st_size;
-    if (size < 8) {
-        /* mmap of an empty file fails; the parser's size check gives the real reason. */
+    file_mapping mapping;
+    KITE_TRY(file_map(path, false, &mapping));
+    if (mapping.size < 8) {
+        /* Too short to hold a header (an empty file maps to nothing): the parser's size check says so. */
         static const unsigned char empty[8];
-        close(fd);
-        return safetensors_parse_memory(empty, size, path, out);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    if (close(fd) != 0 && map != MAP_FAILED) {
-        kite_status status = kite_fail(KITE_ERROR_IO, "%s: close failed: %s", path, strerror(errno));
-        munmap(map, size);
+        kite_status status = safetensors_parse_memory(mapping.data ? mapping.data : empty, mapping.size, path, out);
+        file_unmap(&mapping);
         return status;
     }
-    if (map == MAP_FAILED) return kite_fail(KITE_ERROR_IO, "%s: mmap failed: %s", path, strerror(map_errno));
     safetensors_file *file = NULL;
-    kite_status status = safetensors_parse_memory(map, size, path, &file);
+    kite_status status = safetensors_parse_memory(mapping.data, mapping.size, path, &file);
     if (status != KITE_OK) {
-        munmap(map, size);
+        file_unmap(&mapping);
         return status;
     }
-    file->map = map;
-    file->map_size = size;
+    file->map = mapping;
     *out = file;
     return KITE_OK;
 }

@@ -1,9 +1,6 @@
 /* Loading tokenizer.json / tokenizer_config.json, and encode: added tokens first, then normalize, split
  * and merge what lies between them. */
 #include <errno.h>
-#include <unistd.h>
-#include <sys/stat.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +10,7 @@
 
 #include "tokenizer/tokenizer_internal.h"
 #include "util/error.h"
+#include "util/file.h"
 #include "util/json.h"
 
 /* GPT-2's split pattern, which Hugging Face's ByteLevel pre-tokenizer applies when use_regex is true. */
@@ -27,82 +25,6 @@ static size_t next_power_of_two(size_t n) {
     size_t p = 1;
     while (p < n) p <<= 1;
     return p;
-}
-
-/* Maps a whole file read-only (prefaulted: the parser reads every byte). An empty file maps to "". */
-static kite_status map_whole_file(const char *path, const char **out, size_t *length) {
-    *out = NULL;
-    *length = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kite_fail(KITE_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int saved = errno;
-        close(fd);
-        return kite_fail(KITE_ERROR_IO, "%s: cannot stat: %s", path, strerror(saved));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return kite_fail(KITE_ERROR_IO, "%s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        *out = "";
-        return KITE_OK;
-    }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-    int saved = errno;
-    close(fd);
-    if (p == MAP_FAILED) return kite_fail(KITE_ERROR_IO, "%s: cannot map: %s", path, strerror(saved));
-    *out = p;
-    *length = (size_t)st.st_size;
-    return KITE_OK;
-}
-
-static kite_status read_whole_file(const char *path, char **out, size_t *length, bool *missing) {
-    *out = NULL;
-    *length = 0;
-    if (missing) *missing = false;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (missing && errno == ENOENT) {
-            *missing = true;
-            return KITE_OK;
-        }
-        return kite_fail(KITE_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
-    kite_status status = KITE_OK;
-    char *buffer = NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        status = kite_fail(KITE_ERROR_IO, "%s: cannot seek: %s", path, strerror(errno));
-        goto done;
-    }
-    long size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        status = kite_fail(KITE_ERROR_IO, "%s: cannot tell its size: %s", path, strerror(errno));
-        goto done;
-    }
-    buffer = malloc((size_t)size + 1);
-    if (!buffer) {
-        status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory reading %ld bytes", path, size);
-        goto done;
-    }
-    if (fread(buffer, 1, (size_t)size, f) != (size_t)size) {
-        status = kite_fail(KITE_ERROR_IO, "%s: short read", path);
-        goto done;
-    }
-    buffer[size] = '\0';
-    *out = buffer;
-    *length = (size_t)size;
-    buffer = NULL;
-done:
-    free(buffer);
-    if (fclose(f) != 0 && status == KITE_OK) {
-        free(*out);
-        *out = NULL;
-        status = kite_fail(KITE_ERROR_IO, "%s: close failed: %s", path, strerror(errno));
-    }
-    return status;
 }
 
 /* The hash tables are large (megabytes) and filled in random order: faulting their pages in one by one
@@ -964,23 +886,27 @@ kite_status tokenizer_apply_config_json(tokenizer *t, const char *json, size_t l
 kite_status tokenizer_load(const char *dir, tokenizer **out) {
     if (!dir || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tokenizer_load: NULL argument");
     *out = NULL;
-    size_t dir_length = strlen(dir);
-    char *path = malloc(dir_length + 32);
-    if (!path) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "tokenizer_load: out of memory");
-    snprintf(path, dir_length + 32, "%s/tokenizer.json", dir);
-    char *text = NULL;
-    size_t length = 0;
+    char *path = path_join(dir, "tokenizer.json");
+    if (!path) return KITE_ERROR_OUT_OF_MEMORY;
     tokenizer *t = NULL;
-    /* tokenizer.json is 11 MB: map it instead of copying it into fresh heap pages. */
-    const char *mapped = NULL;
-    kite_status status = map_whole_file(path, &mapped, &length);
-    if (status == KITE_OK) status = tokenizer_load_json(mapped, length, path, &t);
-    if (mapped && length > 0) (void)munmap((void *)mapped, length);
+    /* tokenizer.json is 11 MB: map it (read in up front) instead of copying it into fresh heap pages. */
+    file_mapping mapping;
+    kite_status status = file_map(path, true, &mapping);
     if (status == KITE_OK) {
-        bool missing = false;
-        snprintf(path, dir_length + 32, "%s/tokenizer_config.json", dir);
-        status = read_whole_file(path, &text, &length, &missing);
-        if (status == KITE_OK && !missing) status = tokenizer_apply_config_json(t, text, length, path);
+        status = tokenizer_load_json(mapping.data ? mapping.data : "", mapping.size, path, &t);
+        file_unmap(&mapping);
+    }
+    free(path);
+    path = NULL;
+    if (status == KITE_OK) {
+        path = path_join(dir, "tokenizer_config.json");
+        if (!path) status = KITE_ERROR_OUT_OF_MEMORY;
+    }
+    if (status == KITE_OK && path_exists(path)) { /* optional: eos / bos / add_bos_token */
+        char *text = NULL;
+        size_t length = 0;
+        status = file_read_all(path, (size_t)64 << 20, KITE_ERROR_INVALID_TOKENIZER, &text, &length);
+        if (status == KITE_OK) status = tokenizer_apply_config_json(t, text, length, path);
         free(text);
     }
     free(path);
