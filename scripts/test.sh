@@ -17,6 +17,8 @@ echo "== Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+# Say why tests were skipped (GPU tests on a machine without a GPU), which ctest alone does not show.
+grep -h "^SKIPPED:" build/Testing/Temporary/LastTest.log | sort | uniq -c | sed 's/^/skip reason: /' || true
 
 echo "== ASan + UBSan build and tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKITE_SANITIZE=ON -DKITE_CUDA=OFF >/dev/null
