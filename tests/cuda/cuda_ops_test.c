@@ -526,6 +526,216 @@ static void test_gemv(void) {
     check_gemv(999, 2048, CUDA_GEMV_ARGMAX, 1);
 }
 
+/* ---- batched decode: attention over B sequences, products of B rows ------------------------------- */
+
+static void check_attention_decode_rows(int n_heads, int n_kv, int bs, int n_seqs, const int *ctx, int n_splits,
+                                        int out_bf16) {
+    const int D = 128, half = 64;
+    int max_ctx = 0, total_blocks = 0;
+    int32_t *table_start = xmalloc((size_t)n_seqs * 4), *ctx32 = xmalloc((size_t)n_seqs * 4);
+    for (int s = 0; s < n_seqs; s++) {
+        table_start[s] = total_blocks;
+        total_blocks += KITE_TEST_CEIL(ctx[s], bs);
+        ctx32[s] = ctx[s];
+        if (ctx[s] > max_ctx) max_ctx = ctx[s];
+    }
+    const int n_blocks = total_blocks + 2, positions = max_ctx + 1;
+    paged_cache c = make_cache(n_blocks, bs, n_kv);
+    int32_t *tables = xmalloc((size_t)n_blocks * 4);
+    make_tables(tables, 1, n_blocks, n_blocks); /* a permutation: every sequence's blocks distinct, scattered */
+    const size_t qn = (size_t)n_heads * D, width = (size_t)(n_heads + 2 * n_kv) * D;
+    float *qkv = xmalloc((size_t)n_seqs * width * 4), *q = xmalloc(qn * 4), *out = xmalloc((size_t)n_seqs * qn * 4);
+    double *ref = xmalloc((size_t)n_seqs * qn * 8), row[128];
+    random_f32(qkv, (size_t)n_seqs * width, 1.0f);
+    float qn_w[128], kn_w[128];
+    for (int i = 0; i < D; i++) {
+        qn_w[i] = 1.0f + 0.1f * rng_normal();
+        kn_w[i] = 1.0f + 0.1f * rng_normal();
+    }
+    float *cos_t = xmalloc((size_t)positions * half * 4), *sin_t = xmalloc((size_t)positions * half * 4);
+    rope_tables(cos_t, sin_t, positions, D, 1000000.0);
+    for (int s = 0; s < n_seqs; s++) { /* each sequence's new K / V into the host copy first */
+        const float *src = qkv + (size_t)s * width;
+        const int32_t *table = tables + table_start[s];
+        const int position = ctx[s] - 1, blk = table[position / bs], slot = position % bs;
+        for (int h = 0; h < n_kv; h++) {
+            norm_rope_ref(src + (size_t)(n_heads + h) * D, kn_w, cos_t, sin_t, position, row);
+            for (int i = 0; i < D; i++) {
+                c.bits[kv_index(blk, 0, h, slot, n_kv, bs, D) + i] = float_to_bf16((float)row[i]);
+                c.bits[kv_index(blk, 1, h, slot, n_kv, bs, D) + i] = float_to_bf16(src[(size_t)(n_heads + n_kv + h) * D + i]);
+            }
+        }
+    }
+    for (int s = 0; s < n_seqs; s++) {
+        const float *src = qkv + (size_t)s * width;
+        for (int h = 0; h < n_heads; h++) {
+            norm_rope_ref(src + (size_t)h * D, qn_w, cos_t, sin_t, ctx[s] - 1, row);
+            for (int i = 0; i < D; i++) q[h * D + i] = (float)row[i];
+        }
+        attention_ref(&c, tables + table_start[s], q, n_heads, ctx[s] - 1, ref + (size_t)s * qn);
+    }
+    const size_t out_bytes = (size_t)n_seqs * qn * (out_bf16 ? 2 : 4);
+    float *d_qkv = device_buffer((size_t)n_seqs * width * 4, qkv);
+    void *d_out = device_buffer(out_bytes, NULL);
+    int32_t *d_tables = device_buffer((size_t)n_blocks * 4, tables);
+    int32_t *d_start = device_buffer((size_t)n_seqs * 4, table_start), *d_ctx = device_buffer((size_t)n_seqs * 4, ctx32);
+    float *d_qn = device_buffer(sizeof qn_w, qn_w), *d_kn = device_buffer(sizeof kn_w, kn_w);
+    float *d_cos = device_buffer((size_t)positions * half * 4, cos_t), *d_sin = device_buffer((size_t)positions * half * 4, sin_t);
+    const size_t ws_bytes = (size_t)n_seqs * cuda_attention_decode_workspace(n_heads, D, n_splits);
+    void *d_ws = device_buffer(ws_bytes, NULL);
+    const size_t n_counters = (size_t)n_seqs * n_heads;
+    unsigned *d_counters = device_buffer(n_counters * 4, NULL);
+    DEVICE_CHECK(kite_cuda_memset(d_counters, 0, n_counters * 4));
+    cuda_kv_layer kv = {c.device, bs, n_kv, D};
+    for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
+        DEVICE_CHECK(kite_cuda_memset(d_out, POISON, out_bytes));
+        DEVICE_CHECK(cuda_attention_decode_rows(d_qkv, d_out, out_bf16, kv, d_tables, d_start, d_ctx, d_qn, d_kn, d_cos,
+                                                d_sin, 1e-6f, n_heads, 1.0f / sqrtf((float)D), n_seqs, n_splits, d_ws,
+                                                d_counters, NULL, run));
+        if (out_bf16) {
+            uint16_t *bits = xmalloc((size_t)n_seqs * qn * 2);
+            DEVICE_CHECK(kite_cuda_copy_to_host(bits, d_out, (size_t)n_seqs * qn * 2));
+            bf16_to_floats(bits, out, (size_t)n_seqs * qn);
+            free(bits);
+        } else {
+            DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, (size_t)n_seqs * qn * 4));
+        }
+        const double e = nmse(out, ref, (size_t)n_seqs * qn);
+        CHECK_MSG(e < (out_bf16 ? NMSE_BF16_OUT : 1e-8), "batched decode attention heads %d/%d seqs %d splits %d bf16 %d run %d: nmse %g",
+                  n_heads, n_kv, n_seqs, n_splits, out_bf16, run, e);
+    }
+    const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
+    uint16_t *got = xmalloc(cache_n * 2);
+    DEVICE_CHECK(kite_cuda_copy_to_host(got, c.device, cache_n * 2));
+    size_t differ = 0;
+    for (size_t i = 0; i < cache_n; i++) {
+        const float a = bf16_to_float(got[i]), b = bf16_to_float(c.bits[i]);
+        if (fabsf(a - b) > 1e-2f * fabsf(b) + 1e-6f) differ++;
+    }
+    CHECK_MSG(differ == 0, "%zu cache elements differ from the reference after the appends", differ);
+    unsigned *counters = xmalloc(n_counters * 4);
+    DEVICE_CHECK(kite_cuda_copy_to_host(counters, d_counters, n_counters * 4));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n_counters; i++) nonzero += counters[i] != 0;
+    CHECK_MSG(nonzero == 0, "%zu counters left non-zero", nonzero);
+    CHECK(guard_intact(d_out, out_bytes));
+    CHECK(guard_intact(c.device, cache_n * 2));
+    void *bufs[] = {d_qkv, d_out, d_tables, d_start, d_ctx, d_qn, d_kn, d_cos, d_sin, d_ws, d_counters, c.device};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(c.bits);
+    free(tables);
+    free(table_start);
+    free(ctx32);
+    free(qkv);
+    free(q);
+    free(out);
+    free(ref);
+    free(cos_t);
+    free(sin_t);
+    free(got);
+    free(counters);
+}
+
+static void test_attention_decode_rows(void) {
+    const int ctx_a[3] = {1, 300, 37};
+    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 8, 0);
+    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 1, 1);
+    const int ctx_b[8] = {256, 257, 300, 16, 17, 1000, 2, 333};
+    check_attention_decode_rows(16, 8, 16, 8, ctx_b, 8, 0);
+    check_attention_decode_rows(8, 2, 32, 8, ctx_b, 3, 1); /* group of 4 */
+    int ctx_c[33];
+    for (int s = 0; s < 33; s++) ctx_c[s] = 1 + (int)(rng_next() % 700);
+    check_attention_decode_rows(16, 8, 16, 33, ctx_c, 2, 1);
+}
+
+static void check_gemm_rows(int n_rows, int rows, int cols, int epilogue, int with_norm) {
+    const size_t wn = (size_t)rows * cols, xn = (size_t)n_rows * cols;
+    const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    const size_t yn = (size_t)n_rows * outputs;
+    uint16_t *w_bits = xmalloc(wn * 2);
+    float *w = xmalloc(wn * 4), *x = xmalloc(xn * 4), *g = xmalloc((size_t)cols * 4);
+    random_bf16(w_bits, w, wn, 0.05f);
+    random_f32(x, xn, 1.0f);
+    for (int i = 0; i < cols; i++) g[i] = 1.0f + 0.1f * rng_normal();
+    float *y0 = xmalloc(yn * 4), *y = xmalloc(yn * 4);
+    double *ref = xmalloc(yn * 8), *dots = xmalloc((size_t)rows * 8);
+    float *in = xmalloc((size_t)cols * 4);
+    random_f32(y0, yn, 1.0f);
+    for (int b = 0; b < n_rows; b++) {
+        const float *xb = x + (size_t)b * cols;
+        double ss = 0;
+        for (int i = 0; i < cols; i++) ss += (double)xb[i] * xb[i];
+        const float s = with_norm ? (float)(1.0 / sqrt(ss / cols + 1e-6)) : 1.0f;
+        for (int i = 0; i < cols; i++) /* the kernel rounds its input to bf16 */
+            in[i] = bf16_to_float(float_to_bf16(with_norm ? xb[i] * s * g[i] : xb[i]));
+        for (int r = 0; r < rows; r++) {
+            double acc = 0;
+            for (int i = 0; i < cols; i++) acc += (double)w[(size_t)r * cols + i] * in[i];
+            dots[r] = acc;
+        }
+        for (int o = 0; o < outputs; o++) {
+            double v = dots[o];
+            if (epilogue == CUDA_GEMV_SWIGLU) v = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
+            else if (epilogue == CUDA_GEMV_ADD) v += y0[(size_t)b * outputs + o];
+            ref[(size_t)b * outputs + o] = v;
+        }
+    }
+    void *d_w = device_buffer(wn * 2, w_bits);
+    float *d_x = device_buffer(xn * 4, x), *d_g = device_buffer((size_t)cols * 4, g);
+    float *d_y = device_buffer(yn * 4, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
+    void *d_ws = device_buffer(cuda_gemm_rows_argmax_workspace(), NULL);
+    int32_t *d_ids = device_buffer((size_t)n_rows * 4, NULL);
+    DEVICE_CHECK(cuda_gemm_rows(d_w, d_x, with_norm ? d_g : NULL, 1e-6f, d_y, n_rows, rows, cols, epilogue, d_ws, d_ids,
+                                NULL, 1));
+    DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, yn * 4));
+    /* Near-ties in the bf16 rounding of the input aside, products agree to fp32 accumulation. */
+    const double e = nmse(y, ref, yn);
+    CHECK_MSG(e < 1e-7, "gemm_rows %d x %d x %d epilogue %d norm %d: nmse %g", n_rows, rows, cols, epilogue, with_norm, e);
+    CHECK(guard_intact(d_y, yn * 4));
+    if (epilogue == CUDA_GEMV_ARGMAX) {
+        int32_t ids[32];
+        DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, (size_t)n_rows * 4));
+        for (int b = 0; b < n_rows; b++) {
+            const float *yb = y + (size_t)b * outputs;
+            int best = 0;
+            for (int r = 1; r < rows; r++)
+                if (yb[r] > yb[best]) best = r;
+            CHECK_MSG(ids[b] == best, "gemm_rows argmax row %d: %d, expected %d", b, ids[b], best);
+        }
+        CHECK(guard_intact(d_ids, (size_t)n_rows * 4));
+    }
+    void *bufs[] = {d_w, d_x, d_g, d_y, d_ws, d_ids};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(w_bits);
+    free(w);
+    free(x);
+    free(g);
+    free(y0);
+    free(y);
+    free(ref);
+    free(dots);
+    free(in);
+}
+
+static void test_gemm_rows(void) {
+    check_gemm_rows(8, 4096, 1024, CUDA_GEMV_STORE, 1);
+    check_gemm_rows(3, 1000, 1024, CUDA_GEMV_STORE, 1);
+    check_gemm_rows(16, 1000, 520, CUDA_GEMV_STORE, 0);
+    check_gemm_rows(1, 999, 72, CUDA_GEMV_STORE, 0);
+    check_gemm_rows(13, 1024, 2048, CUDA_GEMV_ADD, 0);
+    check_gemm_rows(5, 1000, 3072, CUDA_GEMV_ADD, 0);
+    check_gemm_rows(8, 6144, 1024, CUDA_GEMV_SWIGLU, 1);
+    check_gemm_rows(11, 1002, 2056, CUDA_GEMV_SWIGLU, 1);
+    check_gemm_rows(4, 151936, 1024, CUDA_GEMV_ARGMAX, 1);
+    check_gemm_rows(16, 999, 2048, CUDA_GEMV_ARGMAX, 1);
+    check_gemm_rows(2, 30, 1024, CUDA_GEMV_ARGMAX, 1);
+    check_gemm_rows(32, 4096, 1024, CUDA_GEMV_STORE, 1);
+    check_gemm_rows(27, 1000, 3072, CUDA_GEMV_ADD, 0);
+    check_gemm_rows(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1);
+    check_gemm_rows(32, 151936, 1024, CUDA_GEMV_ARGMAX, 1);
+    check_gemm_rows(21, 999, 2048, CUDA_GEMV_ARGMAX, 1);
+}
+
 static void test_argmax_rows(void) {
     const int rows = 3, vocab = 151936;
     float *logits = xmalloc((size_t)rows * vocab * 4);
@@ -607,6 +817,8 @@ int main(void) {
     TEST_RUN(test_attention_prefill);
     TEST_RUN(test_attention_decode);
     TEST_RUN(test_gemv);
+    TEST_RUN(test_attention_decode_rows);
+    TEST_RUN(test_gemm_rows);
     TEST_RUN(test_argmax_rows);
     TEST_RUN(test_gemm);
     return test_finish();

@@ -1,7 +1,8 @@
 /* Split-K flash-decoding attention for one new token over the paged KV cache, with the token's Q/K
  * RMSNorm, RoPE and KV append fused in (one kernel instead of two per layer on the decode path).
  *
- * Grid (kv_head, split, head_group): a fixed grid whatever the context length, so the decode graph
+ * Grid (kv_head, split, sequence x head_group; the batched decode path runs B sequences, each with its own
+ * context length and block table, in one launch): a fixed grid whatever the context length, so the decode graph
  * replays it unchanged; each block takes one contiguous range of positions (context_len / n_splits
  * rounded up), for GROUP query heads that share the kv head, reading each K and V row once.
  * Inside a block 16 independent streams of 8 lanes walk the range (stream i takes positions i, i + 16,
@@ -51,10 +52,15 @@ __device__ __forceinline__ void norm_rope_head(const float *src, const float w[4
     out[3] = hi.y * c.y + lo.y * s.y;
 }
 
-template <int GROUP>
+__device__ __forceinline__ void store_out(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_out(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+/* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
+ * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
+template <int GROUP, typename OutT>
 __global__ void __launch_bounds__(THREADS)
-    attention_decode_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                            const int32_t *context_len, const float *__restrict__ q_norm,
+    attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
+                            const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
                             int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
@@ -65,11 +71,17 @@ __global__ void __launch_bounds__(THREADS)
 
     const int kv_head = blockIdx.x, split = blockIdx.y;
     const int group_heads = n_heads / kv.n_kv_heads;
-    const int first_head = kv_head * group_heads + blockIdx.z * GROUP;
+    const int head_groups = group_heads / GROUP;
+    const int seq = (int)blockIdx.z / head_groups;
+    const int first_head = kv_head * group_heads + ((int)blockIdx.z % head_groups) * GROUP;
+    const float *qkv = qkv_rows + (size_t)seq * (size_t)(n_heads + 2 * kv.n_kv_heads) * HEAD_DIM;
+    OutT *out = out_rows + (size_t)seq * (size_t)n_heads * HEAD_DIM;
+    const int32_t *block_table = block_tables + (table_start ? table_start[seq] : 0);
+    const size_t seq_heads = (size_t)seq * (size_t)n_heads; /* this sequence's rows of the workspace */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
     const int stream = warp * 4 + (lane >> 3);
     /* The context length and block table come from the step buffer, written before the graph ran. */
-    const int ctx = context_len[0];
+    const int ctx = context_lens[seq];
     int chunk = (ctx + n_splits - 1) / n_splits;
     if (chunk < MIN_CHUNK) chunk = MIN_CHUNK;
     const int n_used = (ctx + chunk - 1) / chunk;
@@ -237,10 +249,10 @@ __global__ void __launch_bounds__(THREADS)
             a_all += smem_acc[w][g][d] * f;
         }
         if (n_used == 1) { /* the only split: this is the result */
-            out[(size_t)(first_head + g) * HEAD_DIM + d] = a_all / l_all;
+            store_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
             continue;
         }
-        const size_t index = (size_t)(first_head + g) * (size_t)n_splits + (size_t)split;
+        const size_t index = (seq_heads + (size_t)(first_head + g)) * (size_t)n_splits + (size_t)split;
         ws_acc[index * HEAD_DIM + d] = a_all;
         if (d == 0) ws_stats[index] = make_float2(m_all, l_all);
     }
@@ -249,14 +261,14 @@ __global__ void __launch_bounds__(THREADS)
     /* The last block of this head group to finish combines all splits. */
     __threadfence();
     __syncthreads();
-    const unsigned counter_index = (unsigned)(first_head / GROUP);
+    const unsigned counter_index = (unsigned)(seq_heads / GROUP) + (unsigned)(first_head / GROUP);
     if (threadIdx.x == 0) is_last = atomicAdd(&counters[counter_index], 1u) == (unsigned)(n_used - 1);
     __syncthreads();
     if (!is_last) return;
     __threadfence();
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
-        const size_t base = (size_t)(first_head + g) * (size_t)n_splits;
+        const size_t base = (seq_heads + (size_t)(first_head + g)) * (size_t)n_splits;
         float m_all = NO_SCORE;
 #pragma unroll 8
         for (int sp = 0; sp < n_used; sp++) m_all = fmaxf(m_all, __ldcg(&ws_stats[base + sp]).x);
@@ -268,7 +280,7 @@ __global__ void __launch_bounds__(THREADS)
             l_all += st.y * f;
             a_all += __ldcg(&ws_acc[(base + sp) * HEAD_DIM + d]) * f;
         }
-        out[(size_t)(first_head + g) * HEAD_DIM + d] = a_all / l_all;
+        store_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
     }
     if (threadIdx.x == 0) counters[counter_index] = 0;
 }
@@ -285,26 +297,29 @@ extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int
     return (size_t)n_heads * (size_t)n_splits * ((size_t)head_dim * sizeof(float) + sizeof(float2));
 }
 
-extern "C" kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                                             const int32_t *context_len, const float *q_norm, const float *k_norm,
-                                             const float *rope_cos, const float *rope_sin, float eps, int n_heads,
-                                             float scale, int n_splits, void *workspace, unsigned *counters,
-                                             void *stream, int use_pdl) {
-    if (kv.head_dim != HEAD_DIM || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || n_splits <= 0)
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: head_dim %d heads %d kv heads %d splits %d",
-                         kv.head_dim, n_heads, kv.n_kv_heads, n_splits);
+namespace {
+
+template <typename OutT>
+kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer kv, const int32_t *block_tables,
+                                    const int32_t *table_start, const int32_t *context_lens, const float *q_norm,
+                                    const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
+                                    int n_heads, float scale, int n_seqs, int n_splits, void *workspace,
+                                    unsigned *counters, void *stream, int use_pdl) {
+    if (kv.head_dim != HEAD_DIM || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || n_splits <= 0 || n_seqs <= 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: head_dim %d heads %d kv heads %d splits %d seqs %d",
+                         kv.head_dim, n_heads, kv.n_kv_heads, n_splits, n_seqs);
     const int group_heads = n_heads / kv.n_kv_heads;
     const int group = group_size_for(group_heads);
-    const dim3 grid(kv.n_kv_heads, n_splits, group_heads / group);
+    const dim3 grid(kv.n_kv_heads, n_splits, (group_heads / group) * n_seqs);
     float *ws_acc = static_cast<float *>(workspace);
-    float2 *ws_stats = reinterpret_cast<float2 *>(ws_acc + (size_t)n_heads * (size_t)n_splits * HEAD_DIM);
+    float2 *ws_stats = reinterpret_cast<float2 *>(ws_acc + (size_t)n_seqs * (size_t)n_heads * (size_t)n_splits * HEAD_DIM);
     const float scale_log2 = scale * 1.4426950408889634f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
 #define LAUNCH(G)                                                                                        \
-    CUDA_CHECK(launch_kernel(attention_decode_kernel<G>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv, block_table, \
-                             context_len, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale_log2, n_splits,  \
-                             ws_acc, ws_stats, counters))
+    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,      \
+                             block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
+                             n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters))
     switch (group) {
     case 4: LAUNCH(4); break;
     case 2: LAUNCH(2); break;
@@ -312,4 +327,31 @@ extern "C" kite_status cuda_attention_decode(const float *qkv, float *out, cuda_
     }
 #undef LAUNCH
     return KITE_OK;
+}
+
+} // namespace
+
+extern "C" kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                             const int32_t *context_len, const float *q_norm, const float *k_norm,
+                                             const float *rope_cos, const float *rope_sin, float eps, int n_heads,
+                                             float scale, int n_splits, void *workspace, unsigned *counters,
+                                             void *stream, int use_pdl) {
+    return attention_decode_launch<float>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos,
+                                          rope_sin, eps, n_heads, scale, 1, n_splits, workspace, counters, stream,
+                                          use_pdl);
+}
+
+extern "C" kite_status cuda_attention_decode_rows(const float *qkv, void *out, int out_bf16, cuda_kv_layer kv,
+                                                  const int32_t *block_tables, const int32_t *table_start,
+                                                  const int32_t *context_lens, const float *q_norm,
+                                                  const float *k_norm, const float *rope_cos, const float *rope_sin,
+                                                  float eps, int n_heads, float scale, int n_seqs, int n_splits,
+                                                  void *workspace, unsigned *counters, void *stream, int use_pdl) {
+    if (out_bf16)
+        return attention_decode_launch<bf16>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start, context_lens,
+                                             q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs, n_splits,
+                                             workspace, counters, stream, use_pdl);
+    return attention_decode_launch<float>(qkv, static_cast<float *>(out), kv, block_tables, table_start, context_lens,
+                                          q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs, n_splits,
+                                          workspace, counters, stream, use_pdl);
 }

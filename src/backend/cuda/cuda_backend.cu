@@ -8,6 +8,11 @@
  *   once, split-K attention, lm_head + argmax on the device, captured once as a CUDA graph and replayed.
  *   Per-step values (token, position, cache slot, context length, block table) live in device memory and
  *   are refreshed by one small copy before each replay; kernels chain by programmatic dependent launch.
+ * - batched decode (2..256 sequences, one token each, all wanting logits): the same step for all rows at
+ *   once, each weight read once per step: up to 8 rows (KITE_CUDA_ROWS_MAX, at most 32) the tensor-core
+ *   kernels of gemm_rows.cu with the GEMV's fusions (5 kernels per layer, PDL), beyond that cuBLASLt
+ *   GEMMs; split-K attention over every sequence's own blocks; lm_head + argmax on the device. One CUDA graph per bucket of rows (2, 4, ...,
+ *   256), the rows past B being dummies that write to a scratch KV block.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -31,6 +36,15 @@ struct cuda_layer {
 
 /* Step metadata for the decode graph, in device memory: */
 enum { STEP_TOKEN = 0, STEP_POSITION = 1, STEP_SLOT = 2, STEP_CONTEXT = 3, STEP_TABLE = 4 };
+
+/* Batched decode: graphs per bucket of rows; a step of B sequences runs in the smallest bucket >= B, the
+ * rows past B are dummies (token 0, position 0, one position of context in the scratch KV block). The
+ * step buffer holds BATCH_MAX tokens, BATCH_MAX context lengths, BATCH_MAX table offsets, then the
+ * block tables (entry 0: the scratch block). */
+constexpr int N_BUCKETS = 8;
+constexpr int32_t BUCKETS[N_BUCKETS] = {2, 4, 8, 16, 32, 64, 128, 256};
+constexpr int32_t BATCH_MAX = 256;
+enum { BATCH_TOKENS = 0, BATCH_CONTEXT = BATCH_MAX, BATCH_TABLE_START = 2 * BATCH_MAX, BATCH_TABLES = 3 * BATCH_MAX };
 
 struct cuda_backend {
     backend base; /* first: a cuda_backend * is a backend * */
@@ -74,9 +88,26 @@ struct cuda_backend {
     cudaEvent_t step_copied;
     cudaGraphExec_t graph;
 
+    /* Batched decode path (2..BATCH_MAX sequences, one token each): buffers for bat_capacity rows. */
+    int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
+    int rows_max;          /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
+    bool use_batch;
+    int32_t bat_capacity;
+    void *bat_bytes;
+    float *bat_x, *bat_qkv, *bat_attention, *bat_act, *bat_logits;
+    bf16 *bat_attention16, *bat_normed, *bat_gate_up, *bat_act16;
+    void *bat_attention_ws, *bat_argmax_ws;
+    unsigned *bat_counters;
+    int32_t *bat_ids;
+    int32_t *bat_step_device, *bat_step_host;
+    size_t bat_step_ints;
+    cudaEvent_t bat_step_copied;
+    cudaGraphExec_t bat_graphs[N_BUCKETS];
+
     const float *kept_logits;
     int32_t kept_rows;
     bool kept_decode; /* the kept row came from the decode path: its argmax is already on the device */
+    bool kept_batch;  /* the kept rows came from the batched path: their argmax is on the device (bat_ids) */
 };
 
 cuda_backend *as_cuda(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
@@ -413,6 +444,7 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
     b->kept_logits = b->logits;
     b->kept_rows = rows;
     b->kept_decode = false;
+    b->kept_batch = false;
     return KITE_OK;
 }
 
@@ -487,6 +519,224 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
     b->kept_logits = b->dec_logits;
     b->kept_rows = 1;
     b->kept_decode = true;
+    b->kept_batch = false;
+    return KITE_OK;
+}
+
+
+/* ---- the batched decode path ------------------------------------------------------------------------ */
+
+int batch_splits(const cuda_backend *b, int32_t rows) {
+    const int blocks = 4 * (b->sm_count ? b->sm_count : 132);
+    const int splits = blocks / (b->config.n_kv_heads * b->head_groups * rows);
+    return splits < 1 ? 1 : splits;
+}
+
+kite_status destroy_batch_graphs(cuda_backend *b) {
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (b->bat_graphs[i]) {
+            CUDA_CHECK(cudaGraphExecDestroy(b->bat_graphs[i]));
+            b->bat_graphs[i] = NULL;
+        }
+    return KITE_OK;
+}
+
+/* Activations for `rows` rows (a bucket), fixed until a larger bucket comes (then graphs are recaptured). */
+kite_status ensure_batch(cuda_backend *b, int32_t rows) {
+    if (rows <= b->bat_capacity) return KITE_OK;
+    const qwen3_config *c = &b->config;
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    KITE_TRY(destroy_batch_graphs(b));
+    if (b->bat_bytes) CUDA_CHECK(cudaFree(b->bat_bytes));
+    b->bat_bytes = NULL;
+    b->bat_capacity = 0;
+    const size_t R = (size_t)rows, A = 256;
+    const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
+    size_t attention_ws = 0;
+    for (int i = 0; i < N_BUCKETS && BUCKETS[i] <= rows; i++) {
+        const size_t ws = (size_t)BUCKETS[i] * cuda_attention_decode_workspace(c->n_heads, c->head_dim, batch_splits(b, BUCKETS[i]));
+        if (ws > attention_ws) attention_ws = ws;
+    }
+    enum { X, QKV, ATT, ACT, LOGITS, ATT16, NORMED, GATE_UP, ACT16, ATT_WS, ARGMAX_WS, COUNTERS, IDS, N_PARTS };
+    size_t sizes[N_PARTS];
+    sizes[X] = R * hidden * 4;
+    sizes[QKV] = R * qkv_dim * 4;
+    sizes[ATT] = R * qd * 4;
+    sizes[ACT] = R * inter * 4;
+    sizes[LOGITS] = R * vocab * 4;
+    sizes[ATT16] = R * qd * 2;
+    sizes[NORMED] = R * hidden * 2;
+    sizes[GATE_UP] = R * 2 * inter * 2;
+    sizes[ACT16] = R * inter * 2;
+    sizes[ATT_WS] = attention_ws;
+    sizes[ARGMAX_WS] = cuda_gemm_rows_argmax_workspace();
+    sizes[COUNTERS] = R * (size_t)c->n_heads * sizeof(unsigned);
+    sizes[IDS] = R * sizeof(int32_t);
+    size_t total = 0;
+    for (int i = 0; i < N_PARTS; i++) total += align_up(sizes[i], A);
+    CUDA_CHECK(cudaMalloc(&b->bat_bytes, total));
+    CUDA_CHECK(cudaMemset(b->bat_bytes, 0, total)); /* counters start at zero; padding rows stay finite */
+    unsigned char *p = static_cast<unsigned char *>(b->bat_bytes);
+    void *parts[N_PARTS];
+    for (int i = 0; i < N_PARTS; i++) {
+        parts[i] = p;
+        p += align_up(sizes[i], A);
+    }
+    b->bat_x = static_cast<float *>(parts[X]);
+    b->bat_qkv = static_cast<float *>(parts[QKV]);
+    b->bat_attention = static_cast<float *>(parts[ATT]);
+    b->bat_act = static_cast<float *>(parts[ACT]);
+    b->bat_logits = static_cast<float *>(parts[LOGITS]);
+    b->bat_attention16 = static_cast<bf16 *>(parts[ATT16]);
+    b->bat_normed = static_cast<bf16 *>(parts[NORMED]);
+    b->bat_gate_up = static_cast<bf16 *>(parts[GATE_UP]);
+    b->bat_act16 = static_cast<bf16 *>(parts[ACT16]);
+    b->bat_attention_ws = parts[ATT_WS];
+    b->bat_argmax_ws = parts[ARGMAX_WS];
+    b->bat_counters = static_cast<unsigned *>(parts[COUNTERS]);
+    b->bat_ids = static_cast<int32_t *>(parts[IDS]);
+    b->bat_capacity = rows;
+    return KITE_OK;
+}
+
+/* The step buffer (host pinned + device) for `table_ints` block-table entries. */
+kite_status ensure_batch_step(cuda_backend *b, size_t table_ints) {
+    const size_t need = (size_t)BATCH_TABLES + table_ints;
+    if (need <= b->bat_step_ints) return KITE_OK;
+    size_t capacity = b->bat_step_ints ? b->bat_step_ints : (size_t)BATCH_TABLES + 4096;
+    while (capacity < need) capacity *= 2;
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    KITE_TRY(destroy_batch_graphs(b));
+    if (b->bat_step_device) CUDA_CHECK(cudaFree(b->bat_step_device));
+    if (b->bat_step_host) CUDA_CHECK(cudaFreeHost(b->bat_step_host));
+    b->bat_step_device = b->bat_step_host = NULL;
+    b->bat_step_ints = 0;
+    CUDA_CHECK(cudaMalloc(&b->bat_step_device, capacity * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&b->bat_step_host, capacity * sizeof(int32_t)));
+    b->bat_step_ints = capacity;
+    return KITE_OK;
+}
+
+kite_status batch_launches(cuda_backend *b, int32_t rows) {
+    const qwen3_config *c = &b->config;
+    void *st = b->stream;
+    const int hidden = c->hidden_size, inter = c->intermediate_size, vocab = c->vocab_size;
+    const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    const int32_t *step = b->bat_step_device;
+    const int32_t *tokens = step + BATCH_TOKENS, *context = step + BATCH_CONTEXT;
+    const int32_t *table_start = step + BATCH_TABLE_START, *tables = step + BATCH_TABLES;
+    const int splits = batch_splits(b, rows);
+    KITE_TRY(cuda_embed(b->embed, tokens, b->bat_x, rows, hidden, st, 0));
+    if (rows <= b->rows_max) {
+        /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). */
+        const int pdl = b->use_pdl ? 1 : 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const cuda_layer *L = &b->layers[l];
+            const cuda_kv_layer kv = kv_layer(b, l);
+            KITE_TRY(cuda_gemm_rows(L->qkv, b->bat_x, L->input_norm, eps, b->bat_qkv, rows, qkv_dim, hidden,
+                                    CUDA_GEMV_STORE, NULL, NULL, st, pdl));
+            KITE_TRY(cuda_attention_decode_rows(b->bat_qkv, b->bat_attention, 0, kv, tables, table_start, context,
+                                                L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale,
+                                                rows, splits, b->bat_attention_ws, b->bat_counters, st, pdl));
+            KITE_TRY(cuda_gemm_rows(L->o, b->bat_attention, NULL, 0.0f, b->bat_x, rows, hidden, qd, CUDA_GEMV_ADD, NULL,
+                                    NULL, st, pdl));
+            KITE_TRY(cuda_gemm_rows(L->gate_up, b->bat_x, L->post_norm, eps, b->bat_act, rows, 2 * inter, hidden,
+                                    CUDA_GEMV_SWIGLU, NULL, NULL, st, pdl));
+            KITE_TRY(cuda_gemm_rows(L->down, b->bat_act, NULL, 0.0f, b->bat_x, rows, hidden, inter, CUDA_GEMV_ADD, NULL,
+                                    NULL, st, pdl));
+        }
+        KITE_TRY(cuda_gemm_rows(b->lm_head, b->bat_x, b->final_norm, eps, b->bat_logits, rows, vocab, hidden,
+                                CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl));
+        return KITE_OK;
+    }
+    /* Larger buckets: cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the batched split-K attention. */
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &b->layers[l];
+        const cuda_kv_layer kv = kv_layer(b, l);
+        KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st));
+        KITE_TRY(cuda_attention_decode_rows(b->bat_qkv, b->bat_attention16, 1, kv, tables, table_start, context,
+                                            L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale, rows,
+                                            splits, b->bat_attention_ws, b->bat_counters, st, 0));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
+        KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter, hidden, st));
+        KITE_TRY(cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
+    }
+    KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+    KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
+    KITE_TRY(cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st));
+    return KITE_OK;
+}
+
+kite_status capture_batch_graph(cuda_backend *b, int bucket) {
+    CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    kite_status status = batch_launches(b, BUCKETS[bucket]);
+    cudaGraph_t graph = NULL;
+    const cudaError_t end = cudaStreamEndCapture(b->stream, &graph);
+    if (status != KITE_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        return status;
+    }
+    if (end != cudaSuccess)
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(batch graph %d) failed: %s", BUCKETS[bucket],
+                         cudaGetErrorName(end));
+    const cudaError_t inst = cudaGraphInstantiate(&b->bat_graphs[bucket], graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+        b->bat_graphs[bucket] = NULL;
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(batch graph %d) failed: %s", BUCKETS[bucket],
+                         cudaGetErrorName(inst));
+    }
+    return KITE_OK;
+}
+
+kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
+    const int32_t n = batch->n_seqs, bs = b->kv_block_size;
+    int bucket = 0;
+    while (BUCKETS[bucket] < n) bucket++;
+    const int32_t rows = BUCKETS[bucket];
+    size_t table_ints = 1; /* entry 0: the scratch block of the dummy rows */
+    for (int32_t s = 0; s < n; s++) table_ints += (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+    KITE_TRY(ensure_batch(b, rows));
+    KITE_TRY(ensure_batch_step(b, table_ints));
+    CUDA_CHECK(cudaEventSynchronize(b->bat_step_copied)); /* the previous step's copy has left the host buffer */
+    int32_t *h = b->bat_step_host;
+    int32_t *tables = h + BATCH_TABLES;
+    tables[0] = b->kv_blocks; /* the scratch block past the engine's blocks (kv_reserve) */
+    size_t at = 1;
+    for (int32_t s = 0; s < rows; s++) {
+        if (s < n) {
+            const int32_t context = batch->seq_context_len[s], n_blocks = KITE_CEIL_DIV(context, bs);
+            h[BATCH_TOKENS + s] = batch->token_ids[s];
+            h[BATCH_CONTEXT + s] = context;
+            h[BATCH_TABLE_START + s] = (int32_t)at;
+            memcpy(tables + at, batch->block_tables[s], (size_t)n_blocks * sizeof(int32_t));
+            at += (size_t)n_blocks;
+        } else {
+            h[BATCH_TOKENS + s] = 0;
+            h[BATCH_CONTEXT + s] = 1;
+            h[BATCH_TABLE_START + s] = 0;
+        }
+    }
+    CUDA_CHECK(cudaMemcpyAsync(b->bat_step_device, h, ((size_t)BATCH_TABLES + at) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, b->stream));
+    CUDA_CHECK(cudaEventRecord(b->bat_step_copied, b->stream));
+    if (b->use_graph && b->bat_graphs[bucket]) {
+        CUDA_CHECK(cudaGraphLaunch(b->bat_graphs[bucket], b->stream));
+    } else {
+        /* The first step of a bucket runs eagerly (modules load, cuBLASLt plans and kernel attributes are
+         * set outside any capture), then the graph is captured for the steps after it. */
+        KITE_TRY(batch_launches(b, rows));
+        if (b->use_graph) KITE_TRY(capture_batch_graph(b, bucket));
+    }
+    b->kept_logits = b->bat_logits;
+    b->kept_rows = n;
+    b->kept_decode = false;
+    b->kept_batch = true;
     return KITE_OK;
 }
 
@@ -508,6 +758,12 @@ void free_all(cuda_backend *b) {
     cudaFree(b->ids_device);
     cudaFreeHost(b->ids_host);
     cudaFree(b->dec_x);
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (b->bat_graphs[i]) cudaGraphExecDestroy(b->bat_graphs[i]);
+    cudaFree(b->bat_bytes);
+    cudaFree(b->bat_step_device);
+    cudaFreeHost(b->bat_step_host);
+    if (b->bat_step_copied) cudaEventDestroy(b->bat_step_copied);
     cudaFree(b->step_device);
     cudaFreeHost(b->step_host);
     if (b->meta_copied) cudaEventDestroy(b->meta_copied);
@@ -531,13 +787,16 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
         CUDA_CHECK(cudaGraphExecDestroy(b->graph));
         b->graph = NULL;
     }
+    KITE_TRY(destroy_batch_graphs(b));
     if (b->kv_cache) CUDA_CHECK(cudaFree(b->kv_cache));
     if (b->step_device) CUDA_CHECK(cudaFree(b->step_device));
     if (b->step_host) CUDA_CHECK(cudaFreeHost(b->step_host));
     b->kv_cache = NULL;
     b->step_device = b->step_host = NULL;
     b->kv_blocks = b->kv_block_size = 0;
-    const size_t layer_elements = (size_t)n_blocks * 2 * (size_t)c->n_kv_heads * (size_t)block_size * (size_t)c->head_dim;
+    /* One block more than asked: the scratch block where the batched path's dummy rows write. */
+    const size_t layer_elements =
+        ((size_t)n_blocks + 1) * 2 * (size_t)c->n_kv_heads * (size_t)block_size * (size_t)c->head_dim;
     const size_t bytes = layer_elements * (size_t)c->n_layers * sizeof(bf16);
     const cudaError_t e = cudaMalloc(&b->kv_cache, bytes);
     if (e != cudaSuccess) {
@@ -589,6 +848,11 @@ kite_status cuda_forward(backend *self, const step_batch *batch) {
     cuda_backend *b = as_cuda(self);
     KITE_TRY(validate_batch(b, batch));
     if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0]) return forward_decode(b, batch);
+    if (b->use_batch && batch->n_seqs > 1 && batch->n_seqs <= BATCH_MAX && batch->n_tokens == batch->n_seqs) {
+        bool all_want = true; /* one new token each (validated: at least one each), all wanting logits */
+        for (int32_t s = 0; s < batch->n_seqs; s++) all_want &= batch->seq_wants_logits[s] != 0;
+        if (all_want) return forward_batch(b, batch);
+    }
     return forward_general(b, batch);
 }
 
@@ -611,6 +875,10 @@ kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     if (b->kept_decode) {
         KITE_TRY(ensure_logits(b, 1));
         CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->dec_token, sizeof(int32_t), cudaMemcpyDeviceToHost, b->stream));
+    } else if (b->kept_batch) {
+        KITE_TRY(ensure_logits(b, n_rows));
+        CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->bat_ids, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                   b->stream));
     } else {
         KITE_TRY(cuda_argmax_rows(b->kept_logits, b->ids_device, n_rows, b->config.vocab_size, b->stream));
         CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->ids_device, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
@@ -697,6 +965,10 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->device = device;
     b->use_graph = env_flag("KITE_CUDA_GRAPH", true);
     b->use_pdl = env_flag("KITE_CUDA_PDL", true);
+    b->use_batch = env_flag("KITE_CUDA_BATCH", true);
+    b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
+    if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
+    if (b->rows_max > 32) b->rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
 
     kite_status status = KITE_OK;
 #define STEP(expr)                                                                                       \
@@ -714,6 +986,7 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     STEP(cuda_step(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     STEP(cuda_step(cudaEventCreateWithFlags(&b->meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
     STEP(cuda_step(cudaEventCreateWithFlags(&b->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_step(cudaEventCreateWithFlags(&b->bat_step_copied, cudaEventDisableTiming), "cudaEventCreate"));
     STEP(cuda_gemm_create(&b->gemm));
     STEP(upload_weights(b, weights));
     STEP(upload_rope(b));
@@ -721,6 +994,7 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     /* Decode buffers: fixed for the life of the backend, so the captured graph stays valid. */
     const int group_heads = c->n_heads / c->n_kv_heads;
     const int head_groups = group_heads % 4 == 0 ? group_heads / 4 : group_heads % 2 == 0 ? group_heads / 2 : group_heads;
+    b->head_groups = head_groups;
     int splits = (4 * (b->sm_count ? b->sm_count : 132)) / (c->n_kv_heads * head_groups);
     if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
     b->n_splits = splits < 1 ? 1 : splits;
@@ -770,6 +1044,7 @@ extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_gr
         CUDA_CHECK(cudaGraphExecDestroy(b->graph));
         b->graph = NULL;
     }
+    KITE_TRY(destroy_batch_graphs(b));
     b->use_graph = use_graph != 0;
     b->use_pdl = use_pdl != 0;
     return KITE_OK;

@@ -91,6 +91,19 @@ kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv
                                   const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
                                   int n_splits, void *workspace, unsigned *counters, void *stream, int use_pdl);
 
+/* The same for B sequences of a batched decode step (n_seqs <= 256): sequence s reads QKV row s of
+ * qkv (n_seqs, (n_heads + 2 n_kv_heads) * head_dim), its context length context_lens[s] and its block
+ * table at block_tables + table_start[s], and writes output row s of out (n_seqs, n_heads * head_dim),
+ * fp32, or bf16 when out_bf16. Grid (kv head, split, sequence x head group). workspace:
+ * n_seqs * cuda_attention_decode_workspace() bytes; counters: n_seqs * n_heads, zero before the first
+ * call (each call leaves them zero). */
+kite_status cuda_attention_decode_rows(const float *qkv, void *out, int out_bf16, cuda_kv_layer kv,
+                                       const int32_t *block_tables, const int32_t *table_start,
+                                       const int32_t *context_lens, const float *q_norm, const float *k_norm,
+                                       const float *rope_cos, const float *rope_sin, float eps, int n_heads,
+                                       float scale, int n_seqs, int n_splits, void *workspace, unsigned *counters,
+                                       void *stream, int use_pdl);
+
 /* Decode matrix-vector products: weight bf16 (rows, cols), x fp32 (cols), 16-byte loads, each weight
  * read once. The input is x, or rmsnorm(x) * norm_weight when norm_weight is not NULL. Epilogues:
  *   STORE   y[r] = w_r . in                                   (rows outputs)
@@ -102,6 +115,16 @@ enum { CUDA_GEMV_STORE = 0, CUDA_GEMV_ADD = 1, CUDA_GEMV_SWIGLU = 2, CUDA_GEMV_A
 size_t cuda_gemv_argmax_workspace(int rows);
 kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
                       int cols, int epilogue, void *workspace, int32_t *argmax_out, void *stream, int use_pdl);
+
+/* Batched decode products for n_rows <= 32 sequences (tensor cores, each weight read once per step):
+ * y[b, r] = w_r . in_b with in_b = x[b, :] (fp32 (n_rows, cols)), or rmsnorm(x[b, :]) * norm_weight when
+ * norm_weight is not NULL; the input is rounded to bf16. The CUDA_GEMV_* epilogues per row b: y is
+ * (n_rows, rows), or (n_rows, rows / 2) for SWIGLU; ARGMAX stores the logits and argmax_out[b] (ties: the
+ * lowest id) and needs cuda_gemm_rows_argmax_workspace() bytes of workspace. cols % 8 == 0. */
+size_t cuda_gemm_rows_argmax_workspace(void);
+kite_status cuda_gemm_rows(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
+                           int n_rows, int rows, int cols, int epilogue, void *workspace, int32_t *argmax_out,
+                           void *stream, int use_pdl);
 
 /* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
 kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);

@@ -1,0 +1,351 @@
+/* Batched decode products for a few rows (2 <= B <= 32 sequences, one token each): Y (B, rows) =
+ * X (B, cols) . W (rows, cols)^T, every weight read once per step with 16-byte loads, on tensor cores
+ * (mma.sync m16n8k16 bf16, fp32 accumulate), with the GEMV kernels' fusions: RMSNorm prologue,
+ * residual add / SwiGLU / lm_head argmax epilogues.
+ *
+ * The weight is the A operand (16 weight rows x 16 k), the activations the B operand (16 k x 8 rows of
+ * the batch), so a batch of up to 8 (16, 32) rows is one (two, four) n-tile(s). The dot product does not care in
+ * which order k is summed, so k is permuted to suit the loads: for a chunk of 32 k, lane (g = lane / 4,
+ * t = lane % 4) loads 8 consecutive bf16 of weight rows g and g + 8 and of activation row g at k =
+ * 32 c + 8 t, 16 bytes each, and those registers are exactly the fragments of two mma (k 8t..8t+3 are
+ * the first mma's k 2t, 2t+1, 2t+8, 2t+9; k 8t+4..8t+7 the second's).
+ *
+ * A block (8 warps) stages the whole activation matrix in shared memory as bf16 (RMS-normalised and
+ * scaled by the norm weight when asked, as the GEMV does), then loops over tiles of 16 weight rows.
+ * The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles at a time, so a
+ * matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial sums meet
+ * in shared memory, where the epilogue runs one output per thread. Each warp double-buffers its weight
+ * chunks (groups of 4 chunks in flight), across tile boundaries too, and the first group is requested
+ * before the programmatic-dependent-launch wait. */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <float.h>
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int WARPS = THREADS / 32;
+constexpr int BLOCKS_PER_SM = 2;
+constexpr int GROUP_CHUNKS = 4; /* chunks of 32 k per warp in flight (x2 double buffered) */
+constexpr int MAX_ROWS = 32;
+
+struct argmax_entry {
+    float value;
+    int32_t index;
+};
+
+__device__ __forceinline__ bool argmax_better(float v, int32_t i, float best_v, int32_t best_i) {
+    return v > best_v || (v == best_v && i < best_i);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Shared-memory row stride of the staged activations, in bf16: a multiple of 64 elements plus 32, so
+ * the 8 lanes of a 16-byte load phase (two rows, 64 bytes each) fall on distinct banks. */
+__host__ __device__ __forceinline__ int staged_stride(int cols) { return (cols + 63) / 64 * 64 + 32; }
+
+/* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_*. */
+template <int NT, int EPILOGUE>
+__global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
+    gemm_rows_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight,
+                     float eps, float *y, int n_rows, int rows, int cols, int k_slices, argmax_entry *partial) {
+    constexpr int BT = NT * 8; /* batch rows staged */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);
+    __shared__ float red[WARPS][16][BT + 1];
+    __shared__ argmax_entry best_scratch[THREADS];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int stride = staged_stride(cols);
+    const int n_chunks = (cols + 31) / 32;
+    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    const int tile_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? 8 : 16;
+    const int n_tiles = (n_outputs + tile_outputs - 1) / tile_outputs;
+    const int tiles_per_iter = WARPS / k_slices;
+    const int slice = warp % k_slices, tile_sub = warp / k_slices;
+    const int chunks_per_slice = (n_chunks + k_slices - 1) / k_slices;
+    const int chunk_begin = slice * chunks_per_slice;
+    const int chunk_end = min(n_chunks, chunk_begin + chunks_per_slice);
+    const int groups = chunk_end > chunk_begin ? (chunk_end - chunk_begin + GROUP_CHUNKS - 1) / GROUP_CHUNKS : 0;
+    const int iter_tiles = (n_tiles + tiles_per_iter - 1) / tiles_per_iter;
+    const int n_iters = (int)blockIdx.x < iter_tiles ? (iter_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+
+    /* Weight rows g and g + 8 of the warp's tile in iteration it (row 0 when past the end: read, discarded). */
+    auto tile_rows = [&](int it, const bf16 *&lo, const bf16 *&hi) {
+        const int tile = ((int)blockIdx.x + it * (int)gridDim.x) * tiles_per_iter + tile_sub;
+        int r_lo, r_hi;
+        if (EPILOGUE == CUDA_GEMV_SWIGLU) {
+            const int o = tile * 8 + g;
+            r_lo = o < n_outputs ? o : 0;
+            r_hi = o < n_outputs ? o + n_outputs : 0;
+        } else {
+            r_lo = tile * 16 + g;
+            r_hi = r_lo + 8;
+            r_lo = r_lo < rows ? r_lo : 0;
+            r_hi = r_hi < rows ? r_hi : 0;
+        }
+        lo = weight + (size_t)r_lo * (size_t)cols;
+        hi = weight + (size_t)r_hi * (size_t)cols;
+    };
+    auto load_group = [&](const bf16 *lo, const bf16 *hi, int group, uint4 (&wlo)[GROUP_CHUNKS],
+                          uint4 (&whi)[GROUP_CHUNKS]) {
+#pragma unroll
+        for (int u = 0; u < GROUP_CHUNKS; u++) {
+            const int c = chunk_begin + group * GROUP_CHUNKS + u;
+            const int k = c * 32 + t * 8;
+            if (c < chunk_end && k < cols) {
+                wlo[u] = load_weight_16(lo + k);
+                whi[u] = load_weight_16(hi + k);
+            } else {
+                wlo[u] = whi[u] = make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+
+    uint4 cur_lo[GROUP_CHUNKS], cur_hi[GROUP_CHUNKS];
+    const bf16 *row_lo = weight, *row_hi = weight;
+    if (n_iters > 0 && groups > 0) {
+        tile_rows(0, row_lo, row_hi);
+        load_group(row_lo, row_hi, 0, cur_lo, cur_hi); /* weights do not depend on the previous kernel */
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+
+    /* Stage the activations: bf16(x * rsqrt(mean(x^2) + eps) * norm_weight), zero rows past n_rows and
+     * zero columns past cols. One warp per batch row. (Issuing 4 loads per thread across the block
+     * instead measured slower: 1.218 vs 1.095 ms per step at B = 8, docs/notes-cuda.md.) */
+    for (int b = warp; b < BT; b += WARPS) {
+        bf16 *dst = xs + (size_t)b * stride;
+        if (b >= n_rows) {
+            for (int k = lane * 8; k < stride; k += 256) *reinterpret_cast<uint4 *>(dst + k) = make_uint4(0, 0, 0, 0);
+            continue;
+        }
+        const float4 *src = reinterpret_cast<const float4 *>(x + (size_t)b * (size_t)cols);
+        float scale = 1.0f;
+        if (norm_weight != nullptr) {
+            float sum_sq = 0.0f;
+            for (int i = lane; i < cols / 4; i += 32) {
+                const float4 v = src[i];
+                sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            scale = rsqrtf(warp_sum(sum_sq) / (float)cols + eps);
+        }
+        for (int k = lane * 8; k < stride; k += 256) {
+            uint4 packed = make_uint4(0, 0, 0, 0);
+            if (k < cols) {
+                float4 v0 = src[k / 4], v1 = src[k / 4 + 1];
+                if (norm_weight != nullptr) {
+                    const float4 g0 = reinterpret_cast<const float4 *>(norm_weight)[k / 4];
+                    const float4 g1 = reinterpret_cast<const float4 *>(norm_weight)[k / 4 + 1];
+                    v0 = make_float4(v0.x * scale * g0.x, v0.y * scale * g0.y, v0.z * scale * g0.z, v0.w * scale * g0.w);
+                    v1 = make_float4(v1.x * scale * g1.x, v1.y * scale * g1.y, v1.z * scale * g1.z, v1.w * scale * g1.w);
+                }
+                packed = make_uint4(pack_bf16x2(v0.x, v0.y), pack_bf16x2(v0.z, v0.w), pack_bf16x2(v1.x, v1.y),
+                                    pack_bf16x2(v1.z, v1.w));
+            }
+            *reinterpret_cast<uint4 *>(dst + k) = packed;
+        }
+    }
+    __syncthreads();
+
+    float best_value = -FLT_MAX;
+    int32_t best_index = INT32_MAX;
+    for (int it = 0; it < n_iters; it++) {
+        float acc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int group = 0; group < groups; group++) {
+            /* Request the next group (this tile's, or the next tile's first) before computing this one. */
+            uint4 next_lo[GROUP_CHUNKS], next_hi[GROUP_CHUNKS];
+            if (group + 1 < groups) {
+                load_group(row_lo, row_hi, group + 1, next_lo, next_hi);
+            } else if (it + 1 < n_iters) {
+                tile_rows(it + 1, row_lo, row_hi);
+                load_group(row_lo, row_hi, 0, next_lo, next_hi);
+            }
+#pragma unroll
+            for (int u = 0; u < GROUP_CHUNKS; u++) {
+                const int c = chunk_begin + group * GROUP_CHUNKS + u;
+                if (c < chunk_end) {
+                    const int k = c * 32 + t * 8;
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        const uint4 xb = *reinterpret_cast<const uint4 *>(xs + (size_t)(n * 8 + g) * stride + k);
+                        mma_bf16_16816(acc[n], cur_lo[u].x, cur_hi[u].x, cur_lo[u].y, cur_hi[u].y, xb.x, xb.y);
+                        mma_bf16_16816(acc[n], cur_lo[u].z, cur_hi[u].z, cur_lo[u].w, cur_hi[u].w, xb.z, xb.w);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GROUP_CHUNKS; u++) {
+                cur_lo[u] = next_lo[u];
+                cur_hi[u] = next_hi[u];
+            }
+        }
+        /* C fragment: (row g, batch 2t, 2t+1) and (row g + 8, same batch) of each n-tile. */
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            red[warp][g][n * 8 + 2 * t] = acc[n][0];
+            red[warp][g][n * 8 + 2 * t + 1] = acc[n][1];
+            red[warp][g + 8][n * 8 + 2 * t] = acc[n][2];
+            red[warp][g + 8][n * 8 + 2 * t + 1] = acc[n][3];
+        }
+        __syncthreads();
+        const int first_tile = ((int)blockIdx.x + it * (int)gridDim.x) * tiles_per_iter;
+        const int per_tile = tile_outputs * BT;
+        for (int o = threadIdx.x; o < tiles_per_iter * per_tile; o += THREADS) {
+            const int sub = o / per_tile, r = (o % per_tile) / BT, b = o % BT;
+            const int tile = first_tile + sub;
+            if (b >= n_rows) continue;
+            float v = 0.0f, up = 0.0f;
+            for (int s = 0; s < k_slices; s++) {
+                v += red[sub * k_slices + s][r][b];
+                if (EPILOGUE == CUDA_GEMV_SWIGLU) up += red[sub * k_slices + s][r + 8][b];
+            }
+            const int out = tile * tile_outputs + r;
+            if (out >= n_outputs) continue;
+            float *dst = y + (size_t)b * (size_t)n_outputs + (size_t)out;
+            if (EPILOGUE == CUDA_GEMV_SWIGLU) {
+                *dst = v / (1.0f + __expf(-v)) * up;
+            } else if (EPILOGUE == CUDA_GEMV_ADD) {
+                *dst += v;
+            } else {
+                *dst = v;
+                if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(v, out, best_value, best_index)) {
+                    best_value = v;
+                    best_index = out;
+                }
+            }
+        }
+        __syncthreads(); /* red is rewritten by the next iteration */
+    }
+
+    if (EPILOGUE == CUDA_GEMV_ARGMAX) {
+        /* A thread's batch row is threadIdx.x % BT throughout (THREADS % BT == 0). */
+        best_scratch[threadIdx.x] = argmax_entry{best_value, best_index};
+        __syncthreads();
+        if ((int)threadIdx.x < BT) {
+            argmax_entry best = best_scratch[threadIdx.x];
+            for (int i = threadIdx.x + BT; i < THREADS; i += BT)
+                if (argmax_better(best_scratch[i].value, best_scratch[i].index, best.value, best.index))
+                    best = best_scratch[i];
+            partial[(size_t)blockIdx.x * MAX_ROWS + threadIdx.x] = best;
+        }
+    }
+}
+
+/* One block per batch row reduces the per-block argmax partials to its token id. */
+__global__ void argmax_rows_partials_kernel(const argmax_entry *partial, int n_partial, int32_t *out) {
+    pdl_wait();
+    pdl_launch_dependents();
+    __shared__ argmax_entry scratch[32];
+    const int row = blockIdx.x;
+    argmax_entry best{-FLT_MAX, INT32_MAX};
+    for (int i = threadIdx.x; i < n_partial; i += blockDim.x) {
+        const argmax_entry e = partial[(size_t)i * MAX_ROWS + row];
+        if (argmax_better(e.value, e.index, best.value, best.index)) best = e;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, best.value, offset);
+        const int32_t i = __shfl_xor_sync(0xffffffffu, best.index, offset);
+        if (argmax_better(v, i, best.value, best.index)) best = argmax_entry{v, i};
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (argmax_better(scratch[w].value, scratch[w].index, best.value, best.index)) best = scratch[w];
+        out[row] = best.index == INT32_MAX ? 0 : best.index; /* an all-NaN row: 0, never an invalid id */
+    }
+}
+
+int rows_sm_count = 0;
+
+int sm_count(void) {
+    if (rows_sm_count == 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&rows_sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+            rows_sm_count = 132;
+    }
+    return rows_sm_count;
+}
+
+template <int NT, int EPILOGUE>
+kite_status gemm_rows_launch(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
+                             int n_rows, int rows, int cols, void *workspace, int32_t *argmax_out, cudaStream_t stream,
+                             bool use_pdl) {
+    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    const int n_tiles = KITE_CEIL_DIV(n_outputs, EPILOGUE == CUDA_GEMV_SWIGLU ? 8 : 16);
+    const int resident = BLOCKS_PER_SM * sm_count();
+    /* As many warps per tile as keep the grid resident: 8 for few tiles, down to 1 for the lm_head. */
+    int k_slices = WARPS;
+    while (k_slices > 1 && KITE_CEIL_DIV(n_tiles * k_slices, WARPS) > resident) k_slices /= 2;
+    const int blocks_needed = KITE_CEIL_DIV(n_tiles * k_slices, WARPS);
+    const int grid = blocks_needed < resident ? blocks_needed : resident;
+    const size_t smem = (size_t)(NT * 8) * (size_t)staged_stride(cols) * sizeof(bf16);
+    auto kernel = gemm_rows_kernel<NT, EPILOGUE>;
+    if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    argmax_entry *partial = static_cast<argmax_entry *>(workspace);
+    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, stream, use_pdl,
+                             static_cast<const bf16 *>(weight), x, norm_weight, eps, y, n_rows, rows, cols, k_slices,
+                             partial));
+    if (EPILOGUE == CUDA_GEMV_ARGMAX)
+        CUDA_CHECK(launch_kernel(argmax_rows_partials_kernel, dim3(n_rows), dim3(256), 0, stream, use_pdl,
+                                 static_cast<const argmax_entry *>(partial), grid, argmax_out));
+    return KITE_OK;
+}
+
+template <int NT>
+kite_status gemm_rows_dispatch(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
+                               int n_rows, int rows, int cols, int epilogue, void *workspace, int32_t *argmax_out,
+                               cudaStream_t s, bool pdl) {
+    switch (epilogue) {
+    case CUDA_GEMV_STORE:
+        return gemm_rows_launch<NT, CUDA_GEMV_STORE>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+    case CUDA_GEMV_ADD:
+        return gemm_rows_launch<NT, CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+    case CUDA_GEMV_SWIGLU:
+        return gemm_rows_launch<NT, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+    case CUDA_GEMV_ARGMAX:
+        return gemm_rows_launch<NT, CUDA_GEMV_ARGMAX>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+    }
+    return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unknown epilogue %d", epilogue);
+}
+
+} // namespace
+
+extern "C" size_t cuda_gemm_rows_argmax_workspace(void) {
+    return (size_t)(BLOCKS_PER_SM * sm_count()) * MAX_ROWS * sizeof(argmax_entry);
+}
+
+extern "C" kite_status cuda_gemm_rows(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
+                                      int n_rows, int rows, int cols, int epilogue, void *workspace,
+                                      int32_t *argmax_out, void *stream, int use_pdl) {
+    if (n_rows <= 0 || n_rows > MAX_ROWS || cols <= 0 || cols % 8 != 0 || rows <= 0 ||
+        (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unsupported shape %d x %d x %d", n_rows, rows, cols);
+    const size_t staged_rows = n_rows <= 8 ? 8 : n_rows <= 16 ? 16 : 32;
+    if (staged_rows * (size_t)staged_stride(cols) * sizeof(bf16) > 200 * 1024)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: %d columns do not fit in shared memory", cols);
+    if (epilogue == CUDA_GEMV_ARGMAX && (!workspace || !argmax_out))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: ARGMAX needs a workspace and an output");
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (n_rows <= 8)
+        return gemm_rows_dispatch<1>(weight, x, norm_weight, eps, y, n_rows, rows, cols, epilogue, workspace, argmax_out, s,
+                                     use_pdl != 0);
+    if (n_rows > 16)
+        return gemm_rows_dispatch<4>(weight, x, norm_weight, eps, y, n_rows, rows, cols, epilogue, workspace, argmax_out, s,
+                                     use_pdl != 0);
+    return gemm_rows_dispatch<2>(weight, x, norm_weight, eps, y, n_rows, rows, cols, epilogue, workspace, argmax_out, s,
+                                 use_pdl != 0);
+}
