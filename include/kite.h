@@ -38,6 +38,9 @@ const char *kite_status_string(kite_status status);
 /* The message of the last failure on this thread ("" if none). */
 const char *kite_last_error(void);
 
+/* Whether this build contains the CUDA backend (it may still find no usable GPU at run time). */
+bool kite_built_with_cuda(void);
+
 /* Frees memory that kite returned to the caller (token id arrays, text). */
 void kite_free(void *pointer);
 

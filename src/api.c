@@ -9,6 +9,14 @@
 
 void kite_free(void *pointer) { free(pointer); }
 
+bool kite_built_with_cuda(void) {
+#ifdef KITE_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
 kite_load_params kite_load_params_default(void) {
     return (kite_load_params){.backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0};
 }

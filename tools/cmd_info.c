@@ -13,13 +13,7 @@ int cmd_info(int argc, char **argv) {
     }
     printf("kite %s\n", KITE_VERSION_STRING);
     printf("commit: %s\n", KITE_GIT_COMMIT);
-    printf("backends built: cpu%s\n",
-#ifdef KITE_HAVE_CUDA
-           ", cuda (sm_90a)"
-#else
-           ""
-#endif
-    );
+    printf("backends built: cpu%s\n", kite_built_with_cuda() ? ", cuda (sm_90a)" : "");
     char reason[256] = "";
     if (cuda_backend_available(reason, sizeof reason))
         printf("cuda: available: %s\n", reason);
