@@ -86,9 +86,9 @@ static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, c
     return be->ops->forward(be, &batch);
 }
 
-/* Fills `depth` positions of n_seqs sequences with random tokens, in chunks. */
+/* Fills `depth` positions of n_seqs sequences: with tokens[s * depth ...] when given, else random tokens. */
 static kite_status fill_context(bench_context *b, backend *be, int32_t **tables, int32_t n_seqs, int32_t depth,
-                                int32_t *tokens_out /* n_seqs * depth, may be NULL */) {
+                                const int32_t *tokens) {
     const int32_t chunk_max = 2048;
     int32_t *chunk = malloc((size_t)chunk_max * sizeof(int32_t));
     if (!chunk) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
@@ -96,8 +96,8 @@ static kite_status fill_context(bench_context *b, backend *be, int32_t **tables,
     for (int32_t s = 0; s < n_seqs && status == KITE_OK; s++) {
         for (int32_t done = 0; done < depth && status == KITE_OK;) {
             int32_t n = depth - done < chunk_max ? depth - done : chunk_max;
-            if (tokens_out)
-                memcpy(chunk, tokens_out + (size_t)s * depth + done, (size_t)n * sizeof(int32_t));
+            if (tokens)
+                memcpy(chunk, tokens + (size_t)s * depth + done, (size_t)n * sizeof(int32_t));
             else
                 random_tokens(b, chunk, (size_t)n);
             status = forward_step(be, &tables[s], 1, chunk, n, done, false);
@@ -207,39 +207,44 @@ static kite_status gate_prefill(bench_context *b, int32_t n, int32_t **ref_table
     return status;
 }
 
-/* tg gate: min(B, 2) sequences after min(depth, GATE_MAX_DEPTH) random tokens decode GATE_STEPS greedy
- * steps on the target; the reference is fed the same tokens (teacher forcing) and every step's logits
- * are compared. */
+/* tg gate: the row's B sequences, after min(depth, GATE_MAX_DEPTH) random context tokens each, decode
+ * GATE_STEPS greedy steps on the target, so the step runs the same batch-size path (and CUDA graph bucket) as
+ * the timed row. The CPU reference is fed the same tokens (teacher forcing) for the first min(B, 2)
+ * sequences, and their logits are compared at every step: a sequence's result does not depend on its batch
+ * neighbours, so these rows check the batched kernels. */
 static kite_status gate_decode(bench_context *b, int32_t n_seqs, int32_t depth, int32_t **ref_tables, gate_result *g) {
     *g = (gate_result){.passed = true};
     if (!b->reference) {
         snprintf(g->why, sizeof g->why, "the CPU backend is the reference");
         return KITE_OK;
     }
-    int32_t seqs = n_seqs < GATE_MAX_SEQS ? n_seqs : GATE_MAX_SEQS;
+    int32_t checked = n_seqs < GATE_MAX_SEQS ? n_seqs : GATE_MAX_SEQS;
     int32_t d = depth < GATE_MAX_DEPTH ? depth : GATE_MAX_DEPTH;
     size_t vocab = (size_t)b->config->vocab_size;
-    int32_t *context = malloc(((size_t)seqs * (size_t)(d > 0 ? d : 1)) * sizeof(int32_t));
-    float *lt = malloc((size_t)seqs * vocab * sizeof(float)), *lr = malloc((size_t)seqs * vocab * sizeof(float));
-    int32_t tokens[GATE_MAX_SEQS];
-    kite_status status = context && lt && lr ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    int32_t *context = malloc((size_t)n_seqs * (size_t)(d > 0 ? d : 1) * sizeof(int32_t));
+    int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t));
+    float *lt = malloc((size_t)n_seqs * vocab * sizeof(float)), *lr = malloc((size_t)checked * vocab * sizeof(float));
+    kite_status status = context && tokens && lt && lr ? KITE_OK
+                                                       : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK && d > 0) {
-        random_tokens(b, context, (size_t)seqs * (size_t)d);
-        status = fill_context(b, b->target, b->tables, seqs, d, context);
-        if (status == KITE_OK) status = fill_context(b, b->reference, ref_tables, seqs, d, context);
+        random_tokens(b, context, (size_t)n_seqs * (size_t)d);
+        status = fill_context(b, b->target, b->tables, n_seqs, d, context);
+        /* The first `checked` sequences' contexts are the first rows of `context`. */
+        if (status == KITE_OK) status = fill_context(b, b->reference, ref_tables, checked, d, context);
     }
-    random_tokens(b, tokens, (size_t)seqs);
+    if (status == KITE_OK) random_tokens(b, tokens, (size_t)n_seqs);
     for (int32_t step = 0; step < GATE_STEPS && status == KITE_OK; step++) {
-        status = forward_step(b->target, b->tables, seqs, tokens, 1, d + step, true);
-        if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, seqs);
-        if (status == KITE_OK) status = forward_step(b->reference, ref_tables, seqs, tokens, 1, d + step, true);
-        if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, seqs);
+        status = forward_step(b->target, b->tables, n_seqs, tokens, 1, d + step, true);
+        if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, n_seqs);
+        if (status == KITE_OK) status = forward_step(b->reference, ref_tables, checked, tokens, 1, d + step, true);
+        if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, checked);
         if (status != KITE_OK) break;
-        gate_compare(lt, lr, seqs, (int32_t)vocab, g);
+        gate_compare(lt, lr, checked, (int32_t)vocab, g);
         /* Continue with the target's greedy choices, as a real generation would. */
-        for (int32_t s = 0; s < seqs; s++) top_ids(lt + (size_t)s * vocab, (int32_t)vocab, 1, &tokens[s]);
+        for (int32_t s = 0; s < n_seqs; s++) top_ids(lt + (size_t)s * vocab, (int32_t)vocab, 1, &tokens[s]);
     }
     free(context);
+    free(tokens);
     free(lt);
     free(lr);
     return status;
