@@ -49,7 +49,8 @@ void kite_free(void *pointer);
 typedef struct kite_model kite_model;
 
 typedef enum kite_backend_kind {
-    KITE_BACKEND_AUTO = 0, /* CUDA when this build has it and a usable GPU is present, else the CPU */
+    KITE_BACKEND_AUTO = 0, /* CUDA when this build has it, a usable GPU is present and its kernels implement
+                              the model's shapes; else the CPU */
     KITE_BACKEND_CPU = 1,  /* float32 reference */
     KITE_BACKEND_CUDA = 2,
 } kite_backend_kind;

@@ -28,7 +28,13 @@ static kite_status create_backend(kite_model *m, const kite_load_params *p) {
         char reason[256];
         kind = cuda_backend_available(reason, sizeof reason) ? KITE_BACKEND_CUDA : KITE_BACKEND_CPU;
     }
-    if (kind == KITE_BACKEND_CUDA) return cuda_backend_create(&m->config, m->weights, &bp, &m->backend);
+    if (kind == KITE_BACKEND_CUDA) {
+        kite_status status = cuda_backend_create(&m->config, m->weights, &bp, &m->backend);
+        /* auto means "the fastest backend that runs this model": a shape the CUDA kernels do not implement
+         * (such as a head_dim other than 128) runs on the CPU instead. An explicit --backend cuda fails. */
+        if (status != KITE_ERROR_UNSUPPORTED || p->backend != KITE_BACKEND_AUTO) return status;
+        kind = KITE_BACKEND_CPU;
+    }
     if (kind == KITE_BACKEND_CPU) return cpu_backend_create(&m->config, m->weights, &bp, &m->backend);
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "unknown backend kind %d", (int)kind);
 }
