@@ -23,7 +23,8 @@ static const char bench_usage[] =
     "usage: kite bench (--model DIR | --dummy SHAPE) [options]\n"
     "  -p N,N,...        prefill rows: pp N (default 256,2048)\n"
     "  -n N,N,...        decode rows: tg N (default 128)\n"
-    "  -b B,B,...        sequences decoding together in the tg rows (default 1)\n"
+    "  -b B,B,...        sequences per row: pp rows prefill B prompts of N tokens (at most 8192 tokens per\n"
+    "                    forward), tg rows decode B sequences together (default 1)\n"
     "  --depth D,D,...   context already in the cache before the tg rows (default 256)\n"
     "  -r R              repetitions per row; the median is reported (default 5)\n"
     "  --backend auto|cpu|cuda   (default auto)   --threads N (CPU threads)\n"
@@ -181,26 +182,28 @@ static kite_status ensure_reference(bench_context *b) {
     return b->reference->ops->kv_reserve(b->reference, blocks, b->block_size);
 }
 
-/* pp gate: the last-token logits of a prefill of min(n, GATE_MAX_PREFILL) random tokens. */
-static kite_status gate_prefill(bench_context *b, int32_t n, int32_t **ref_tables, gate_result *g) {
+/* pp gate: min(B, 2) sequences of min(n, GATE_MAX_PREFILL) random tokens prefilled in one step; the
+ * last-token logits of each are compared with the CPU's. */
+static kite_status gate_prefill(bench_context *b, int32_t n_seqs, int32_t n, int32_t **ref_tables, gate_result *g) {
     *g = (gate_result){.passed = true};
     if (!b->reference) {
         snprintf(g->why, sizeof g->why, "the CPU backend is the reference");
         return KITE_OK;
     }
+    int32_t seqs = n_seqs < GATE_MAX_SEQS ? n_seqs : GATE_MAX_SEQS;
     int32_t m = n < GATE_MAX_PREFILL ? n : GATE_MAX_PREFILL;
     size_t vocab = (size_t)b->config->vocab_size;
-    int32_t *tokens = malloc((size_t)m * sizeof(int32_t));
-    float *lt = malloc(vocab * sizeof(float)), *lr = malloc(vocab * sizeof(float));
+    int32_t *tokens = malloc((size_t)seqs * (size_t)m * sizeof(int32_t));
+    float *lt = malloc((size_t)seqs * vocab * sizeof(float)), *lr = malloc((size_t)seqs * vocab * sizeof(float));
     kite_status status = tokens && lt && lr ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK) {
-        random_tokens(b, tokens, (size_t)m);
-        status = forward_step(b->target, b->tables, 1, tokens, m, 0, true);
+        random_tokens(b, tokens, (size_t)seqs * (size_t)m);
+        status = forward_step(b->target, b->tables, seqs, tokens, m, 0, true);
     }
-    if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, 1);
-    if (status == KITE_OK) status = forward_step(b->reference, ref_tables, 1, tokens, m, 0, true);
-    if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, 1);
-    if (status == KITE_OK) gate_compare(lt, lr, 1, (int32_t)vocab, g);
+    if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, seqs);
+    if (status == KITE_OK) status = forward_step(b->reference, ref_tables, seqs, tokens, m, 0, true);
+    if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, seqs);
+    if (status == KITE_OK) gate_compare(lt, lr, seqs, (int32_t)vocab, g);
     free(tokens);
     free(lt);
     free(lr);
@@ -269,24 +272,40 @@ static void summarize(double *tok_s, int reps, double tokens_per_rep, double *se
     out->median_step_ms = seconds[reps / 2] * 1e3 / tokens_per_rep;
 }
 
-static kite_status time_prefill(bench_context *b, int32_t n, int reps, row_result *out) {
-    int32_t *tokens = malloc((size_t)n * sizeof(int32_t));
+/* Prefills n tokens for each of n_seqs sequences, whole sequences grouped so that one forward holds at
+ * most PREFILL_STEP_TOKENS tokens (one sequence per forward when n alone is larger), as an engine with that
+ * step budget would; then waits for the last forward's argmax. */
+#define PREFILL_STEP_TOKENS 8192
+static kite_status prefill_sequences(bench_context *b, int32_t n_seqs, int32_t n, const int32_t *tokens, int32_t *ids) {
+    int32_t per_step = PREFILL_STEP_TOKENS / n > 0 ? PREFILL_STEP_TOKENS / n : 1;
+    int32_t last_group = 0;
+    for (int32_t first = 0; first < n_seqs; first += per_step) {
+        int32_t group = n_seqs - first < per_step ? n_seqs - first : per_step;
+        KITE_TRY(forward_step(b->target, b->tables + first, group, tokens + (size_t)first * n, n, 0, true));
+        last_group = group;
+    }
+    return b->target->ops->argmax(b->target, ids, last_group); /* waits for the device */
+}
+
+static kite_status time_prefill(bench_context *b, int32_t n_seqs, int32_t n, int reps, row_result *out) {
+    int32_t *tokens = malloc((size_t)n_seqs * (size_t)n * sizeof(int32_t));
+    int32_t *ids = malloc((size_t)n_seqs * sizeof(int32_t));
     double *tok_s = calloc((size_t)reps, sizeof(double)), *secs = calloc((size_t)reps, sizeof(double));
-    kite_status status = tokens && tok_s && secs ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
-    int32_t id;
+    kite_status status = tokens && ids && tok_s && secs ? KITE_OK
+                                                        : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     for (int rep = -1; rep < reps && status == KITE_OK; rep++) { /* rep -1 warms up */
-        random_tokens(b, tokens, (size_t)n);
+        random_tokens(b, tokens, (size_t)n_seqs * (size_t)n);
         double t0 = seconds_now();
-        status = forward_step(b->target, b->tables, 1, tokens, n, 0, true);
-        if (status == KITE_OK) status = b->target->ops->argmax(b->target, &id, 1); /* waits for the device */
+        status = prefill_sequences(b, n_seqs, n, tokens, ids);
         double t = seconds_now() - t0;
         if (rep >= 0) {
             secs[rep] = t;
-            tok_s[rep] = n / t;
+            tok_s[rep] = (double)n_seqs * n / t;
         }
     }
     if (status == KITE_OK) summarize(tok_s, reps, 1.0, secs, out);
     free(tokens);
+    free(ids);
     free(tok_s);
     free(secs);
     return status;
@@ -440,20 +459,22 @@ static int run_bench(const bench_options *o) {
         printf("|----------|-----|--------|--------------|-------------------|-----------|-------|------|\n");
     }
     bool any_failed = false;
-    for (size_t i = 0; i < o->n_prefill && exit_code == 0; i++) {
-        int32_t n = o->prefill[i];
-        gate_result g;
-        row_result r = {0};
-        status = gate_prefill(&b, n, ref_tables, &g);
-        if (status == KITE_OK && g.passed) status = time_prefill(&b, n, o->reps, &r);
-        if (status != KITE_OK) {
-            exit_code = cli_report("bench", status);
-            break;
+    for (size_t bi = 0; bi < o->n_batch && exit_code == 0; bi++) {
+        for (size_t i = 0; i < o->n_prefill && exit_code == 0; i++) {
+            int32_t n = o->prefill[i], seqs = o->batch[bi];
+            gate_result g;
+            row_result r = {0};
+            status = gate_prefill(&b, seqs, n, ref_tables, &g);
+            if (status == KITE_OK && g.passed) status = time_prefill(&b, seqs, n, o->reps, &r);
+            if (status != KITE_OK) {
+                exit_code = cli_report("bench", status);
+                break;
+            }
+            char test[32];
+            snprintf(test, sizeof test, "pp%d", n);
+            print_row(o, &b, test, seqs, 0, &r, &g, 0.0);
+            any_failed |= !g.passed;
         }
-        char test[32];
-        snprintf(test, sizeof test, "pp%d", n);
-        print_row(o, &b, test, 1, 0, &r, &g, 0.0);
-        any_failed |= !g.passed;
     }
     for (size_t d = 0; d < o->n_depth && exit_code == 0; d++) {
         for (size_t bi = 0; bi < o->n_batch && exit_code == 0; bi++) {
