@@ -39,7 +39,7 @@ if want kite; then
   cat "$out/kite-0.6b.jsonl" "$out/kite-1.7b.jsonl"
 fi
 if want batched; then
-  timeout 300 $kite bench --dummy qwen3-0.6b-base -p 0 -n 128 -b 1,8,16,32,64,128 --depth 256 -o jsonl >"$out/kite-batched.jsonl" 2>&1
+  timeout 300 $kite bench --dummy qwen3-0.6b-base -p 256 -n 128 -b 1,8,16,32,64,128 --depth 256 -o jsonl >"$out/kite-batched.jsonl" 2>&1
   cat "$out/kite-batched.jsonl"
 fi
 if want tokenizer; then
