@@ -168,6 +168,20 @@ def usage_errors_exit_2():
 
 
 @case
+def bench_rows_as_json_lines():
+    p = run("bench", "--dummy", "tiny", "--backend", "cpu", "-p", "16", "-n", "4", "-b", "1,2", "--depth", "8",
+            "-r", "2", "-o", "jsonl", check_exit=0)
+    rows = [json.loads(l) for l in p.stdout.decode().strip().split("\n")]
+    assert [(r["test"], r["batch"]) for r in rows] == [("pp16", 1), ("pp16", 2), ("tg4", 1), ("tg4", 2)], rows
+    for r in rows:
+        for key in ("test", "batch", "tok_s", "gpu", "commit", "date", "gate"):
+            assert key in r, (key, r)
+        assert r["tok_s"] > 0 and r["gate"] == "oracle"
+    assert run("bench", "--dummy", "nonexistent-shape", "--backend", "cpu").returncode == 1
+    assert run("bench", "--dummy", "tiny", "-o", "xml").returncode == 2
+
+
+@case
 def info_names_the_backends():
     out = run("info", check_exit=0).stdout.decode()
     assert "cpu" in out and "cuda" in out
