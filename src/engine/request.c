@@ -59,6 +59,7 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     r->greedy = s->temperature == 0.0f && s->repetition_penalty == 1.0f;
 
     if (tok) {
+        r->text_vocab_size = tokenizer_vocab_size(tok);
         status = detokenizer_create(tok, &r->detokenizer);
         if (status != KITE_OK) {
             request_free(r);
@@ -140,7 +141,9 @@ kite_status request_append_token(engine_request *r, int32_t token, const int32_t
     for (int32_t i = 0; i < n_eos_ids; i++) is_eos |= token == eos_ids[i];
     if (is_eos && !r->ignore_eos) {
         r->finish = KITE_FINISH_STOP; /* the eos token's text is not part of the output */
-    } else if (r->detokenizer) {
+    } else if (r->detokenizer && token < r->text_vocab_size) {
+        /* Ids past the tokenizer's vocabulary (config.json's vocab_size pads the lm_head, 151,936 rows against
+         * 151,669 tokens) decode to nothing, as Hugging Face's decode skips ids it does not know. */
         const char *piece;
         size_t piece_length;
         KITE_TRY(detokenizer_push(r->detokenizer, token, &piece, &piece_length));

@@ -43,6 +43,7 @@ typedef struct engine_request {
 
     /* Text. `text` holds everything decoded so far; text[0 .. text_emitted) went to the callback. */
     detokenizer *detokenizer; /* NULL when the model has no tokenizer (ids only) */
+    int32_t text_vocab_size;  /* ids at or past this (the lm_head's padding rows) have no text */
     char *text;
     size_t text_length, text_capacity, text_emitted;
     char **stop_strings;
