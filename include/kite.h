@@ -118,6 +118,8 @@ const char *kite_finish_reason_string(kite_finish_reason reason); /* "length", "
 
 typedef int64_t kite_request_id;
 
+#define KITE_MAX_LOGPROBS 20 /* the most top log-probabilities a request can ask for per token */
+
 /* What a request produced in one step. `text` is the newly completed text (it may be empty while a
  * UTF-8 sequence or a possible stop string is held back); all text of a request, concatenated, equals
  * its final text. The pointers are valid only during the callback. */
@@ -145,7 +147,7 @@ typedef struct kite_request {
     const char *const *stop_strings;
     int32_t n_stop_strings;
     bool ignore_eos;
-    int32_t n_logprobs;        /* top log-probabilities reported per token (0..20) */
+    int32_t n_logprobs;        /* top log-probabilities reported per token (0..KITE_MAX_LOGPROBS) */
     kite_token_callback on_token;
     void *user_data;
 } kite_request;

@@ -8,6 +8,7 @@
  * One backend forward then serves the whole step; sequences whose prompt is complete get a token sampled.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,11 +40,14 @@ struct kite_engine {
     int32_t *seq_context_len;
     const int32_t **block_tables;
     uint8_t *wants_logits;
+    /* Per row of logits (sequences that sample this step, in order): */
+    engine_request **row_requests;
     int32_t *sampled;
-    float *logits;       /* rows x vocab, only when some row needs host sampling */
-    int32_t logits_rows; /* rows the buffer holds */
-    int32_t *top_ids;
-    float *top_logprobs;
+    float *sampled_logprob;
+    int32_t *top_ids;      /* rows x KITE_MAX_LOGPROBS */
+    float *top_logprobs;   /* rows x KITE_MAX_LOGPROBS */
+    float *logits;         /* rows x vocab, only when some row needs host sampling */
+    int32_t logits_rows;   /* rows the buffer holds */
 
     int64_t steps, preemptions;
     kite_engine_timings timings;
@@ -129,11 +133,14 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->seq_context_len = calloc(seqs, sizeof(int32_t));
         e->block_tables = calloc(seqs, sizeof *e->block_tables);
         e->wants_logits = calloc(seqs, 1);
+        e->row_requests = calloc(seqs, sizeof *e->row_requests);
         e->sampled = calloc(seqs, sizeof(int32_t));
-        e->top_ids = calloc(20, sizeof(int32_t));
-        e->top_logprobs = calloc(20, sizeof(float));
+        e->sampled_logprob = calloc(seqs, sizeof(float));
+        e->top_ids = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(int32_t));
+        e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
-            !e->block_tables || !e->wants_logits || !e->sampled || !e->top_ids || !e->top_logprobs)
+            !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
+            !e->top_ids || !e->top_logprobs)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
     }
     if (status != KITE_OK) {
@@ -158,7 +165,9 @@ void kite_engine_free(kite_engine *e) {
     free(e->seq_context_len);
     free(e->block_tables);
     free(e->wants_logits);
+    free(e->row_requests);
     free(e->sampled);
+    free(e->sampled_logprob);
     free(e->logits);
     free(e->top_ids);
     free(e->top_logprobs);
@@ -351,6 +360,35 @@ static kite_status ensure_logits_rows(kite_engine *e, int32_t rows) {
     return KITE_OK;
 }
 
+/* Samples every row of logits with its request's sampler. Rows are independent (each request owns its
+ * sampler and random generator), so they run in parallel: a full-vocabulary sampling pass costs about a
+ * millisecond, which a large batch would otherwise pay once per sequence on one core. */
+static kite_status sample_rows(kite_engine *e, int32_t rows) {
+    size_t vocab = (size_t)e->model->config.vocab_size;
+    kite_status first_error = KITE_OK;
+    char message[512] = "";
+#pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
+    for (int32_t row = 0; row < rows; row++) {
+        engine_request *r = e->row_requests[row];
+        const float *logits = e->logits + (size_t)row * vocab;
+        kite_status status = sampler_sample(r->sampler, logits, &e->sampled[row], &e->sampled_logprob[row]);
+        if (status == KITE_OK && r->n_logprobs > 0)
+            status = sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs,
+                                          e->top_ids + (size_t)row * KITE_MAX_LOGPROBS,
+                                          e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
+        if (status != KITE_OK) {
+            /* The message lives in this thread's error slot: carry it to the caller's. */
+#pragma omp critical(kite_engine_sample_error)
+            if (first_error == KITE_OK) {
+                first_error = status;
+                snprintf(message, sizeof message, "%s", kite_last_error());
+            }
+        }
+    }
+    if (first_error != KITE_OK) return kite_fail(first_error, "%s", message);
+    return KITE_OK;
+}
+
 kite_status kite_engine_step(kite_engine *e) {
     remove_finished(e);
     int32_t n = 0;
@@ -387,40 +425,31 @@ kite_status kite_engine_step(kite_engine *e) {
     KITE_TRY(b->ops->forward(b, &batch));
     for (int32_t s = 0; s < n; s++) e->step_requests[s]->n_computed += (size_t)e->step_new_tokens[s];
 
+    rows = 0;
+    for (int32_t s = 0; s < n; s++)
+        if (e->wants_logits[s]) e->row_requests[rows++] = e->step_requests[s];
     if (rows > 0) {
         if (all_greedy) {
             KITE_TRY(b->ops->argmax(b, e->sampled, rows));
         } else {
             KITE_TRY(ensure_logits_rows(e, rows));
             KITE_TRY(b->ops->read_logits(b, e->logits, rows));
+            KITE_TRY(sample_rows(e, rows));
         }
     }
-    size_t vocab = (size_t)e->model->config.vocab_size;
-    int32_t row = 0;
-    for (int32_t s = 0; s < n; s++) {
-        if (!e->wants_logits[s]) continue;
-        engine_request *r = e->step_requests[s];
-        int32_t token;
-        float logprob = NAN;
-        int32_t n_top = 0;
-        if (all_greedy) {
-            token = e->sampled[row];
-        } else {
-            const float *logits = e->logits + (size_t)row * vocab;
-            KITE_TRY(sampler_sample(r->sampler, logits, &token, &logprob));
-            if (r->n_logprobs > 0) {
-                KITE_TRY(sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs, e->top_ids, e->top_logprobs));
-                n_top = r->n_logprobs;
-            }
-        }
-        row++;
+    /* In sequence order: the token joins its request (text, stop checks) and goes to the callback. */
+    for (int32_t row = 0; row < rows; row++) {
+        engine_request *r = e->row_requests[row];
+        int32_t token = e->sampled[row];
         KITE_TRY(request_append_token(r, token, e->model->config.eos_ids, e->model->config.n_eos_ids,
                                       (size_t)e->max_context));
         if (r->finish != KITE_FINISH_NONE) {
             r->state = REQUEST_FINISHED;
             release_blocks(e, r); /* a finished request's blocks are free for the next step */
         }
-        emit_event(r, token, logprob, n_top, e->top_ids, e->top_logprobs);
+        bool sampled_on_host = !all_greedy;
+        emit_event(r, token, sampled_on_host ? e->sampled_logprob[row] : NAN, sampled_on_host ? r->n_logprobs : 0,
+                   e->top_ids + (size_t)row * KITE_MAX_LOGPROBS, e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
     }
     double elapsed = now_seconds() - start;
     e->steps++;

@@ -25,8 +25,9 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
             return kite_fail(KITE_ERROR_INVALID_INPUT, "request: prompt token %zu is %d, outside the vocabulary [0, %d)",
                              i, prompt[i], vocab_size);
     if (desc->max_tokens < 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: max_tokens is negative");
-    if (desc->n_logprobs < 0 || desc->n_logprobs > 20)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: n_logprobs %d is outside 0..20", desc->n_logprobs);
+    if (desc->n_logprobs < 0 || desc->n_logprobs > KITE_MAX_LOGPROBS)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: n_logprobs %d is outside 0..%d", desc->n_logprobs,
+                         KITE_MAX_LOGPROBS);
     if (desc->n_stop_strings < 0 || (desc->n_stop_strings > 0 && !desc->stop_strings))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: bad stop strings");
     if (desc->n_stop_strings > 0 && !tok)

@@ -1,5 +1,5 @@
 /* Randomised continuous batching on the CPU backend (tiny checkpoint): requests of random lengths arrive at
- * random steps, some are cancelled, the KV cache is small enough to force preemption and the step budget
+ * random steps, half of them sample with a temperature (each with its own seed), some are cancelled, the KV cache is small enough to force preemption and the step budget
  * small enough to chunk prompts. Every request that runs to the end must produce exactly the tokens it
  * produces alone; a cancelled one a prefix of them; every block comes back; no event follows a final one. */
 #include <stdint.h>
@@ -42,6 +42,8 @@ typedef struct plan {
     int32_t max_new;
     int arrival_step;
     int cancel_step; /* -1: never */
+    bool sampled;    /* temperature sampling with its own seed, else greedy */
+    uint64_t seed;
 } plan;
 
 static kite_request make_request(const plan *p, outcome *o) {
@@ -50,6 +52,12 @@ static kite_request make_request(const plan *p, outcome *o) {
     r.n_prompt_ids = (size_t)p->n_prompt;
     r.max_tokens = p->max_new;
     r.ignore_eos = true;
+    if (p->sampled) {
+        r.sampling.temperature = 0.9f;
+        r.sampling.top_p = 0.95f;
+        r.sampling.seed = p->seed;
+        r.n_logprobs = 3;
+    }
     r.on_token = collect;
     r.user_data = o;
     return r;
@@ -64,6 +72,8 @@ static void run_scenario(kite_model *m, int round) {
         p->max_new = 1 + (int32_t)(next_u32() % MAX_NEW);
         p->arrival_step = (int)(next_u32() % 30);
         p->cancel_step = next_u32() % 4 == 0 ? p->arrival_step + (int)(next_u32() % 10) : -1;
+        p->sampled = next_u32() % 2 == 0; /* same seed alone and together: the same tokens */
+        p->seed = next_u32();
     }
     /* Each request alone, in a roomy engine. */
     outcome solo[N_REQUESTS] = {0};
