@@ -69,6 +69,10 @@ struct backend {
 typedef struct backend_params {
     int32_t n_threads; /* CPU: OpenMP threads (0 = all cores) */
     int32_t device;    /* CUDA: device ordinal */
+    /* CPU only, for numerical studies: round activations to bf16 wherever the CUDA prefill path stores
+     * them in bf16 (GEMM inputs and outputs, the KV cache, attention probabilities), so the float32 oracle
+     * can also say how much of a GPU difference bf16 storage alone explains. Off (0) for normal use. */
+    int32_t emulate_bf16_activations;
 } backend_params;
 
 /* Bytes of KV cache for one position over all layers (K and V), at the backend's storage precision. */

@@ -56,6 +56,7 @@ typedef struct cpu_backend {
     backend base; /* first: a cpu_backend * is a backend * */
     qwen3_config config;
     int n_threads;
+    bool emulate_bf16; /* backend_params.emulate_bf16_activations */
     char device_name[48]; /* "cpu (16 threads)" */
 
     float *embed_tokens; /* (vocab, hidden) */
@@ -266,6 +267,7 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     b->base.config = &b->config; /* our own copy: the caller's may not outlive us */
     /* 0: OpenMP's default team size (all cores, or OMP_NUM_THREADS when the user set it). */
     b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+    b->emulate_bf16 = params && params->emulate_bf16_activations;
     if (b->n_threads < 1) b->n_threads = 1;
     snprintf(b->device_name, sizeof b->device_name, "cpu (%d thread%s)", b->n_threads,
              b->n_threads == 1 ? "" : "s");
@@ -449,6 +451,14 @@ static kite_status logits_reserve(cpu_backend *b, int32_t rows) {
 
 /* Causal GQA attention of every new token over its sequence's cached positions (the new ones included,
  * already appended for this layer). One task per (token, head): independent of the rest of the batch. */
+/* Rounds n values to bf16 and back when the backend emulates bf16 activations (see backend_params). */
+static void maybe_round_bf16(const cpu_backend *b, float *x, size_t n) {
+    if (!b->emulate_bf16) return;
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
+
+static inline float round_bf16_if(bool emulate, float x) { return emulate ? bf16_to_float(float_to_bf16(x)) : x; }
+
 static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t layer) {
     const qwen3_config *c = &b->config;
     cpu_scratch *s = &b->scratch;
@@ -484,10 +494,21 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
             sum += scores[j];
         }
         for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
-        for (int32_t j = 0; j <= position; j++) {
-            float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
-            const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-            for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+        if (!b->emulate_bf16) {
+            for (int32_t j = 0; j <= position; j++) {
+                float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
+                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+            }
+        } else {
+            /* As flash attention does it: unnormalised probabilities rounded to bf16 for the product with V,
+             * the float32 row sum dividing at the end. */
+            for (int32_t j = 0; j <= position; j++) {
+                float p = round_bf16_if(true, scores[j]);
+                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+            }
+            for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
         }
     }
 }
@@ -508,9 +529,13 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
 
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
+    maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
     cpu_matmul(s->q, s->normed, w->q_proj, n, q_dim, hidden, threads);
     cpu_matmul(s->k, s->normed, w->k_proj, n, kv_dim, hidden, threads);
     cpu_matmul(s->v, s->normed, w->v_proj, n, kv_dim, hidden, threads);
+    maybe_round_bf16(b, s->q, (size_t)n * (size_t)q_dim);
+    maybe_round_bf16(b, s->k, (size_t)n * (size_t)kv_dim);
+    maybe_round_bf16(b, s->v, (size_t)n * (size_t)kv_dim);
 
     /* Per-head RMSNorm, RoPE, then the append of K and V at each token's position. */
     for (int32_t t = 0; t < n; t++) {
@@ -520,11 +545,13 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
             float *q = s->q + (size_t)t * q_dim + (size_t)h * head_dim;
             cpu_rmsnorm(q, q, w->q_norm, head_dim, eps);
             cpu_rope_apply(q, cos_table, sin_table, head_dim);
+            maybe_round_bf16(b, q, (size_t)head_dim);
         }
         for (int32_t h = 0; h < c->n_kv_heads; h++) {
             float *k = s->k + (size_t)t * kv_dim + (size_t)h * head_dim;
             cpu_rmsnorm(k, k, w->k_norm, head_dim, eps);
             cpu_rope_apply(k, cos_table, sin_table, head_dim);
+            maybe_round_bf16(b, k, (size_t)head_dim);
         }
         const int32_t *table = batch->block_tables[s->token_seq[t]];
         size_t offset = kv_offset(b, table, l, s->token_pos[t]);
@@ -533,6 +560,7 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     }
 
     attention_layer(b, batch, l);
+    maybe_round_bf16(b, s->attention, (size_t)n * (size_t)q_dim);
     cpu_matmul(s->projected, s->attention, w->o_proj, n, hidden, q_dim, threads);
     size_t n_hidden = (size_t)n * (size_t)hidden;
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
@@ -540,9 +568,13 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
                     eps);
+    maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
     cpu_matmul(s->gate, s->normed, w->gate_proj, n, inter, hidden, threads);
     cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads);
+    maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
+    maybe_round_bf16(b, s->up, (size_t)n * (size_t)inter);
     cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter);
+    maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     cpu_matmul(s->projected, s->gate, w->down_proj, n, hidden, inter, threads);
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 }
@@ -585,6 +617,7 @@ static kite_status cpu_forward(backend *self, const step_batch *batch) {
         int32_t last = batch->seq_token_start[seq + 1] - 1;
         cpu_rmsnorm(b->logit_inputs + (size_t)row * hidden, s->hidden + (size_t)last * hidden, b->final_norm,
                     c->hidden_size, (float)c->rms_norm_eps);
+        maybe_round_bf16(b, b->logit_inputs + (size_t)row * hidden, hidden);
         row++;
     }
     if (rows > 0)
