@@ -37,6 +37,10 @@ static const char bench_usage[] =
 #define GATE_STEPS 8          /* decode steps checked teacher-forced */
 #define GATE_MAX_SEQS 2
 #define GATE_REL_L2 2e-2
+/* A GPU path that stores activations in bf16 cannot be closer to float32 than bf16 storage itself allows:
+ * the limit is the larger of GATE_REL_L2 and this factor times what the CPU oracle, rounding activations to
+ * bf16 where the CUDA prefill path stores them, moves the logits on the same tokens (docs/BENCHMARKS.md). */
+#define GATE_BF16_FACTOR 1.5
 #define GATE_TOP 5
 
 typedef struct bench_context {
@@ -44,6 +48,7 @@ typedef struct bench_context {
     const qwen3_config *config;
     backend *target;      /* the backend being measured */
     backend *reference;   /* the CPU oracle, made on first use (NULL when the target is the CPU) */
+    backend *reference_bf16; /* the same, rounding activations to bf16: the budget of bf16 storage */
     int32_t block_size;
     int32_t blocks_per_seq;
     int32_t max_seqs;
@@ -142,16 +147,22 @@ static bool contains(const int32_t *ids, int32_t k, int32_t id) {
 typedef struct gate_result {
     bool passed;
     double worst_rel_l2;
+    double worst_bf16_budget; /* how far bf16 storage alone moved the reference's logits, at most */
     int32_t near_ties; /* positions where the argmax differed but each is in the other's top 5 */
     char why[160];
 } gate_result;
 
-/* Compares rows of target and reference logits: relative L2 and the near-tie rule of DESIGN.md. */
-static void gate_compare(const float *target, const float *reference, int32_t rows, int32_t vocab, gate_result *g) {
+/* Compares rows of target and reference logits: relative L2 within the limit (GATE_REL_L2, or more where
+ * bf16 storage alone moves the logits more, as bf16_reference shows) and the near-tie rule of DESIGN.md. */
+static void gate_compare(const float *target, const float *reference, const float *bf16_reference, int32_t rows,
+                         int32_t vocab, gate_result *g) {
     for (int32_t r = 0; r < rows; r++) {
         const float *t = target + (size_t)r * vocab, *ref = reference + (size_t)r * vocab;
         double e = relative_l2(t, ref, (size_t)vocab);
+        double budget = relative_l2(bf16_reference + (size_t)r * vocab, ref, (size_t)vocab);
+        double limit = GATE_BF16_FACTOR * budget > GATE_REL_L2 ? GATE_BF16_FACTOR * budget : GATE_REL_L2;
         if (e > g->worst_rel_l2 || isnan(e)) g->worst_rel_l2 = isnan(e) ? INFINITY : e;
+        if (budget > g->worst_bf16_budget) g->worst_bf16_budget = budget;
         int32_t top_t[GATE_TOP], top_r[GATE_TOP];
         top_ids(t, vocab, GATE_TOP, top_t);
         top_ids(ref, vocab, GATE_TOP, top_r);
@@ -163,9 +174,10 @@ static void gate_compare(const float *target, const float *reference, int32_t ro
                 snprintf(g->why, sizeof g->why, "argmax %d vs reference %d, not a near tie", top_t[0], top_r[0]);
             }
         }
-        if (!(e <= GATE_REL_L2) && g->passed) {
+        if (!(e <= limit) && g->passed) {
             g->passed = false;
-            snprintf(g->why, sizeof g->why, "logits relative L2 %.3g > %.0e", e, GATE_REL_L2);
+            snprintf(g->why, sizeof g->why, "logits relative L2 %.3g > limit %.3g (bf16 storage alone: %.3g)", e,
+                     limit, budget);
         }
     }
 }
@@ -176,10 +188,22 @@ static int32_t reference_blocks_per_seq(int32_t block_size) {
 
 static kite_status ensure_reference(bench_context *b) {
     if (b->reference) return KITE_OK;
-    backend_params p = {.n_threads = 0, .device = 0};
-    KITE_TRY(cpu_backend_create(b->config, b->model->weights, &p, &b->reference));
     int32_t blocks = GATE_MAX_SEQS * reference_blocks_per_seq(b->block_size);
-    return b->reference->ops->kv_reserve(b->reference, blocks, b->block_size);
+    backend_params exact = {.n_threads = 0, .device = 0}, rounded = exact;
+    rounded.emulate_bf16_activations = 1;
+    KITE_TRY(cpu_backend_create(b->config, b->model->weights, &exact, &b->reference));
+    KITE_TRY(b->reference->ops->kv_reserve(b->reference, blocks, b->block_size));
+    KITE_TRY(cpu_backend_create(b->config, b->model->weights, &rounded, &b->reference_bf16));
+    return b->reference_bf16->ops->kv_reserve(b->reference_bf16, blocks, b->block_size);
+}
+
+/* The same step on both CPU references; their logits go to exact and rounded. */
+static kite_status reference_step(bench_context *b, int32_t **tables, int32_t n_seqs, const int32_t *tokens,
+                                  int32_t n_new, int32_t start, float *exact, float *rounded) {
+    KITE_TRY(forward_step(b->reference, tables, n_seqs, tokens, n_new, start, true));
+    KITE_TRY(b->reference->ops->read_logits(b->reference, exact, n_seqs));
+    KITE_TRY(forward_step(b->reference_bf16, tables, n_seqs, tokens, n_new, start, true));
+    return b->reference_bf16->ops->read_logits(b->reference_bf16, rounded, n_seqs);
 }
 
 /* pp gate: min(B, 2) sequences of min(n, GATE_MAX_PREFILL) random tokens prefilled in one step; the
@@ -195,18 +219,19 @@ static kite_status gate_prefill(bench_context *b, int32_t n_seqs, int32_t n, int
     size_t vocab = (size_t)b->config->vocab_size;
     int32_t *tokens = malloc((size_t)seqs * (size_t)m * sizeof(int32_t));
     float *lt = malloc((size_t)seqs * vocab * sizeof(float)), *lr = malloc((size_t)seqs * vocab * sizeof(float));
-    kite_status status = tokens && lt && lr ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    float *lb = malloc((size_t)seqs * vocab * sizeof(float));
+    kite_status status = tokens && lt && lr && lb ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK) {
         random_tokens(b, tokens, (size_t)seqs * (size_t)m);
         status = forward_step(b->target, b->tables, seqs, tokens, m, 0, true);
     }
     if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, seqs);
-    if (status == KITE_OK) status = forward_step(b->reference, ref_tables, seqs, tokens, m, 0, true);
-    if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, seqs);
-    if (status == KITE_OK) gate_compare(lt, lr, seqs, (int32_t)vocab, g);
+    if (status == KITE_OK) status = reference_step(b, ref_tables, seqs, tokens, m, 0, lr, lb);
+    if (status == KITE_OK) gate_compare(lt, lr, lb, seqs, (int32_t)vocab, g);
     free(tokens);
     free(lt);
     free(lr);
+    free(lb);
     return status;
 }
 
@@ -227,22 +252,24 @@ static kite_status gate_decode(bench_context *b, int32_t n_seqs, int32_t depth, 
     int32_t *context = malloc((size_t)n_seqs * (size_t)(d > 0 ? d : 1) * sizeof(int32_t));
     int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t));
     float *lt = malloc((size_t)n_seqs * vocab * sizeof(float)), *lr = malloc((size_t)checked * vocab * sizeof(float));
-    kite_status status = context && tokens && lt && lr ? KITE_OK
-                                                       : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    float *lb = malloc((size_t)checked * vocab * sizeof(float));
+    kite_status status = context && tokens && lt && lr && lb
+                             ? KITE_OK
+                             : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK && d > 0) {
         random_tokens(b, context, (size_t)n_seqs * (size_t)d);
         status = fill_context(b, b->target, b->tables, n_seqs, d, context);
         /* The first `checked` sequences' contexts are the first rows of `context`. */
         if (status == KITE_OK) status = fill_context(b, b->reference, ref_tables, checked, d, context);
+        if (status == KITE_OK) status = fill_context(b, b->reference_bf16, ref_tables, checked, d, context);
     }
     if (status == KITE_OK) random_tokens(b, tokens, (size_t)n_seqs);
     for (int32_t step = 0; step < GATE_STEPS && status == KITE_OK; step++) {
         status = forward_step(b->target, b->tables, n_seqs, tokens, 1, d + step, true);
         if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, n_seqs);
-        if (status == KITE_OK) status = forward_step(b->reference, ref_tables, checked, tokens, 1, d + step, true);
-        if (status == KITE_OK) status = b->reference->ops->read_logits(b->reference, lr, checked);
+        if (status == KITE_OK) status = reference_step(b, ref_tables, checked, tokens, 1, d + step, lr, lb);
         if (status != KITE_OK) break;
-        gate_compare(lt, lr, checked, (int32_t)vocab, g);
+        gate_compare(lt, lr, lb, checked, (int32_t)vocab, g);
         /* Continue with the target's greedy choices, as a real generation would. */
         for (int32_t s = 0; s < n_seqs; s++) top_ids(lt + (size_t)s * vocab, (int32_t)vocab, 1, &tokens[s]);
     }
@@ -250,6 +277,7 @@ static kite_status gate_decode(bench_context *b, int32_t n_seqs, int32_t depth, 
     free(tokens);
     free(lt);
     free(lr);
+    free(lb);
     return status;
 }
 
@@ -380,8 +408,8 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
         else
             printf(",\"tok_s\":null");
         if (floor_fraction > 0 && g->passed) printf(",\"hbm_floor_fraction\":%.3f", floor_fraction);
-        printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,\"commit\":\"%s\",\"date\":\"%s\"}\n",
-               !b->reference ? "oracle" : g->passed ? "pass" : "FAILED", g->worst_rel_l2, g->near_ties, o->reps, KITE_GIT_COMMIT, date);
+        printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_bf16_budget\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,\"commit\":\"%s\",\"date\":\"%s\"}\n",
+               !b->reference ? "oracle" : g->passed ? "pass" : "FAILED", g->worst_rel_l2, g->worst_bf16_budget, g->near_ties, o->reps, KITE_GIT_COMMIT, date);
     } else if (g->passed) {
         char spread[64];
         snprintf(spread, sizeof spread, "%.0f-%.0f", r->min_tok_s, r->max_tok_s);
@@ -389,7 +417,7 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
         if (floor_fraction > 0) snprintf(floor_text, sizeof floor_text, "%.0f%%", floor_fraction * 100);
         char gate_text[64];
         if (b->reference)
-            snprintf(gate_text, sizeof gate_text, "pass (L2 %.1e)", g->worst_rel_l2);
+            snprintf(gate_text, sizeof gate_text, "pass (L2 %.1e, bf16 %.1e)", g->worst_rel_l2, g->worst_bf16_budget);
         else
             snprintf(gate_text, sizeof gate_text, "oracle");
         printf("| %-8s | %3d | %6d | %12.1f | %-17s | %9.4f | %5s | %s |\n", test, n_seqs, depth, r->median_tok_s,
@@ -505,6 +533,7 @@ static int run_bench(const bench_options *o) {
 
 done:
     if (b.reference) b.reference->ops->destroy(b.reference);
+    if (b.reference_bf16) b.reference_bf16->ops->destroy(b.reference_bf16);
     free(storage);
     free(ref_storage);
     free(b.tables);
