@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "tokenizer/tokenizer.h"
 
@@ -121,26 +122,6 @@ int cmd_tokenize(int argc, char **argv) {
     return 0;
 }
 
-static void print_json_string(const char *s, size_t n) {
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"': fputs("\\\"", stdout); break;
-        case '\\': fputs("\\\\", stdout); break;
-        case '\n': fputs("\\n", stdout); break;
-        case '\r': fputs("\\r", stdout); break;
-        case '\t': fputs("\\t", stdout); break;
-        default:
-            if (c < 0x20)
-                printf("\\u%04x", c);
-            else
-                putchar(c);
-        }
-    }
-    putchar('"');
-}
-
 int cmd_detokenize(int argc, char **argv) {
     const char *model = NULL;
     bool json = false;
@@ -191,7 +172,7 @@ int cmd_detokenize(int argc, char **argv) {
     if (status != KITE_OK) return report("detokenize", status);
     if (json) {
         fputs("{\"text\":", stdout);
-        print_json_string(text, length);
+        json_write_string(stdout, text, length);
         fputs("}\n", stdout);
     } else {
         fwrite(text, 1, length, stdout);
