@@ -14,6 +14,7 @@ typedef struct subcommand {
 static const subcommand subcommands[] = {
     {"run", cmd_run, "generate text from a prompt (or a file of prompts, as one batch)"},
     {"bench", cmd_bench, "measure prefill and decode throughput, each row checked against the CPU"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server (/v1/completions) with continuous batching"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids"},
     {"info", cmd_info, "print the build, the backends present and the GPU"},

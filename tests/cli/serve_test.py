@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""`kite serve` on the tiny checkpoint (CPU backend), over loopback only: OpenAI-style completions, streamed
+and not, concurrent requests against their solo results (continuous batching on the CPU is exact),
+stop strings, errors, a client that hangs up mid-stream, and a clean stop on SIGTERM."""
+import argparse, http.client, json, os, signal, socket, subprocess, sys, threading, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kite", required=True)
+ap.add_argument("--data", required=True)
+args = ap.parse_args()
+passed = failed = 0
+
+server = subprocess.Popen([args.kite, "serve", "--model", os.path.join(args.data, "tiny"), "--port", "0",
+                           "--backend", "cpu", "--threads", "2", "--max-step-tokens", "64"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+line = server.stdout.readline()  # "listening on 127.0.0.1:PORT", printed once the model is loaded
+if not line.startswith("listening on "):
+    server.kill()
+    print("server did not start:", line, server.stderr.read())
+    print("0 passed, 1 failed")
+    sys.exit(1)
+PORT = int(line.strip().rsplit(":", 1)[1])
+
+
+def request(method, path, body=None, timeout=120):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    c.request(method, path, body=json.dumps(body) if isinstance(body, dict) else body,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def complete(body):
+    status, data = request("POST", "/v1/completions", body)
+    assert status == 200, (status, data)
+    return json.loads(data)
+
+
+def stream(body):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)))
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    events = [e[len("data: "):] for e in r.read().decode().split("\n\n") if e.startswith("data: ")]
+    c.close()
+    return events
+
+
+def case(fn):
+    global passed, failed
+    try:
+        fn()
+        passed += 1
+        print("PASS", fn.__name__, flush=True)
+    except AssertionError as e:
+        failed += 1
+        print("FAIL", fn.__name__, e, flush=True)
+    return fn
+
+
+def kite_run_text(prompt, n):
+    p = subprocess.run([args.kite, "run", "--model", os.path.join(args.data, "tiny"), "--prompt", prompt, "-n", str(n),
+                        "--ignore-eos", "--json", "--backend", "cpu"], capture_output=True, timeout=120)
+    return json.loads(p.stdout.decode().strip().split("\n")[-1])["text"]
+
+
+@case
+def health_and_models():
+    assert request("GET", "/health") == (200, b'{"status":"ok"}')
+    status, data = request("GET", "/v1/models")
+    assert status == 200 and json.loads(data)["data"][0]["id"] == "tiny"
+
+
+@case
+def completion_equals_kite_run():
+    out = complete({"prompt": "The capital of France is", "max_tokens": 12, "ignore_eos": True})
+    choice = out["choices"][0]
+    assert choice["text"] == kite_run_text("The capital of France is", 12), choice
+    assert choice["finish_reason"] == "length"
+    assert out["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}, out["usage"]
+
+
+@case
+def stream_concatenates_to_the_completion():
+    body = {"prompt": "Hello", "max_tokens": 10, "ignore_eos": True}
+    whole = complete(body)["choices"][0]["text"]
+    events = stream(body)
+    assert events[-1] == "[DONE]", events[-1]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+@case
+def concurrent_requests_get_their_solo_results():
+    ref = json.load(open(os.path.join(args.data, "tiny.reference.json")))
+    bodies = [{"prompt": r["prompt_ids"], "max_tokens": 16, "ignore_eos": True} for r in ref["results"]]
+    bodies += [{"prompt": "Once upon a time", "max_tokens": 20, "temperature": 0.8, "seed": 42, "ignore_eos": True}]
+    solo = [complete(b)["choices"][0]["text"] for b in bodies]
+    results = [None] * len(bodies)
+
+    def worker(i):
+        results[i] = complete(bodies[i])["choices"][0]["text"]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == solo, (results, solo)
+
+
+@case
+def stop_string_ends_the_completion():
+    whole = complete({"prompt": "Hello", "max_tokens": 24, "ignore_eos": True})["choices"][0]["text"]
+    stop = whole[len(whole) // 2: len(whole) // 2 + 2]
+    out = complete({"prompt": "Hello", "max_tokens": 24, "ignore_eos": True, "stop": [stop]})["choices"][0]
+    assert out["finish_reason"] == "stop" and out["text"] == whole[: whole.index(stop)], (out, stop)
+
+
+@case
+def bad_requests_get_clear_errors():
+    for body, code in [("{not json", 400), ({"max_tokens": 3}, 400), ({"prompt": "x", "temperature": -1}, 400),
+                       ({"prompt": [999999999]}, 400), ({"prompt": "x", "stop": 5}, 400), ({"prompt": "x", "n": 2}, 400)]:
+        status, data = request("POST", "/v1/completions", body)
+        assert status == code, (body, status, data)
+        assert json.loads(data)["error"]["message"], data
+    assert request("GET", "/v1/completions")[0] == 405
+    assert request("GET", "/nowhere")[0] == 404
+
+
+@case
+def a_client_that_hangs_up_mid_stream_is_cancelled():
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 3000, "stream": True, "ignore_eos": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    s.recv(4096)
+    s.close()
+    time.sleep(0.5)
+    out = complete({"prompt": "Hello", "max_tokens": 4, "ignore_eos": True})  # the server still serves
+    assert out["choices"][0]["finish_reason"] == "length"
+
+
+@case
+def stops_on_sigterm():
+    server.send_signal(signal.SIGTERM)
+    try:
+        code = server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        raise AssertionError("the server did not stop within 30 s")
+    assert code == 0, (code, server.stderr.read())
+
+
+if server.poll() is None:
+    server.kill()
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,837 @@
+/* kite serve: an OpenAI-compatible HTTP server (POST /v1/completions, GET /v1/models, GET /health).
+ *
+ * Threads: the main thread accepts connections and gives each its own thread; one engine thread owns the
+ * kite_engine (an engine is used by one thread) and runs continuous batching over every open request.
+ * A connection thread parses its request, tokenizes the prompt (a tokenizer may be shared between threads),
+ * hands a server_request to the engine thread through the inbox, then waits on the request's condition
+ * variable for text and writes it out: as server-sent events with "stream": true, else as one JSON object.
+ * A client that goes away has its request cancelled. Every response closes its connection.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "kite.h"
+#include "util/json.h"
+
+static const char serve_usage[] =
+    "usage: kite serve --model DIR [--host 127.0.0.1] [--port 8080] [options]\n"
+    "  POST /v1/completions (OpenAI-compatible: prompt as text or token ids, max_tokens, temperature, top_p,\n"
+    "  top_k, min_p, repetition_penalty, seed, stop, stream, logprobs), GET /v1/models, GET /health.\n"
+    "  --port 0 picks a free port; the port is printed on stdout as \"listening on HOST:PORT\".\n"
+    "  --backend auto|cpu|cuda  --threads N  --kv-cache-mb N  --max-batch N  --max-step-tokens N\n"
+    "  --max-context N  --served-model-name NAME (default: the directory's name)\n";
+
+#define MAX_HEADER_BYTES (16 << 10)
+#define MAX_BODY_BYTES (16 << 20)
+#define MAX_STOP_STRINGS 8
+
+/* ---- one request, shared by its connection thread and the engine thread ----------------------------- */
+
+typedef struct server_request {
+    pthread_mutex_t mutex;
+    pthread_cond_t changed;
+    int references; /* the connection and the engine each hold one */
+
+    kite_request request; /* prompt ids and stop strings point into this struct's own copies */
+    int32_t *prompt_ids;
+    size_t n_prompt;
+    char *stop_storage[MAX_STOP_STRINGS];
+
+    /* Written by the engine thread under the mutex, read by the connection thread. */
+    char *text;
+    size_t text_length, text_capacity, text_taken;
+    int32_t n_generated;
+    kite_finish_reason finish;
+    bool done;
+    bool failed;
+    char error[256];
+
+    kite_request_id id;             /* set by the engine thread once submitted */
+    struct server_request *next;    /* inbox / cancel list link */
+} server_request;
+
+typedef struct server {
+    kite_model *model;
+    kite_engine *engine;
+    const char *model_name;
+    pthread_mutex_t mutex; /* guards inbox, cancels and stopping */
+    pthread_cond_t wake;
+    server_request *inbox;
+    server_request *cancels;
+    bool stopping;
+    long next_completion;
+} server;
+
+static volatile sig_atomic_t stop_signal;
+static atomic_int active_connections; /* connection threads still running */
+
+static void on_signal(int signal_number) {
+    (void)signal_number;
+    stop_signal = 1;
+}
+
+static void request_release(server_request *r) {
+    pthread_mutex_lock(&r->mutex);
+    int left = --r->references;
+    pthread_mutex_unlock(&r->mutex);
+    if (left > 0) return;
+    pthread_mutex_destroy(&r->mutex);
+    pthread_cond_destroy(&r->changed);
+    free(r->prompt_ids);
+    for (int i = 0; i < MAX_STOP_STRINGS; i++) free(r->stop_storage[i]);
+    free(r->text);
+    free(r);
+}
+
+/* The engine thread's token callback: append the text, mark the end, wake the connection. */
+static void on_token(const kite_token_event *event, void *user_data) {
+    server_request *r = user_data;
+    pthread_mutex_lock(&r->mutex);
+    if (event->text_length > 0) {
+        size_t needed = r->text_length + event->text_length + 1;
+        if (needed > r->text_capacity) {
+            size_t grown = r->text_capacity ? r->text_capacity * 2 : 256;
+            while (grown < needed) grown *= 2;
+            char *p = realloc(r->text, grown);
+            if (p) {
+                r->text = p;
+                r->text_capacity = grown;
+            } else {
+                r->failed = true;
+                snprintf(r->error, sizeof r->error, "out of memory collecting the output");
+            }
+        }
+        if (!r->failed) {
+            memcpy(r->text + r->text_length, event->text, event->text_length);
+            r->text_length += event->text_length;
+        }
+    }
+    if (event->token >= 0) r->n_generated++;
+    bool last = event->finish != KITE_FINISH_NONE;
+    if (last) {
+        r->finish = event->finish;
+        r->done = true;
+    }
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->mutex);
+    if (last) request_release(r); /* the engine will not call back for this request again */
+}
+
+/* ---- the engine thread ---------------------------------------------------------------------------- */
+
+static void fail_request(server_request *r, const char *message) {
+    pthread_mutex_lock(&r->mutex);
+    r->failed = true;
+    r->done = true;
+    snprintf(r->error, sizeof r->error, "%s", message);
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->mutex);
+    request_release(r);
+}
+
+static void *engine_thread(void *argument) {
+    server *s = argument;
+    for (;;) {
+        pthread_mutex_lock(&s->mutex);
+        while (!s->stopping && !s->inbox && !s->cancels && kite_engine_idle(s->engine))
+            pthread_cond_wait(&s->wake, &s->mutex);
+        bool stopping = s->stopping;
+        server_request *arrived = s->inbox, *cancels = s->cancels;
+        s->inbox = s->cancels = NULL;
+        pthread_mutex_unlock(&s->mutex);
+
+        /* The inbox is a stack: submit in arrival order. */
+        server_request *ordered = NULL;
+        while (arrived) {
+            server_request *next = arrived->next;
+            arrived->next = ordered;
+            ordered = arrived;
+            arrived = next;
+        }
+        for (server_request *r = ordered, *next; r; r = next) {
+            next = r->next;
+            kite_request_id id = 0;
+            kite_status status = stopping ? KITE_ERROR_INVALID_ARGUMENT : kite_engine_submit(s->engine, &r->request, &id);
+            if (status != KITE_OK) {
+                fail_request(r, stopping ? "the server is stopping" : kite_last_error());
+                continue;
+            }
+            pthread_mutex_lock(&r->mutex);
+            r->id = id;
+            pthread_mutex_unlock(&r->mutex);
+        }
+        for (server_request *r = cancels, *next; r; r = next) {
+            next = r->next;
+            pthread_mutex_lock(&r->mutex);
+            kite_request_id id = r->done ? 0 : r->id;
+            pthread_mutex_unlock(&r->mutex);
+            if (id) (void)kite_engine_cancel(s->engine, id); /* its final event releases the engine's hold */
+            request_release(r); /* the hold taken when it was put on the cancel list */
+        }
+        if (stopping) {
+            (void)kite_engine_run(s->engine); /* finish what is running, then leave */
+            return NULL;
+        }
+        if (!kite_engine_idle(s->engine) && kite_engine_step(s->engine) != KITE_OK) {
+            fprintf(stderr, "kite serve: engine step failed: %s\n", kite_last_error());
+            pthread_mutex_lock(&s->mutex);
+            s->stopping = true;
+            pthread_mutex_unlock(&s->mutex);
+        }
+    }
+}
+
+/* ---- HTTP ---------------------------------------------------------------------------------------- */
+
+static bool write_all(int fd, const char *data, size_t length) {
+    while (length > 0) {
+        ssize_t n = send(fd, data, length, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        data += n;
+        length -= (size_t)n;
+    }
+    return true;
+}
+
+static bool respond(int fd, int code, const char *reason, const char *content_type, const char *body, size_t length) {
+    char header[256];
+    int n = snprintf(header, sizeof header,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", code,
+                     reason, content_type, length);
+    return write_all(fd, header, (size_t)n) && write_all(fd, body, length);
+}
+
+static void respond_error(int fd, int code, const char *reason, const char *message) {
+    char body[512];
+    char escaped[300];
+    size_t k = 0;
+    for (const char *p = message; *p && k + 2 < sizeof escaped; p++) {
+        if (*p == '"' || *p == '\\') escaped[k++] = '\\';
+        escaped[k++] = (*p == '\n' || *p == '\r') ? ' ' : *p;
+    }
+    escaped[k] = '\0';
+    int n = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%d}}",
+                     escaped, code);
+    respond(fd, code, reason, "application/json", body, (size_t)n);
+}
+
+/* A growable text buffer for building responses. */
+typedef struct text_buffer {
+    char *data;
+    size_t length, capacity;
+    bool failed;
+} text_buffer;
+
+static void buffer_append(text_buffer *b, const char *data, size_t length) {
+    if (b->failed || length == 0) return;
+    if (b->length + length + 1 > b->capacity) {
+        size_t grown = b->capacity ? b->capacity * 2 : 1024;
+        while (grown < b->length + length + 1) grown *= 2;
+        char *p = realloc(b->data, grown);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->data = p;
+        b->capacity = grown;
+    }
+    memcpy(b->data + b->length, data, length);
+    b->length += length;
+    b->data[b->length] = '\0';
+}
+
+/* Appends a string literal (its length known at compile time). */
+#define BUFFER_LITERAL(buffer, literal) buffer_append((buffer), (literal), sizeof(literal) - 1)
+
+static void buffer_printf(text_buffer *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buffer_printf(text_buffer *b, const char *fmt, ...) {
+    char chunk[512];
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(chunk, sizeof chunk, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= sizeof chunk) {
+        b->failed = true;
+        return;
+    }
+    buffer_append(b, chunk, (size_t)n);
+}
+
+static void buffer_json_string(text_buffer *b, const char *text, size_t length) {
+    BUFFER_LITERAL(b, "\"");
+    for (size_t i = 0; i < length; i++) {
+        unsigned char c = (unsigned char)text[i];
+        char escape[8];
+        switch (c) {
+        case '"': BUFFER_LITERAL(b, "\\\""); break;
+        case '\\': BUFFER_LITERAL(b, "\\\\"); break;
+        case '\n': BUFFER_LITERAL(b, "\\n"); break;
+        case '\r': BUFFER_LITERAL(b, "\\r"); break;
+        case '\t': BUFFER_LITERAL(b, "\\t"); break;
+        default:
+            if (c < 0x20) {
+                snprintf(escape, sizeof escape, "\\u%04x", c);
+                buffer_append(b, escape, 6);
+            } else {
+                buffer_append(b, text + i, 1);
+            }
+        }
+    }
+    BUFFER_LITERAL(b, "\"");
+}
+
+/* Reads one HTTP request: method, path and body (Content-Length only). false with a response sent. */
+static bool read_request(int fd, char *method, size_t method_size, char *path, size_t path_size, char **body,
+                         size_t *body_length) {
+    char *buffer = malloc(MAX_HEADER_BYTES + 1);
+    if (!buffer) return false;
+    size_t used = 0;
+    char *end = NULL;
+    while (!end) {
+        if (used == MAX_HEADER_BYTES) {
+            respond_error(fd, 431, "Request Header Fields Too Large", "the request header is too large");
+            free(buffer);
+            return false;
+        }
+        ssize_t n = recv(fd, buffer + used, MAX_HEADER_BYTES - used, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            free(buffer);
+            return false;
+        }
+        used += (size_t)n;
+        buffer[used] = '\0';
+        end = strstr(buffer, "\r\n\r\n");
+    }
+    size_t header_length = (size_t)(end - buffer) + 4;
+    if (sscanf(buffer, "%15s %1023s", method, path) != 2) {
+        respond_error(fd, 400, "Bad Request", "malformed request line");
+        free(buffer);
+        return false;
+    }
+    (void)method_size;
+    (void)path_size;
+    size_t content_length = 0;
+    for (char *line = strstr(buffer, "\r\n"); line && line < end; line = strstr(line + 2, "\r\n")) {
+        if (strncasecmp(line + 2, "Content-Length:", 15) == 0) {
+            char *value_end = NULL;
+            errno = 0;
+            unsigned long long v = strtoull(line + 17, &value_end, 10);
+            if (errno != 0 || value_end == line + 17 || v > MAX_BODY_BYTES) {
+                respond_error(fd, 413, "Payload Too Large", "bad or too large Content-Length");
+                free(buffer);
+                return false;
+            }
+            content_length = (size_t)v;
+        }
+    }
+    char *data = malloc(content_length + 1);
+    if (!data) {
+        free(buffer);
+        return false;
+    }
+    size_t have = used - header_length < content_length ? used - header_length : content_length;
+    memcpy(data, buffer + header_length, have);
+    free(buffer);
+    while (have < content_length) {
+        ssize_t n = recv(fd, data + have, content_length - have, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            free(data);
+            return false;
+        }
+        have += (size_t)n;
+    }
+    data[content_length] = '\0';
+    *body = data;
+    *body_length = content_length;
+    return true;
+}
+
+/* ---- /v1/completions ----------------------------------------------------------------------------- */
+
+/* Reads an optional number field into *out; false (with `why` filled) when present with the wrong type. */
+static bool optional_number(const json_value *object, const char *key, double *out, char *why, size_t why_size) {
+    const json_value *v = json_object_get(object, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_get_double(v, out)) {
+        snprintf(why, why_size, "'%s' must be a number", key);
+        return false;
+    }
+    return true;
+}
+
+/* Builds a server_request from the JSON body; NULL with `why` filled when the body is not acceptable. */
+static server_request *parse_completion(server *s, const char *body, size_t length, bool *stream, char *why,
+                                        size_t why_size) {
+    json_error error;
+    json_document *doc = json_parse(body, length, &error);
+    if (!doc) {
+        snprintf(why, why_size, "the body is not JSON: %s at line %d column %d", error.message, error.line,
+                 error.column);
+        return NULL;
+    }
+    const json_value *root = json_root(doc);
+    server_request *r = calloc(1, sizeof *r);
+    if (!r || !json_is_object(root)) {
+        snprintf(why, why_size, r ? "the body must be a JSON object" : "out of memory");
+        goto fail;
+    }
+    pthread_mutex_init(&r->mutex, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    r->references = 2;
+    r->request = kite_request_default();
+    r->request.max_tokens = 16; /* OpenAI's default for completions */
+
+    const json_value *prompt = json_object_get(root, "prompt");
+    if (json_is_string(prompt)) {
+        kite_status status = kite_tokenize(s->model, prompt->as.string, prompt->length, &r->prompt_ids, &r->n_prompt);
+        if (status != KITE_OK) {
+            snprintf(why, why_size, "prompt: %s", kite_last_error());
+            goto fail;
+        }
+    } else if (json_is_array(prompt) && prompt->length > 0 && prompt->as.items[0].type == JSON_TYPE_NUMBER) {
+        r->prompt_ids = malloc(prompt->length * sizeof(int32_t));
+        if (!r->prompt_ids) goto fail;
+        for (size_t i = 0; i < prompt->length; i++) {
+            int64_t v;
+            if (!json_get_int64(&prompt->as.items[i], &v) || v < 0 || v > INT32_MAX) {
+                snprintf(why, why_size, "prompt[%zu] is not a token id", i);
+                goto fail;
+            }
+            r->prompt_ids[i] = (int32_t)v;
+        }
+        r->n_prompt = prompt->length;
+    } else {
+        snprintf(why, why_size, "'prompt' must be a string or an array of token ids (one prompt per request)");
+        goto fail;
+    }
+    if (r->n_prompt == 0) {
+        snprintf(why, why_size, "the prompt is empty");
+        goto fail;
+    }
+    r->request.prompt_ids = r->prompt_ids;
+    r->request.n_prompt_ids = r->n_prompt;
+
+    double v;
+    const struct {
+        const char *key;
+        double min, max;
+    } numbers[] = {{"max_tokens", 0, 1 << 30}, {"temperature", 0, 100}, {"top_p", 0, 1},       {"top_k", -1, 1 << 30},
+                   {"min_p", 0, 1},            {"repetition_penalty", 0.01, 100}, {"seed", 0, 9.0e15}, {"logprobs", 0, 20},
+                   {"n", 1, 1}};
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        v = -1e300;
+        if (!optional_number(root, numbers[i].key, &v, why, why_size)) goto fail;
+        if (v == -1e300) continue;
+        if (v < numbers[i].min || v > numbers[i].max) {
+            snprintf(why, why_size, "'%s' must be in [%g, %g]", numbers[i].key, numbers[i].min, numbers[i].max);
+            goto fail;
+        }
+        const char *key = numbers[i].key;
+        if (strcmp(key, "max_tokens") == 0) r->request.max_tokens = (int32_t)v;
+        else if (strcmp(key, "temperature") == 0) r->request.sampling.temperature = (float)v;
+        else if (strcmp(key, "top_p") == 0) r->request.sampling.top_p = (float)v;
+        else if (strcmp(key, "top_k") == 0) r->request.sampling.top_k = v < 0 ? 0 : (int32_t)v;
+        else if (strcmp(key, "min_p") == 0) r->request.sampling.min_p = (float)v;
+        else if (strcmp(key, "repetition_penalty") == 0) r->request.sampling.repetition_penalty = (float)v;
+        else if (strcmp(key, "seed") == 0) r->request.sampling.seed = (uint64_t)v;
+        else if (strcmp(key, "logprobs") == 0) r->request.n_logprobs = (int32_t)v;
+    }
+    const json_value *stop = json_object_get(root, "stop");
+    if (json_is_string(stop)) {
+        r->stop_storage[0] = strdup(stop->as.string);
+        if (!r->stop_storage[0]) goto fail;
+        r->request.n_stop_strings = 1;
+    } else if (json_is_array(stop)) {
+        if (stop->length > MAX_STOP_STRINGS) {
+            snprintf(why, why_size, "at most %d stop strings", MAX_STOP_STRINGS);
+            goto fail;
+        }
+        for (size_t i = 0; i < stop->length; i++) {
+            if (!json_is_string(&stop->as.items[i])) {
+                snprintf(why, why_size, "'stop' must hold strings");
+                goto fail;
+            }
+            r->stop_storage[i] = strdup(stop->as.items[i].as.string);
+            if (!r->stop_storage[i]) goto fail;
+        }
+        r->request.n_stop_strings = (int32_t)stop->length;
+    } else if (stop && !json_is_null(stop)) {
+        snprintf(why, why_size, "'stop' must be a string or an array of strings");
+        goto fail;
+    }
+    r->request.stop_strings = (const char *const *)r->stop_storage;
+    const json_value *stream_value = json_object_get(root, "stream");
+    *stream = false;
+    if (stream_value && !json_is_null(stream_value) && !json_get_bool(stream_value, stream)) {
+        snprintf(why, why_size, "'stream' must be true or false");
+        goto fail;
+    }
+    const json_value *ignore_eos = json_object_get(root, "ignore_eos"); /* vLLM's extension */
+    if (ignore_eos && !json_is_null(ignore_eos) && !json_get_bool(ignore_eos, &r->request.ignore_eos)) {
+        snprintf(why, why_size, "'ignore_eos' must be true or false");
+        goto fail;
+    }
+    r->request.on_token = on_token;
+    r->request.user_data = r;
+    json_free(doc);
+    return r;
+
+fail:
+    json_free(doc);
+    if (r) {
+        r->references = 1;
+        request_release(r);
+    }
+    return NULL;
+}
+
+/* Waits until the request has new text or is done; takes the new text (malloc'd copy). */
+static bool wait_for_text(server_request *r, char **text, size_t *length, bool *done) {
+    pthread_mutex_lock(&r->mutex);
+    while (!r->done && r->text_taken == r->text_length) pthread_cond_wait(&r->changed, &r->mutex);
+    *length = r->text_length - r->text_taken;
+    *text = malloc(*length + 1);
+    bool ok = *text != NULL;
+    if (ok) {
+        if (*length > 0) memcpy(*text, r->text + r->text_taken, *length);
+        (*text)[*length] = '\0';
+        r->text_taken = r->text_length;
+    }
+    *done = r->done;
+    pthread_mutex_unlock(&r->mutex);
+    return ok;
+}
+
+static void completion_json(server *s, text_buffer *b, long id, const server_request *r, const char *text,
+                            size_t length, bool chunk, bool last) {
+    buffer_printf(b, "{\"id\":\"cmpl-%ld\",\"object\":\"text_completion\",\"created\":%lld,\"model\":", id,
+                  (long long)time(NULL));
+    buffer_json_string(b, s->model_name, strlen(s->model_name));
+    BUFFER_LITERAL(b, ",\"choices\":[{\"index\":0,\"text\":");
+    buffer_json_string(b, text, length);
+    BUFFER_LITERAL(b, ",\"logprobs\":null,\"finish_reason\":");
+    if (last)
+        buffer_printf(b, "\"%s\"", kite_finish_reason_string(r->finish));
+    else
+        BUFFER_LITERAL(b, "null");
+    BUFFER_LITERAL(b, "}]");
+    if (!chunk || last)
+        buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}", r->n_prompt,
+                      r->n_generated, r->n_prompt + (size_t)r->n_generated);
+    BUFFER_LITERAL(b, "}");
+}
+
+static void cancel_request(server *s, server_request *r) {
+    pthread_mutex_lock(&r->mutex);
+    r->references++; /* held by the cancel list until the engine thread has seen it */
+    pthread_mutex_unlock(&r->mutex);
+    pthread_mutex_lock(&s->mutex);
+    r->next = s->cancels;
+    s->cancels = r;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mutex);
+}
+
+static void serve_completion(server *s, int fd, const char *body, size_t length) {
+    char why[256] = "";
+    bool stream = false;
+    server_request *r = parse_completion(s, body, length, &stream, why, sizeof why);
+    if (!r) {
+        respond_error(fd, 400, "Bad Request", why);
+        return;
+    }
+    long id;
+    pthread_mutex_lock(&s->mutex);
+    id = ++s->next_completion;
+    bool stopping = s->stopping;
+    if (!stopping) {
+        r->next = s->inbox;
+        s->inbox = r;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mutex);
+    if (stopping) {
+        respond_error(fd, 503, "Service Unavailable", "the server is stopping");
+        r->references = 1;
+        request_release(r);
+        return;
+    }
+    bool client_gone = false;
+    if (stream) {
+        const char *header = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                             "Connection: close\r\n\r\n";
+        client_gone = !write_all(fd, header, strlen(header));
+    }
+    text_buffer all = {0};
+    for (bool done = false; !done;) {
+        char *text;
+        size_t n;
+        if (!wait_for_text(r, &text, &n, &done)) {
+            client_gone = true;
+            break;
+        }
+        if (r->failed) {
+            free(text);
+            break;
+        }
+        if (stream && !client_gone && (n > 0 || done)) {
+            text_buffer event = {0};
+            BUFFER_LITERAL(&event, "data: ");
+            completion_json(s, &event, id, r, text, n, true, done);
+            BUFFER_LITERAL(&event, "\n\n");
+            if (done) BUFFER_LITERAL(&event, "data: [DONE]\n\n");
+            client_gone = event.failed || !write_all(fd, event.data, event.length);
+            free(event.data);
+        } else if (!stream) {
+            buffer_append(&all, text, n);
+        }
+        free(text);
+        if (client_gone) break;
+    }
+    if (client_gone && !r->done) cancel_request(s, r);
+    if (r->failed) {
+        if (!stream) {
+            respond_error(fd, 400, "Bad Request", r->error);
+        } else if (!client_gone) {
+            text_buffer event = {0};
+            BUFFER_LITERAL(&event, "data: {\"error\":{\"message\":");
+            buffer_json_string(&event, r->error, strlen(r->error));
+            BUFFER_LITERAL(&event, "}}\n\ndata: [DONE]\n\n");
+            if (!event.failed) (void)write_all(fd, event.data, event.length);
+            free(event.data);
+        }
+    } else if (!stream && !client_gone) {
+        text_buffer out = {0};
+        completion_json(s, &out, id, r, all.data ? all.data : "", all.length, false, true);
+        if (out.failed)
+            respond_error(fd, 500, "Internal Server Error", "out of memory");
+        else
+            respond(fd, 200, "OK", "application/json", out.data, out.length);
+        free(out.data);
+    }
+    free(all.data);
+    request_release(r);
+}
+
+typedef struct connection {
+    server *server;
+    int fd;
+} connection;
+
+static void *connection_thread(void *argument) {
+    connection *c = argument;
+    char method[16], path[1024];
+    char *body = NULL;
+    size_t body_length = 0;
+    if (read_request(c->fd, method, sizeof method, path, sizeof path, &body, &body_length)) {
+        if (strcmp(method, "GET") == 0 && strcmp(path, "/health") == 0) {
+            respond(c->fd, 200, "OK", "application/json", "{\"status\":\"ok\"}", 15);
+        } else if (strcmp(method, "GET") == 0 && strcmp(path, "/v1/models") == 0) {
+            text_buffer b = {0};
+            BUFFER_LITERAL(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+            buffer_json_string(&b, c->server->model_name, strlen(c->server->model_name));
+            BUFFER_LITERAL(&b, ",\"object\":\"model\",\"owned_by\":\"kite\"}]}");
+            respond(c->fd, 200, "OK", "application/json", b.data, b.length);
+            free(b.data);
+        } else if (strcmp(path, "/v1/completions") == 0) {
+            if (strcmp(method, "POST") != 0)
+                respond_error(c->fd, 405, "Method Not Allowed", "use POST");
+            else
+                serve_completion(c->server, c->fd, body, body_length);
+        } else {
+            respond_error(c->fd, 404, "Not Found", "no such endpoint");
+        }
+    }
+    free(body);
+    close(c->fd);
+    free(c);
+    atomic_fetch_sub(&active_connections, 1);
+    return NULL;
+}
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_dir = NULL, *host = "127.0.0.1", *name = NULL;
+    long long port = 8080;
+    kite_load_params load = kite_load_params_default();
+    kite_engine_params engine_params = kite_engine_params_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        long long iv;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(serve_usage, stdout);
+            return 0;
+        } else if (!cli_take_value(argc, argv, &i, &v)) {
+            return 2;
+        } else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0) {
+            model_dir = v;
+        } else if (strcmp(a, "--host") == 0) {
+            host = v;
+        } else if (strcmp(a, "--port") == 0) {
+            if (!cli_parse_int(a, v, 0, 65535, &port)) return 2;
+        } else if (strcmp(a, "--served-model-name") == 0) {
+            name = v;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (!cli_parse_backend(v, &load.backend)) return 2;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_parse_int(a, v, 0, 4096, &iv)) return 2;
+            load.n_threads = (int32_t)iv;
+        } else if (strcmp(a, "--kv-cache-mb") == 0) {
+            if (!cli_parse_int(a, v, 1, 1 << 30, &iv)) return 2;
+            engine_params.kv_cache_bytes = (size_t)iv << 20;
+        } else if (strcmp(a, "--max-batch") == 0) {
+            if (!cli_parse_int(a, v, 1, 4096, &iv)) return 2;
+            engine_params.max_sequences = (int32_t)iv;
+        } else if (strcmp(a, "--max-step-tokens") == 0) {
+            if (!cli_parse_int(a, v, 1, 1 << 20, &iv)) return 2;
+            engine_params.max_step_tokens = (int32_t)iv;
+        } else if (strcmp(a, "--max-context") == 0) {
+            if (!cli_parse_int(a, v, 1, INT32_MAX, &iv)) return 2;
+            engine_params.max_context = (int32_t)iv;
+        } else {
+            fprintf(stderr, "kite serve: unknown option '%s'\n%s", a, serve_usage);
+            return 2;
+        }
+    }
+    if (!model_dir) {
+        fprintf(stderr, "kite serve: --model DIR is required\n%s", serve_usage);
+        return 2;
+    }
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &address.sin_addr) != 1) {
+        fprintf(stderr, "kite serve: --host: '%s' is not an IPv4 address\n", host);
+        return 2;
+    }
+    if (!name) {
+        const char *slash = strrchr(model_dir, '/');
+        name = slash && slash[1] ? slash + 1 : model_dir;
+    }
+
+    server s = {.model_name = name};
+    kite_status status = kite_model_load(model_dir, &load, &s.model);
+    if (status != KITE_OK) return cli_report("load", status);
+    status = kite_engine_create(s.model, &engine_params, &s.engine);
+    if (status != KITE_OK) {
+        kite_model_free(s.model);
+        return cli_report("engine", status);
+    }
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    if (listener < 0 || setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(listener, (struct sockaddr *)&address, sizeof address) != 0 || listen(listener, 128) != 0) {
+        fprintf(stderr, "kite serve: cannot listen on %s:%lld: %s\n", host, port, strerror(errno));
+        if (listener >= 0) close(listener);
+        kite_engine_free(s.engine);
+        kite_model_free(s.model);
+        return 1;
+    }
+    socklen_t address_length = sizeof address;
+    if (getsockname(listener, (struct sockaddr *)&address, &address_length) != 0) {
+        fprintf(stderr, "kite serve: getsockname: %s\n", strerror(errno));
+        close(listener);
+        kite_engine_free(s.engine);
+        kite_model_free(s.model);
+        return 1;
+    }
+    pthread_mutex_init(&s.mutex, NULL);
+    pthread_cond_init(&s.wake, NULL);
+    struct sigaction action = {.sa_handler = on_signal};
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL); /* no SA_RESTART: accept() returns EINTR and the loop sees the flag */
+    sigaction(SIGTERM, &action, NULL);
+    kite_engine_stats stats = kite_engine_get_stats(s.engine);
+    fprintf(stderr, "kite serve: %s backend; KV cache %zu tokens, %d sequences of the full %d-token context\n",
+            kite_model_get_info(s.model).backend_name, stats.kv_capacity_tokens, stats.max_concurrent_full,
+            stats.max_context);
+    printf("listening on %s:%d\n", host, ntohs(address.sin_port));
+    fflush(stdout);
+
+    pthread_t engine;
+    if (pthread_create(&engine, NULL, engine_thread, &s) != 0) {
+        fprintf(stderr, "kite serve: cannot start the engine thread\n");
+        close(listener);
+        kite_engine_free(s.engine);
+        kite_model_free(s.model);
+        return 1;
+    }
+    pthread_attr_t detached;
+    pthread_attr_init(&detached);
+    pthread_attr_setdetachstate(&detached, PTHREAD_CREATE_DETACHED);
+    while (!stop_signal) {
+        /* Poll with a timeout so a signal handled on any thread stops the loop within a moment. */
+        struct pollfd ready = {.fd = listener, .events = POLLIN};
+        int n = poll(&ready, 1, 200);
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "kite serve: poll: %s\n", strerror(errno));
+            break;
+        }
+        if (n <= 0) continue;
+        int fd = accept(listener, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+            fprintf(stderr, "kite serve: accept: %s\n", strerror(errno));
+            break;
+        }
+        /* A client that stops sending does not hold a thread forever. */
+        struct timeval timeout = {.tv_sec = 60};
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+        connection *c = malloc(sizeof *c);
+        pthread_t thread;
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        *c = (connection){.server = &s, .fd = fd};
+        atomic_fetch_add(&active_connections, 1);
+        if (pthread_create(&thread, &detached, connection_thread, c) != 0) {
+            atomic_fetch_sub(&active_connections, 1);
+            close(fd);
+            free(c);
+        }
+    }
+    pthread_attr_destroy(&detached);
+    close(listener);
+    pthread_mutex_lock(&s.mutex);
+    s.stopping = true;
+    pthread_cond_signal(&s.wake);
+    pthread_mutex_unlock(&s.mutex);
+    pthread_join(engine, NULL);
+    /* Let connection threads write their last bytes (their requests are finished or refused by now). */
+    for (int i = 0; i < 100 && atomic_load(&active_connections) > 0; i++) {
+        struct timespec pause = {.tv_nsec = 50 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (atomic_load(&active_connections) > 0) {
+        /* A client still holds a connection: leave the model to the process exit rather than free it under
+         * a thread that may still read it. */
+        fprintf(stderr, "kite serve: stopped (%d connections still open)\n", atomic_load(&active_connections));
+        return 0;
+    }
+    fprintf(stderr, "kite serve: stopped\n");
+    kite_engine_free(s.engine);
+    kite_model_free(s.model);
+    pthread_mutex_destroy(&s.mutex);
+    pthread_cond_destroy(&s.wake);
+    return 0;
+}
