@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
     backend *gpu = NULL;
     TRY(known_shape_config(shape, &config));
     TRY(dummy_model_create(&config, 42, &model));
-    backend_params params = {0, 0};
+    backend_params params = {.n_threads = 0, .device = 0};
     TRY(cuda_backend_create(&config, dummy_model_weights(model), &params, &gpu));
 
     int max_ctx = 0;

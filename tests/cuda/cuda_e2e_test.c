@@ -283,7 +283,7 @@ int main(void) {
     TRY(known_shape_config("qwen3-0.6b-base", &config));
     TRY(dummy_model_create(&config, 1234, &model));
     const qwen3_weights *w = dummy_model_weights(model);
-    backend_params params = {0, 0};
+    backend_params params = {.n_threads = 0, .device = 0};
     double t0 = now_s();
     TRY(cpu_backend_create(&config, w, &params, &cpu));
     double t1 = now_s();
