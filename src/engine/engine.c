@@ -394,8 +394,18 @@ kite_status kite_engine_step(kite_engine *e) {
     int32_t n = 0;
     KITE_TRY(schedule_step(e, &n));
     if (n == 0) {
-        if (!kite_engine_idle(e))
-            return kite_fail(KITE_ERROR_CAPACITY, "engine: requests are waiting but nothing can be scheduled");
+        if (kite_engine_idle(e)) return KITE_OK;
+        /* Nothing fits even in an empty cache: a request whose context has outgrown the whole KV cache ends
+         * with KITE_FINISH_CAPACITY (with the tokens it already produced) instead of stalling the engine. */
+        bool ended = false;
+        for (int32_t i = 0; i < e->n_requests; i++) {
+            engine_request *r = e->requests[i];
+            if (r->state == REQUEST_WAITING && kv_blocks_for(&e->pool, (int64_t)r->n_tokens) > e->pool.n_blocks) {
+                finish_without_token(e, r, KITE_FINISH_CAPACITY);
+                ended = true;
+            }
+        }
+        if (!ended) return kite_fail(KITE_ERROR_CAPACITY, "engine: requests are waiting but nothing can be scheduled");
         return KITE_OK;
     }
     double start = now_seconds();

@@ -192,6 +192,34 @@ static void test_capacity(void) {
     kite_model_free(m);
 }
 
+/* A request whose context outgrows the whole KV cache ends with KITE_FINISH_CAPACITY, keeping the tokens it
+ * produced (which match the reference), and the engine goes on serving. */
+static void test_outgrowing_the_cache(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine_params params = kite_engine_params_default();
+    params.kv_block_size = 4;
+    params.kv_cache_bytes = 512 * 4 * 5; /* 5 blocks = 20 positions */
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
+    collected c = {0};
+    kite_request r = greedy_request(&prompts[0], 32, &c); /* 5 prompt tokens + 32 would need 37 positions */
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+    kite_status s = kite_engine_run(e);
+    CHECK_MSG(s == KITE_OK, "%s", kite_last_error());
+    CHECK_MSG(c.finish == KITE_FINISH_CAPACITY, "finish %d", c.finish);
+    CHECK_MSG(c.n >= 15 && c.n < 32, "%d tokens", c.n);
+    for (int k = 0; k < c.n; k++) CHECK(c.tokens[k] == prompts[0].greedy[k]);
+    CHECK(kite_engine_get_stats(e).kv_blocks_free == 5);
+    collected d = {0};
+    kite_request small = greedy_request(&prompts[1], 8, &d);
+    CHECK(kite_engine_submit(e, &small, NULL) == KITE_OK);
+    CHECK(kite_engine_run(e) == KITE_OK);
+    CHECK(d.finish == KITE_FINISH_LENGTH && d.n == 8);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
 /* Cancel frees the request's blocks at once and reports KITE_FINISH_CANCELLED. */
 static void test_cancel(void) {
     kite_model *m = load_tiny();
@@ -229,5 +257,6 @@ int main(void) {
     TEST_RUN(test_preemption);
     TEST_RUN(test_capacity);
     TEST_RUN(test_cancel);
+    TEST_RUN(test_outgrowing_the_cache);
     return test_finish();
 }
