@@ -1,8 +1,8 @@
 /* The engine: continuous batching over a paged KV cache.
  *
- * Each step the scheduler (schedule_step) picks work for the running requests first (one token each
- * when decoding, a chunk when a prompt is still being read), then admits waiting requests while the
- * token budget, the sequence limit and the free blocks allow. When the cache is full, the most recently
+ * Each step the scheduler (schedule_step) gives every decoding request its one token first, then the next
+ * chunk of prompts being read, then admits waiting requests while the token budget (the chunked-prefill
+ * size), the sequence limit and the free blocks allow: a long prompt never stalls generating sequences. When the cache is full, the most recently
  * admitted running request is preempted: its blocks are freed and it goes back to the queue to be
  * recomputed later (as vLLM does), so nothing ever crashes or produces wrong tokens for lack of memory.
  * One backend forward then serves the whole step; sequences whose prompt is complete get a token sampled.
@@ -309,20 +309,34 @@ static void preempt(kite_engine *e, engine_request *r) {
     e->preemptions++;
 }
 
+/* Which requests a scheduling phase looks at: decoding ones first, so that a long prompt being read in
+ * chunks never stalls sequences that are already generating, then prompts being read, then new or
+ * preempted requests in arrival order. */
+typedef enum schedule_phase { PHASE_DECODE, PHASE_PREFILL, PHASE_ADMIT } schedule_phase;
+
+static bool in_phase(const engine_request *r, schedule_phase phase) {
+    size_t remaining = r->n_tokens - r->n_computed;
+    switch (phase) {
+    case PHASE_DECODE: return r->state == REQUEST_RUNNING && remaining == 1;
+    case PHASE_PREFILL: return r->state == REQUEST_RUNNING && remaining > 1;
+    case PHASE_ADMIT: return r->state == REQUEST_WAITING;
+    }
+    return false;
+}
+
 /* Fills the step arrays; returns the number of sequences scheduled. */
 static kite_status schedule_step(kite_engine *e, int32_t *n_scheduled) {
     int32_t n = 0, budget = e->params.max_step_tokens;
-    /* Pass 0: running requests (they hold blocks, so they go first); pass 1: waiting ones, in order. */
-    for (int pass = 0; pass < 2; pass++) {
+    for (schedule_phase phase = PHASE_DECODE; phase <= PHASE_ADMIT; phase++) {
         for (int32_t i = 0; i < e->n_requests && n < e->params.max_sequences && budget > 0; i++) {
             engine_request *r = e->requests[i];
-            if (r->state != (pass == 0 ? REQUEST_RUNNING : REQUEST_WAITING)) continue;
+            if (!in_phase(r, phase)) continue;
             size_t remaining = r->n_tokens - r->n_computed;
             int32_t chunk = remaining < (size_t)budget ? (int32_t)remaining : budget;
             bool ok = false;
             for (;;) {
                 KITE_TRY(ensure_blocks(e, r, (int64_t)r->n_computed + chunk, &ok));
-                if (ok || pass == 1) break;
+                if (ok || phase == PHASE_ADMIT) break;
                 /* A running request that cannot grow frees room by preempting the newest other one;
                  * if it is the only one left, it waits itself. */
                 engine_request *victim = preemption_victim(e, r);
@@ -333,8 +347,8 @@ static kite_status schedule_step(kite_engine *e, int32_t *n_scheduled) {
                 preempt(e, victim);
             }
             if (!ok) {
-                if (pass == 0) preempt(e, r);
-                if (pass == 1) break; /* keep arrival order: later requests wait behind this one */
+                if (phase == PHASE_ADMIT) break; /* keep arrival order: later requests wait behind this one */
+                preempt(e, r);
                 continue;
             }
             r->state = REQUEST_RUNNING;

@@ -220,6 +220,32 @@ static void test_outgrowing_the_cache(void) {
     kite_model_free(m);
 }
 
+/* While a long prompt is read in chunks, a request that is already generating gets a token every step. */
+static void test_long_prompt_does_not_stall_decoding(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine_params params = kite_engine_params_default();
+    params.max_step_tokens = 32; /* the 143-token prompt takes 5 steps */
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
+    collected a = {0}, b = {0};
+    kite_request ra = greedy_request(&prompts[0], 30, &a), rb = greedy_request(&prompts[4], 4, &b);
+    CHECK(kite_engine_submit(e, &ra, NULL) == KITE_OK);
+    CHECK(kite_engine_step(e) == KITE_OK); /* a's prompt; a is decoding from now on */
+    CHECK(kite_engine_submit(e, &rb, NULL) == KITE_OK);
+    for (int step = 0; step < 6; step++) {
+        int32_t before = a.n;
+        CHECK(kite_engine_step(e) == KITE_OK);
+        CHECK_MSG(a.n == before + 1, "step %d: the decoding request got %d tokens", step, a.n - before);
+    }
+    CHECK(kite_engine_run(e) == KITE_OK);
+    CHECK(a.n == 30 && b.n == 4);
+    for (int k = 0; k < a.n; k++) CHECK(a.tokens[k] == prompts[0].greedy[k]);
+    for (int k = 0; k < b.n; k++) CHECK(b.tokens[k] == prompts[4].greedy[k]);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
 /* Cancel frees the request's blocks at once and reports KITE_FINISH_CANCELLED. */
 static void test_cancel(void) {
     kite_model *m = load_tiny();
@@ -258,5 +284,6 @@ int main(void) {
     TEST_RUN(test_capacity);
     TEST_RUN(test_cancel);
     TEST_RUN(test_outgrowing_the_cache);
+    TEST_RUN(test_long_prompt_does_not_stall_decoding);
     return test_finish();
 }
