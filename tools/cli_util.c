@@ -84,6 +84,31 @@ bool cli_parse_backend(const char *text, kite_backend_kind *out) {
     return true;
 }
 
+cli_option_result cli_parse_engine_option(const char *option, const char *value, kite_load_params *load,
+                                          kite_engine_params *engine) {
+    long long v;
+    if (strcmp(option, "--backend") == 0) return cli_parse_backend(value, &load->backend) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
+    if (strcmp(option, "--threads") == 0 || strcmp(option, "-t") == 0) {
+        if (!cli_parse_int(option, value, 0, 4096, &v)) return CLI_OPTION_BAD;
+        load->n_threads = (int32_t)v;
+    } else if (strcmp(option, "--kv-cache-mb") == 0) {
+        if (!cli_parse_int(option, value, 1, 1 << 30, &v)) return CLI_OPTION_BAD;
+        engine->kv_cache_bytes = (size_t)v << 20;
+    } else if (strcmp(option, "--max-batch") == 0) {
+        if (!cli_parse_int(option, value, 1, 4096, &v)) return CLI_OPTION_BAD;
+        engine->max_sequences = (int32_t)v;
+    } else if (strcmp(option, "--max-step-tokens") == 0) {
+        if (!cli_parse_int(option, value, 1, 1 << 20, &v)) return CLI_OPTION_BAD;
+        engine->max_step_tokens = (int32_t)v;
+    } else if (strcmp(option, "--max-context") == 0) {
+        if (!cli_parse_int(option, value, 1, INT32_MAX, &v)) return CLI_OPTION_BAD;
+        engine->max_context = (int32_t)v;
+    } else {
+        return CLI_OPTION_OTHER;
+    }
+    return CLI_OPTION_TAKEN;
+}
+
 void json_write_string(FILE *out, const char *text, size_t length) {
     fputc('"', out);
     for (size_t i = 0; i < length; i++) {

@@ -19,6 +19,13 @@ bool cli_take_value(int argc, char **argv, int *i, const char **value);
 /* Parses --backend auto|cpu|cuda. */
 bool cli_parse_backend(const char *text, kite_backend_kind *out);
 
+/* The options `kite run` and `kite serve` share (--backend, --threads/-t, --kv-cache-mb, --max-batch,
+ * --max-step-tokens, --max-context). Returns CLI_OPTION_TAKEN when `option` was one of them and `value`
+ * parsed, CLI_OPTION_BAD after a message when the value did not parse, CLI_OPTION_OTHER otherwise. */
+typedef enum cli_option_result { CLI_OPTION_OTHER, CLI_OPTION_TAKEN, CLI_OPTION_BAD } cli_option_result;
+cli_option_result cli_parse_engine_option(const char *option, const char *value, kite_load_params *load,
+                                          kite_engine_params *engine);
+
 /* Writes text as a JSON string literal (with quotes), escaping as RFC 8259 requires. */
 void json_write_string(FILE *out, const char *text, size_t length);
 

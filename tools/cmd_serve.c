@@ -678,7 +678,7 @@ int cmd_serve(int argc, char **argv) {
     kite_engine_params engine_params = kite_engine_params_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        long long iv;
+        cli_option_result shared;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(serve_usage, stdout);
             return 0;
@@ -692,23 +692,8 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_int(a, v, 0, 65535, &port)) return 2;
         } else if (strcmp(a, "--served-model-name") == 0) {
             name = v;
-        } else if (strcmp(a, "--backend") == 0) {
-            if (!cli_parse_backend(v, &load.backend)) return 2;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_parse_int(a, v, 0, 4096, &iv)) return 2;
-            load.n_threads = (int32_t)iv;
-        } else if (strcmp(a, "--kv-cache-mb") == 0) {
-            if (!cli_parse_int(a, v, 1, 1 << 30, &iv)) return 2;
-            engine_params.kv_cache_bytes = (size_t)iv << 20;
-        } else if (strcmp(a, "--max-batch") == 0) {
-            if (!cli_parse_int(a, v, 1, 4096, &iv)) return 2;
-            engine_params.max_sequences = (int32_t)iv;
-        } else if (strcmp(a, "--max-step-tokens") == 0) {
-            if (!cli_parse_int(a, v, 1, 1 << 20, &iv)) return 2;
-            engine_params.max_step_tokens = (int32_t)iv;
-        } else if (strcmp(a, "--max-context") == 0) {
-            if (!cli_parse_int(a, v, 1, INT32_MAX, &iv)) return 2;
-            engine_params.max_context = (int32_t)iv;
+        } else if ((shared = cli_parse_engine_option(a, v, &load, &engine_params)) != CLI_OPTION_OTHER) {
+            if (shared == CLI_OPTION_BAD) return 2;
         } else {
             fprintf(stderr, "kite serve: unknown option '%s'\n%s", a, serve_usage);
             return 2;
