@@ -5,6 +5,7 @@
  *   each side's token is in the other's top-5);
  * - chunked prefill equals one-shot prefill; a mixed step (a prefill chunk and a decode token of two
  *   sequences) equals the same work done separately; the decode graph equals the general path;
+ * - the persistent decode kernel equals the per-kernel graph path (short and long contexts);
  * - batched decode of 3, 8 and 33 sequences with mixed contexts against the CPU and against B = 1. */
 #include <math.h>
 #include <stdint.h>
@@ -189,6 +190,53 @@ static void test_chunked_prefill(void) {
     free(mixed);
 }
 
+/* The persistent decode kernel (opt-in B = 1 path) against the per-kernel graph path on the same
+ * steps: seq 0 through one, seq 1 through the other, after a 1000-token prompt (16 attention blocks per
+ * kv head, so the cross-block combine runs) and after a 20-token one (one block). Different summation
+ * orders only: logits within rel L2 1e-3 and the same argmax unless a near tie. */
+static void test_persistent_vs_graph_at(int prompt_len, uint32_t seed) {
+    const int was_on = cuda_backend_persistent_decode(gpu);
+    TRY(cuda_backend_set_persistent_decode(gpu, 1));
+    if (!cuda_backend_persistent_decode(gpu)) {
+        printf("  persistent decode is not available for this model/device: nothing to compare\n");
+        return;
+    }
+    const int V = config.vocab_size, steps = 8;
+    int32_t tokens[1000 + 8];
+    prompt_tokens(tokens, prompt_len, seed);
+    run_seq(gpu, 0, tokens, prompt_len, 0);
+    run_seq(gpu, 1, tokens, prompt_len, 0);
+    TRY(gpu->ops->read_logits(gpu, logits_a, 1));
+    double worst = 0;
+    for (int step = 0; step < steps; step++) {
+        const int32_t next = argmax_of(logits_a, V);
+        tokens[prompt_len + step] = next;
+        TRY(cuda_backend_set_persistent_decode(gpu, 1));
+        run_seq(gpu, 0, &next, 1, prompt_len + step);
+        TRY(gpu->ops->read_logits(gpu, logits_a, 1));
+        int32_t id_persistent = -1, id_graph = -1;
+        TRY(gpu->ops->argmax(gpu, &id_persistent, 1));
+        TRY(cuda_backend_set_persistent_decode(gpu, 0));
+        run_seq(gpu, 1, &next, 1, prompt_len + step);
+        TRY(gpu->ops->read_logits(gpu, logits_b, 1));
+        TRY(gpu->ops->argmax(gpu, &id_graph, 1));
+        const double e = rel_l2(logits_a, logits_b, (size_t)V);
+        if (e > worst) worst = e;
+        CHECK_MSG(id_persistent == argmax_of(logits_a, V), "step %d: persistent argmax %d, host argmax of its logits %d",
+                  step, id_persistent, argmax_of(logits_a, V));
+        CHECK_MSG(id_persistent == id_graph || (in_top5(logits_a, V, id_graph) && in_top5(logits_b, V, id_persistent)),
+                  "step %d: persistent %d vs graph %d beyond a near tie", step, id_persistent, id_graph);
+    }
+    TRY(cuda_backend_set_persistent_decode(gpu, was_on));
+    printf("  persistent vs graph decode after %d tokens, %d steps: worst logits rel L2 %.3e\n", prompt_len, steps, worst);
+    CHECK_MSG(worst <= 1e-3, "persistent and graph decode differ: rel L2 %.3e", worst);
+}
+
+static void test_persistent_vs_graph(void) {
+    test_persistent_vs_graph_at(1000, 21);
+    test_persistent_vs_graph_at(20, 22);
+}
+
 /* Batched decode (B sequences, one token each, all wanting logits): the batched path's logits against
  * the CPU (teacher-forced, rel L2 <= 2e-2) and its argmax against the same sequences decoded one at a
  * time on the GPU (B = 1 graph path; near-tie rule). Contexts differ per sequence. */
@@ -300,6 +348,7 @@ int main(void) {
     TEST_RUN(test_teacher_forced);
     TEST_RUN(test_greedy);
     TEST_RUN(test_chunked_prefill);
+    TEST_RUN(test_persistent_vs_graph);
     TEST_RUN(test_batched_decode);
     gpu->ops->destroy(gpu);
     cpu->ops->destroy(cpu);

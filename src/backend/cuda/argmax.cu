@@ -6,46 +6,16 @@
 
 namespace {
 
-__device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
-    return v > best_v || (v == best_v && i < best_i);
-}
-
 __global__ void argmax_rows_kernel(const float *__restrict__ logits, int32_t *ids, int vocab) {
-    __shared__ float scratch_value[32];
-    __shared__ int scratch_index[32];
+    __shared__ argmax_entry scratch[32];
     const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
-    float best_v = -FLT_MAX;
-    int best_i = INT32_MAX;
+    argmax_entry best = argmax_none();
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float v = row[i];
-        if (better(v, i, best_v, best_i)) {
-            best_v = v;
-            best_i = i;
-        }
+        if (argmax_better(v, i, best.value, best.index)) best = argmax_entry{v, i};
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
-        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-        if (better(v, i, best_v, best_i)) {
-            best_v = v;
-            best_i = i;
-        }
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        scratch_value[warp] = best_v;
-        scratch_index[warp] = best_i;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (better(scratch_value[w], scratch_index[w], best_v, best_i)) {
-                best_v = scratch_value[w];
-                best_i = scratch_index[w];
-            }
-        ids[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
-    }
+    best = block_argmax(best, scratch);
+    if (threadIdx.x == 0) ids[blockIdx.x] = argmax_id(best);
 }
 
 } // namespace

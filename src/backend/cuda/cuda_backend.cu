@@ -87,6 +87,11 @@ struct cuda_backend {
     int32_t *step_device, *step_host;         /* STEP_* then the block table */
     cudaEvent_t step_copied;
     cudaGraphExec_t graph;
+    /* The same step as one persistent kernel (decode_persistent.cu), when the shapes and device allow. */
+    bool use_persistent;
+    int persistent_blocks;
+    cuda_decode_args persistent;
+    cuda_decode_layer *persistent_layers; /* device */
 
     /* Batched decode path (2..BATCH_MAX sequences, one token each): buffers for bat_capacity rows. */
     int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
@@ -510,7 +515,16 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
     CUDA_CHECK(cudaMemcpyAsync(b->step_device, h, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, b->stream));
     CUDA_CHECK(cudaEventRecord(b->step_copied, b->stream));
-    if (b->use_graph) {
+    if (b->use_persistent && bs % 16 == 0) { /* the kernel copies K/V in pieces of 16 slots */
+        cuda_decode_args *a = &b->persistent;
+        a->kv_cache = b->kv_cache; /* kv_reserve may have moved these */
+        a->kv_block_size = bs;
+        a->kv_layer_elements = b->kv_layer_elements;
+        a->token = b->step_device + STEP_TOKEN;
+        a->context_len = b->step_device + STEP_CONTEXT;
+        a->block_table = b->step_device + STEP_TABLE;
+        KITE_TRY(cuda_decode_persistent(a, b->persistent_blocks, b->stream));
+    } else if (b->use_graph) {
         if (!b->graph) KITE_TRY(capture_decode_graph(b));
         CUDA_CHECK(cudaGraphLaunch(b->graph, b->stream));
     } else {
@@ -523,6 +537,54 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
     return KITE_OK;
 }
 
+
+/* Prepares the persistent decode kernel over the decode buffers; leaves use_persistent off (and the
+ * graph path in charge) when the kernel does not suit the model or the device. */
+kite_status setup_persistent_decode(cuda_backend *b) {
+    const qwen3_config *c = &b->config;
+    cuda_decode_args *a = &b->persistent;
+    memset(a, 0, sizeof *a);
+    a->n_layers = c->n_layers;
+    a->hidden = c->hidden_size;
+    a->intermediate = c->intermediate_size;
+    a->n_heads = c->n_heads;
+    a->n_kv_heads = c->n_kv_heads;
+    a->head_dim = c->head_dim;
+    a->vocab = c->vocab_size;
+    a->eps = (float)c->rms_norm_eps;
+    a->embed = b->embed;
+    a->lm_head = b->lm_head;
+    a->final_norm = b->final_norm;
+    a->rope_cos = b->rope_cos;
+    a->rope_sin = b->rope_sin;
+    a->x = b->dec_x;
+    a->qkv = b->dec_qkv;
+    a->attention = b->dec_attention;
+    a->act = b->dec_act;
+    a->logits = b->dec_logits;
+    a->token_out = b->dec_token;
+    size_t workspace = 0;
+    if (cuda_decode_persistent_plan(a, &b->persistent_blocks, &workspace) != KITE_OK) {
+        b->use_persistent = false;
+        return KITE_OK;
+    }
+    cuda_decode_layer *host = static_cast<cuda_decode_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_decode_layer)));
+    if (!host) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &b->layers[l];
+        host[l] = cuda_decode_layer{L->qkv, L->o, L->gate_up, L->down, L->input_norm, L->post_norm, L->q_norm, L->k_norm};
+    }
+    const size_t layer_bytes = (size_t)c->n_layers * sizeof(cuda_decode_layer);
+    cudaError_t e = cudaMalloc(&b->persistent_layers, layer_bytes);
+    if (e == cudaSuccess) e = cudaMemcpy(b->persistent_layers, host, layer_bytes, cudaMemcpyHostToDevice);
+    free(host);
+    if (e == cudaSuccess) e = cudaMalloc(&a->workspace, workspace);
+    if (e == cudaSuccess) e = cudaMemset(a->workspace, 0, workspace); /* the stage counters start at zero */
+    if (e != cudaSuccess)
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: persistent decode buffers: %s", cudaGetErrorName(e));
+    a->layers = b->persistent_layers;
+    return KITE_OK;
+}
 
 /* ---- the batched decode path ------------------------------------------------------------------------ */
 
@@ -758,6 +820,8 @@ void free_all(cuda_backend *b) {
     cudaFree(b->ids_device);
     cudaFreeHost(b->ids_host);
     cudaFree(b->dec_x);
+    cudaFree(b->persistent_layers);
+    cudaFree(b->persistent.workspace);
     for (int i = 0; i < N_BUCKETS; i++)
         if (b->bat_graphs[i]) cudaGraphExecDestroy(b->bat_graphs[i]);
     cudaFree(b->bat_bytes);
@@ -966,6 +1030,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->use_graph = env_flag("KITE_CUDA_GRAPH", true);
     b->use_pdl = env_flag("KITE_CUDA_PDL", true);
     b->use_batch = env_flag("KITE_CUDA_BATCH", true);
+    /* Off by default: measured slower than the graph path at short context (docs/notes-cuda.md, run 7). */
+    b->use_persistent = env_flag("KITE_CUDA_PERSISTENT", false);
     b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
     if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
     if (b->rows_max > 32) b->rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
@@ -1027,6 +1093,7 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         b->dec_counters = static_cast<unsigned *>(parts[8]);
         b->dec_token = reinterpret_cast<int32_t *>(static_cast<unsigned char *>(parts[8]) + (size_t)c->n_heads * 4);
     }
+    if (status == KITE_OK && b->use_persistent) status = setup_persistent_decode(b);
     STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
 #undef STEP
     if (status != KITE_OK) {
@@ -1049,6 +1116,16 @@ extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_gr
     b->use_pdl = use_pdl != 0;
     return KITE_OK;
 }
+
+extern "C" kite_status cuda_backend_set_persistent_decode(backend *self, int on) {
+    cuda_backend *b = as_cuda(self);
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (on && !b->persistent.workspace) KITE_TRY(setup_persistent_decode(b));
+    b->use_persistent = on && b->persistent.workspace != NULL;
+    return KITE_OK;
+}
+
+extern "C" int cuda_backend_persistent_decode(backend *self) { return as_cuda(self)->use_persistent ? 1 : 0; }
 
 extern "C" kite_status cuda_backend_synchronize(backend *self) {
     CUDA_CHECK(cudaStreamSynchronize(as_cuda(self)->stream));

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "backend/cuda/cuda_ops.h"
@@ -81,6 +82,46 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
     __syncthreads();
     float total = lane < n_warps ? scratch[lane] : 0.0f;
     return warp_sum(total);
+}
+
+/* Argmax bookkeeping shared by every kernel that reduces logits to a token id: ties go to the lowest id,
+ * NaN never wins (it compares false), and an all-NaN row reports id 0 rather than an invalid one. */
+struct argmax_entry {
+    float value;
+    int32_t index;
+};
+
+__device__ __forceinline__ bool argmax_better(float v, int32_t i, float best_v, int32_t best_i) {
+    return v > best_v || (v == best_v && i < best_i);
+}
+
+__device__ __forceinline__ argmax_entry argmax_none(void) { return argmax_entry{-FLT_MAX, INT32_MAX}; }
+
+__device__ __forceinline__ int32_t argmax_id(argmax_entry e) { return e.index == INT32_MAX ? 0 : e.index; }
+
+/* Every lane gets the best entry of the warp. */
+__device__ __forceinline__ argmax_entry warp_argmax(argmax_entry e) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, e.value, offset);
+        const int32_t i = __shfl_xor_sync(0xffffffffu, e.index, offset);
+        if (argmax_better(v, i, e.value, e.index)) e = argmax_entry{v, i};
+    }
+    return e;
+}
+
+/* The best entry of the block (blockDim.x a multiple of 32), valid in thread 0. `scratch` holds 32
+ * entries of shared memory. */
+__device__ __forceinline__ argmax_entry block_argmax(argmax_entry e, argmax_entry *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    e = warp_argmax(e);
+    __syncthreads(); /* scratch may still be read from an earlier call */
+    if (lane == 0) scratch[warp] = e;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (argmax_better(scratch[w].value, scratch[w].index, e.value, e.index)) e = scratch[w];
+    return e;
 }
 
 /* Programmatic dependent launch. A kernel launched with the PDL attribute may start while the kernel

@@ -138,6 +138,38 @@ void cuda_gemm_destroy(cuda_gemm *gemm);
 kite_status cuda_gemm_bf16(cuda_gemm *gemm, const void *x, const void *w, void *y, int out_f32, float beta, int n,
                            int m, int k, void *stream);
 
+/* ---- single-stream decode as one persistent kernel (decode_persistent.cu) ----------------------------
+ * One token of one sequence through every layer, the lm_head and the argmax in a single cooperative
+ * launch of one block per SM; stages are separated by grid-wide counters in the workspace. */
+typedef struct cuda_decode_layer {
+    const void *qkv, *o, *gate_up, *down; /* bf16, as cuda_backend.cu uploads them (q/k/v and gate/up fused) */
+    const float *input_norm, *post_norm, *q_norm, *k_norm;
+} cuda_decode_layer;
+
+typedef struct cuda_decode_args {
+    int32_t n_layers, hidden, intermediate, n_heads, n_kv_heads, head_dim, vocab;
+    float eps;
+    const void *embed, *lm_head; /* bf16 (vocab, hidden) */
+    const float *final_norm;
+    const float *rope_cos, *rope_sin;  /* (positions, head_dim / 2) */
+    const cuda_decode_layer *layers;   /* device array of n_layers */
+    void *kv_cache;                    /* layer l at kv_cache + l * kv_layer_elements (bf16 elements) */
+    int32_t kv_block_size;
+    size_t kv_layer_elements;
+    const int32_t *token, *context_len, *block_table; /* the step's values, on the device */
+    float *x, *qkv, *attention, *act;  /* fp32 (hidden), (n_heads + 2 n_kv_heads) * head_dim, (n_heads * head_dim), (intermediate) */
+    float *logits;                     /* fp32 (vocab): written */
+    int32_t *token_out;                /* the argmax of the logits (ties: the lowest id) */
+    void *workspace;                   /* cuda_decode_persistent_plan() bytes, zeroed once before the first launch */
+    int32_t n_slots;                   /* weight slots per warp: set by cuda_decode_persistent_plan() */
+} cuda_decode_args;
+
+/* Checks that the shapes and the device suit the kernel; sets args->n_slots and returns the grid size and
+ * the workspace bytes. KITE_ERROR_UNSUPPORTED when they do not (the caller keeps its other decode path). */
+kite_status cuda_decode_persistent_plan(cuda_decode_args *args, int *n_blocks, size_t *workspace_bytes);
+/* Runs one decode step. The workspace counters are back to zero when the launch completes. */
+kite_status cuda_decode_persistent(const cuda_decode_args *args, int n_blocks, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

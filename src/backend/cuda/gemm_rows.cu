@@ -29,15 +29,6 @@ constexpr int BLOCKS_PER_SM = 2;
 constexpr int GROUP_CHUNKS = 4; /* chunks of 32 k per warp in flight (x2 double buffered) */
 constexpr int MAX_ROWS = 32;
 
-struct argmax_entry {
-    float value;
-    int32_t index;
-};
-
-__device__ __forceinline__ bool argmax_better(float v, int32_t i, float best_v, int32_t best_i) {
-    return v > best_v || (v == best_v && i < best_i);
-}
-
 __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -247,25 +238,13 @@ __global__ void argmax_rows_partials_kernel(const argmax_entry *partial, int n_p
     pdl_launch_dependents();
     __shared__ argmax_entry scratch[32];
     const int row = blockIdx.x;
-    argmax_entry best{-FLT_MAX, INT32_MAX};
+    argmax_entry best = argmax_none();
     for (int i = threadIdx.x; i < n_partial; i += blockDim.x) {
         const argmax_entry e = partial[(size_t)i * MAX_ROWS + row];
         if (argmax_better(e.value, e.index, best.value, best.index)) best = e;
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best.value, offset);
-        const int32_t i = __shfl_xor_sync(0xffffffffu, best.index, offset);
-        if (argmax_better(v, i, best.value, best.index)) best = argmax_entry{v, i};
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (argmax_better(scratch[w].value, scratch[w].index, best.value, best.index)) best = scratch[w];
-        out[row] = best.index == INT32_MAX ? 0 : best.index; /* an all-NaN row: 0, never an invalid id */
-    }
+    best = block_argmax(best, scratch);
+    if (threadIdx.x == 0) out[row] = argmax_id(best);
 }
 
 int rows_sm_count = 0;

@@ -16,15 +16,6 @@ constexpr int GEMV_THREADS = 128;
 constexpr int GEMV_BLOCKS_PER_SM = 4;
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 
-struct argmax_entry {
-    float value;
-    int32_t index;
-};
-
-__device__ __forceinline__ bool argmax_better(float v, int32_t i, float best_v, int32_t best_i) {
-    return v > best_v || (v == best_v && i < best_i);
-}
-
 template <int R, int U, int EPILOGUE>
 __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
@@ -176,26 +167,13 @@ __global__ void argmax_partials_kernel(const argmax_entry *partial, int n_partia
     pdl_wait();
     pdl_launch_dependents();
     __shared__ argmax_entry scratch[32];
-    argmax_entry best{-FLT_MAX, INT32_MAX};
+    argmax_entry best = argmax_none();
     for (int i = threadIdx.x; i < n_partial; i += blockDim.x) {
         const argmax_entry e = partial[i];
         if (argmax_better(e.value, e.index, best.value, best.index)) best = e;
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best.value, offset);
-        const int32_t i = __shfl_xor_sync(0xffffffffu, best.index, offset);
-        if (argmax_better(v, i, best.value, best.index)) best = argmax_entry{v, i};
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (argmax_better(scratch[w].value, scratch[w].index, best.value, best.index)) best = scratch[w];
-        /* An all-NaN row never updates best: report index 0 rather than an invalid id. */
-        out[0] = best.index == INT32_MAX ? 0 : best.index;
-    }
+    best = block_argmax(best, scratch);
+    if (threadIdx.x == 0) out[0] = argmax_id(best);
 }
 
 int gemv_sm_count = 0;
