@@ -10,12 +10,9 @@
 
 #include "backend/cuda/cuda_ops.h"
 
-/* The project's C headers carry no extern "C" guards of their own. */
-extern "C" {
 #include "backend/backend.h"
 #include "model/qwen3.h"
 #include "util/error.h"
-}
 
 /* Every CUDA runtime call goes through CUDA_CHECK: a failure becomes a KITE_ERROR_BACKEND return whose
  * message names the statement, file:line and the error name. */

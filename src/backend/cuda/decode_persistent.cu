@@ -35,7 +35,7 @@
 
 namespace {
 
-constexpr int THREADS = 256; /* one block per SM; 255 registers per thread for the stages' loads in flight */
+constexpr int THREADS = 256; /* one block per SM (8 warps, each with its own weight slots) */
 constexpr int WARPS = THREADS / 32;
 constexpr int HEAD_DIM = 128;
 constexpr int STAGES_PER_LAYER = 5;
