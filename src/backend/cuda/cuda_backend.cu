@@ -580,8 +580,13 @@ kite_status setup_persistent_decode(cuda_backend *b) {
     free(host);
     if (e == cudaSuccess) e = cudaMalloc(&a->workspace, workspace);
     if (e == cudaSuccess) e = cudaMemset(a->workspace, 0, workspace); /* the stage counters start at zero */
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        cudaFree(b->persistent_layers);
+        cudaFree(a->workspace);
+        b->persistent_layers = NULL;
+        a->workspace = NULL;
         return kite_fail(KITE_ERROR_BACKEND, "cuda: persistent decode buffers: %s", cudaGetErrorName(e));
+    }
     a->layers = b->persistent_layers;
     return KITE_OK;
 }
@@ -1030,7 +1035,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->use_graph = env_flag("KITE_CUDA_GRAPH", true);
     b->use_pdl = env_flag("KITE_CUDA_PDL", true);
     b->use_batch = env_flag("KITE_CUDA_BATCH", true);
-    /* Off by default: measured slower than the graph path at short context (docs/notes-cuda.md, run 7). */
+    /* Off by default: exact but measured slower than the graph path at short context (docs/notes-cuda.md,
+     * "Persistent decode"). */
     b->use_persistent = env_flag("KITE_CUDA_PERSISTENT", false);
     b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
     if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
