@@ -69,6 +69,10 @@ class _EngineStats(ctypes.Structure):
 
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
+# Generation options and their defaults (greedy, up to 128 new tokens), shared by generate, generate_batch
+# and stream.
+_DEFAULT_OPTIONS = {"max_tokens": 128, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                    "repetition_penalty": 1.0, "seed": 0, "stop": (), "ignore_eos": False, "logprobs": 0}
 _FINISH = {0: None, 1: "length", 2: "stop", 3: "cancelled", 4: "capacity"}
 _MAX_LOGPROBS = 20  # KITE_MAX_LOGPROBS
 
@@ -253,9 +257,12 @@ class Model:
         stats = self._lib.kite_engine_get_stats(self._engine_handle())
         return {name: getattr(stats, name) for name, _ in _EngineStats._fields_}
 
-    def _submit(self, prompt: Union[str, Sequence[int]], on_event, *, max_tokens: int, temperature: float,
-                top_k: int, top_p: float, min_p: float, repetition_penalty: float, seed: int,
-                stop: Sequence[str], ignore_eos: bool, logprobs: int):
+    def _submit(self, prompt: Union[str, Sequence[int]], on_event, options: dict):
+        unknown = set(options) - set(_DEFAULT_OPTIONS)
+        if unknown:
+            raise KiteError("kite: unknown generation option(s) " + ", ".join(sorted(unknown)))
+        o = {**_DEFAULT_OPTIONS, **options}
+        logprobs, stop = o["logprobs"], o["stop"]
         if not 0 <= logprobs <= _MAX_LOGPROBS:
             raise KiteError(f"kite: logprobs {logprobs} is outside [0, {_MAX_LOGPROBS}]")
         request = self._lib.kite_request_default()
@@ -269,9 +276,9 @@ class Model:
             request.prompt_ids, request.n_prompt_ids = ids, len(prompt)
             keep.append(ids)
         s = request.sampling
-        s.temperature, s.top_k, s.top_p, s.min_p = temperature, top_k, top_p, min_p
-        s.repetition_penalty, s.seed = repetition_penalty, seed
-        request.max_tokens, request.ignore_eos, request.n_logprobs = max_tokens, ignore_eos, logprobs
+        s.temperature, s.top_k, s.top_p, s.min_p = o["temperature"], o["top_k"], o["top_p"], o["min_p"]
+        s.repetition_penalty, s.seed = o["repetition_penalty"], o["seed"]
+        request.max_tokens, request.ignore_eos, request.n_logprobs = o["max_tokens"], o["ignore_eos"], logprobs
         if stop:
             encoded = [x.encode("utf-8") for x in stop]
             strings = (ctypes.c_char_p * len(encoded))(*encoded)
@@ -301,16 +308,13 @@ class Model:
                 completion.finish_reason = _FINISH.get(e.finish, str(e.finish))
         return _TokenCallback(on_event)
 
-    def generate_batch(self, prompts: Sequence[Union[str, Sequence[int]]], *, max_tokens: int = 128,
-                       temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                       repetition_penalty: float = 1.0, seed: int = 0, stop: Sequence[str] = (),
-                       ignore_eos: bool = False, logprobs: int = 0) -> List[Completion]:
-        """Runs every prompt as one continuous batch; returns their completions in order."""
+    def generate_batch(self, prompts: Sequence[Union[str, Sequence[int]]], **options) -> List[Completion]:
+        """Runs every prompt as one continuous batch; returns their completions in order. Options (defaults
+        in _DEFAULT_OPTIONS): max_tokens, temperature (0 = greedy), top_k, top_p, min_p, repetition_penalty,
+        seed, stop (strings), ignore_eos, logprobs (top-K per token, at most 20)."""
         results = {}
         callback = self._collector(results)
-        ids = [self._submit(p, callback, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                            min_p=min_p, repetition_penalty=repetition_penalty, seed=seed, stop=stop,
-                            ignore_eos=ignore_eos, logprobs=logprobs) for p in prompts]
+        ids = [self._submit(p, callback, options) for p in prompts]
         _check(self._lib.kite_engine_run(self._engine_handle()))
         return [results.get(i, (Completion(), []))[0] for i in ids]
 
@@ -322,10 +326,7 @@ class Model:
         """Yields the completion's text as it is produced (the pieces concatenate to generate()'s text)."""
         results = {}
         callback = self._collector(results)
-        request_id = self._submit(prompt, callback, **{"max_tokens": 128, "temperature": 0.0, "top_k": 0,
-                                                       "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
-                                                       "seed": 0, "stop": (), "ignore_eos": False, "logprobs": 0,
-                                                       **options})
+        request_id = self._submit(prompt, callback, options)
         engine = self._engine_handle()
         try:
             while True:
