@@ -16,11 +16,11 @@
  * query heads from the QKV projection; the block whose range holds the new position writes the new K and
  * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane asks L2 for
  * the first cache rows it will read: they do not depend on that kernel. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/decode_attention.cuh"
 
 namespace {
 
-constexpr int HEAD_DIM = 128;
+constexpr int HEAD_DIM = DECODE_HEAD_DIM;
 constexpr int THREADS = 128;
 constexpr int STREAMS = THREADS / 8;
 constexpr int MIN_CHUNK = 32; /* 256 measured worse at depth 256: 16.2 us vs 9 us per layer (serial rounds) */
@@ -39,17 +39,8 @@ __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefe
 __device__ __forceinline__ void norm_rope_head(const float *src, const float w[4], float2 c, float2 s, float eps,
                                                int lane, float out[4]) {
     const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
-    float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
-    const float sum_sq = warp_sum(lo.x * lo.x + lo.y * lo.y + hi.x * hi.x + hi.y * hi.y);
-    const float scale = rsqrtf(sum_sq / (float)HEAD_DIM + eps);
-    lo.x *= scale * w[0];
-    lo.y *= scale * w[1];
-    hi.x *= scale * w[2];
-    hi.y *= scale * w[3];
-    out[0] = lo.x * c.x - hi.x * s.x;
-    out[1] = lo.y * c.y - hi.y * s.y;
-    out[2] = hi.x * c.x + lo.x * s.x;
-    out[3] = hi.y * c.y + lo.y * s.y;
+    norm_rope_lane(*reinterpret_cast<const float2 *>(src + d0), *reinterpret_cast<const float2 *>(src + d1), w, c, s,
+                   eps, out);
 }
 
 __device__ __forceinline__ void store_out(float *p, float v) { *p = v; }
@@ -191,36 +182,11 @@ __global__ void __launch_bounds__(THREADS)
             if (!valid[j]) continue;
             bf16x8_to_float(v[j][0], vf);
             bf16x8_to_float(v[j][1], vf + 8);
-#pragma unroll
-            for (int g = 0; g < GROUP; g++) {
-                const float m_new = fmaxf(m[g], s[g]);
-                const float correction = exp2f(m[g] - m_new), p = exp2f(s[g] - m_new);
-                m[g] = m_new;
-                l[g] = l[g] * correction + p;
-#pragma unroll
-                for (int i = 0; i < 16; i++) acc[g][i] = acc[g][i] * correction + p * vf[i];
-            }
+            online_softmax_add<GROUP>(m, l, acc, s, vf);
         }
     }
 
-    /* Merge the 4 streams of each warp (lanes 8 and 16 apart). */
-#pragma unroll
-    for (int offset = 8; offset <= 16; offset <<= 1) {
-#pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-            const float m_other = __shfl_xor_sync(0xffffffffu, m[g], offset);
-            const float l_other = __shfl_xor_sync(0xffffffffu, l[g], offset);
-            const float m_new = fmaxf(m[g], m_other);
-            const float a = exp2f(m[g] - m_new), b = exp2f(m_other - m_new);
-            m[g] = m_new;
-            l[g] = l[g] * a + l_other * b;
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc[g][i], offset);
-                acc[g][i] = acc[g][i] * a + other * b;
-            }
-        }
-    }
+    merge_warp_streams<GROUP>(m, l, acc);
     if (lane < 8) {
 #pragma unroll
         for (int g = 0; g < GROUP; g++) {

@@ -29,6 +29,7 @@
  * it is launched as a cooperative kernel of one block per SM, which the driver refuses otherwise; a wait
  * that exceeds ~10 s traps instead of hanging. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/grid_barrier.cuh"
 
 #include <float.h>
@@ -37,7 +38,7 @@ namespace {
 
 constexpr int THREADS = 256; /* one block per SM (8 warps, each with its own weight slots) */
 constexpr int WARPS = THREADS / 32;
-constexpr int HEAD_DIM = 128;
+constexpr int HEAD_DIM = DECODE_HEAD_DIM;
 constexpr int STAGES_PER_LAYER = 5;
 constexpr int ATT_MIN_CHUNK = 64;        /* positions per block at least: one round of loads at short context */
 constexpr int ATT_GROUP_MAX = 2;         /* query heads per attention unit */
@@ -323,17 +324,9 @@ struct __align__(16) attention_smem { /* q and acc are read as float4 */
 __device__ __forceinline__ void norm_rope_head(const float *src, const float *__restrict__ weight, float2 c, float2 s,
                                                float eps, int lane, float out[4]) {
     const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
-    float2 lo = __ldcg(reinterpret_cast<const float2 *>(src + d0)), hi = __ldcg(reinterpret_cast<const float2 *>(src + d1));
-    const float sum_sq = warp_sum(lo.x * lo.x + lo.y * lo.y + hi.x * hi.x + hi.y * hi.y);
-    const float scale = rsqrtf(sum_sq / (float)HEAD_DIM + eps);
-    lo.x *= scale * weight[d0];
-    lo.y *= scale * weight[d0 + 1];
-    hi.x *= scale * weight[d1];
-    hi.y *= scale * weight[d1 + 1];
-    out[0] = lo.x * c.x - hi.x * s.x;
-    out[1] = lo.y * c.y - hi.y * s.y;
-    out[2] = hi.x * c.x + lo.x * s.x;
-    out[3] = hi.y * c.y + lo.y * s.y;
+    const float w[4] = {weight[d0], weight[d0 + 1], weight[d1], weight[d1 + 1]};
+    norm_rope_lane(__ldcg(reinterpret_cast<const float2 *>(src + d0)), __ldcg(reinterpret_cast<const float2 *>(src + d1)),
+                   w, c, s, eps, out);
 }
 
 /* Folds one position (K and V rows, 16 dims per lane as two uint4 each) into a stream's online softmax;
@@ -364,15 +357,7 @@ __device__ __forceinline__ void attend_position(const uint4 k0, const uint4 k1, 
     float vf[16];
     bf16x8_to_float(v0, vf);
     bf16x8_to_float(v1, vf + 8);
-#pragma unroll
-    for (int g = 0; g < GROUP; g++) {
-        const float m_new = fmaxf(m[g], s[g]);
-        const float correction = exp2f(m[g] - m_new), p = exp2f(s[g] - m_new);
-        m[g] = m_new;
-        l[g] = l[g] * correction + p;
-#pragma unroll
-        for (int i = 0; i < 16; i++) acc[g][i] = acc[g][i] * correction + p * vf[i];
-    }
+    online_softmax_add<GROUP>(m, l, acc, s, vf);
 }
 
 template <int GROUP>
@@ -515,24 +500,8 @@ struct attention_stage {
                                    mine, sm, sub, m, l, acc);
         }
 
-        /* Merge the 4 streams of each warp (lanes 8 and 16 apart), then the warps in shared memory. */
-#pragma unroll
-        for (int offset = 8; offset <= 16; offset <<= 1) {
-#pragma unroll
-            for (int g = 0; g < GROUP; g++) {
-                const float m_other = __shfl_xor_sync(0xffffffffu, m[g], offset);
-                const float l_other = __shfl_xor_sync(0xffffffffu, l[g], offset);
-                const float m_new = fmaxf(m[g], m_other);
-                const float a = exp2f(m[g] - m_new), b = exp2f(m_other - m_new);
-                m[g] = m_new;
-                l[g] = l[g] * a + l_other * b;
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc[g][i], offset);
-                    acc[g][i] = acc[g][i] * a + other * b;
-                }
-            }
-        }
+        /* Merge the 4 streams of each warp, then the warps in shared memory. */
+        merge_warp_streams<GROUP>(m, l, acc);
         if (lane < 8) {
 #pragma unroll
             for (int g = 0; g < GROUP; g++) {

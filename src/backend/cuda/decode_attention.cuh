@@ -1,0 +1,65 @@
+/* Pieces shared by the split-K decode attention of attention_decode.cu (the graph and batched paths) and
+ * decode_persistent.cu. Lane layouts as there: a warp normalising one 128-value head holds dims 2l, 2l + 1,
+ * 64 + 2l, 65 + 2l in lane l; in the attention loop 4 streams of 8 lanes each walk their own positions,
+ * lane j of a stream holding dims [16 j, 16 j + 16) of the value accumulator. Scores are in base 2. */
+#ifndef KITE_BACKEND_CUDA_DECODE_ATTENTION_CUH
+#define KITE_BACKEND_CUDA_DECODE_ATTENTION_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+constexpr int DECODE_HEAD_DIM = 128; /* the only head_dim the CUDA kernels implement (every Qwen3 dense size) */
+
+/* RMSNorm (* weight w) and RoPE (rotate-half, angles c / s) of one head held by a warp, from the lane's
+ * loaded values lo = dims (2l, 2l + 1) and hi = dims (64 + 2l, 65 + 2l). */
+__device__ __forceinline__ void norm_rope_lane(float2 lo, float2 hi, const float w[4], float2 c, float2 s, float eps,
+                                               float out[4]) {
+    const float sum_sq = warp_sum(lo.x * lo.x + lo.y * lo.y + hi.x * hi.x + hi.y * hi.y);
+    const float scale = rsqrtf(sum_sq / (float)DECODE_HEAD_DIM + eps);
+    lo.x *= scale * w[0];
+    lo.y *= scale * w[1];
+    hi.x *= scale * w[2];
+    hi.y *= scale * w[3];
+    out[0] = lo.x * c.x - hi.x * s.x;
+    out[1] = lo.y * c.y - hi.y * s.y;
+    out[2] = hi.x * c.x + lo.x * s.x;
+    out[3] = hi.y * c.y + lo.y * s.y;
+}
+
+/* Folds one position (scores s, this lane's 16 values vf) into a stream's running max, sum and accumulator. */
+template <int GROUP>
+__device__ __forceinline__ void online_softmax_add(float m[GROUP], float l[GROUP], float acc[GROUP][16],
+                                                   const float s[GROUP], const float vf[16]) {
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        const float m_new = fmaxf(m[g], s[g]);
+        const float correction = exp2f(m[g] - m_new), p = exp2f(s[g] - m_new);
+        m[g] = m_new;
+        l[g] = l[g] * correction + p;
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc[g][i] = acc[g][i] * correction + p * vf[i];
+    }
+}
+
+/* Merges the 4 streams of a warp (lanes 8 and 16 apart): afterwards lanes 0-7 hold the warp's result. */
+template <int GROUP>
+__device__ __forceinline__ void merge_warp_streams(float m[GROUP], float l[GROUP], float acc[GROUP][16]) {
+#pragma unroll
+    for (int offset = 8; offset <= 16; offset <<= 1) {
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            const float m_other = __shfl_xor_sync(0xffffffffu, m[g], offset);
+            const float l_other = __shfl_xor_sync(0xffffffffu, l[g], offset);
+            const float m_new = fmaxf(m[g], m_other);
+            const float a = exp2f(m[g] - m_new), b = exp2f(m_other - m_new);
+            m[g] = m_new;
+            l[g] = l[g] * a + l_other * b;
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc[g][i], offset);
+                acc[g][i] = acc[g][i] * a + other * b;
+            }
+        }
+    }
+}
+
+#endif
