@@ -8,7 +8,8 @@ ap.add_argument("--kite", required=True)
 ap.add_argument("--data", required=True)
 args = ap.parse_args()
 KITE, DATA = args.kite, args.data
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from cases import case, finish  # noqa: E402
 
 
 def run(*argv, check_exit=None):
@@ -16,18 +17,6 @@ def run(*argv, check_exit=None):
     if check_exit is not None and p.returncode != check_exit:
         raise AssertionError(f"kite {' '.join(argv)}: exit {p.returncode}, stderr: {p.stderr.decode(errors='replace')}")
     return p
-
-
-def case(fn):
-    global passed, failed
-    try:
-        fn()
-        passed += 1
-        print("PASS", fn.__name__, flush=True)
-    except AssertionError as e:
-        failed += 1
-        print("FAIL", fn.__name__, e, flush=True)
-    return fn
 
 
 def last_json(stdout):
@@ -187,5 +176,4 @@ def info_names_the_backends():
     assert "cpu" in out and "cuda" in out
 
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -8,7 +8,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--kite", required=True)
 ap.add_argument("--data", required=True)
 args = ap.parse_args()
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from cases import case, finish  # noqa: E402
 
 server = subprocess.Popen([args.kite, "serve", "--model", os.path.join(args.data, "tiny"), "--port", "0",
                            "--backend", "cpu", "--threads", "2", "--max-step-tokens", "64"],
@@ -46,18 +47,6 @@ def stream(body):
     events = [e[len("data: "):] for e in r.read().decode().split("\n\n") if e.startswith("data: ")]
     c.close()
     return events
-
-
-def case(fn):
-    global passed, failed
-    try:
-        fn()
-        passed += 1
-        print("PASS", fn.__name__, flush=True)
-    except AssertionError as e:
-        failed += 1
-        print("FAIL", fn.__name__, e, flush=True)
-    return fn
 
 
 def kite_run_text(prompt, n):
@@ -156,5 +145,4 @@ def stops_on_sigterm():
 
 if server.poll() is None:
     server.kill()
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

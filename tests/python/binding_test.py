@@ -10,22 +10,9 @@ ap.add_argument("--data", required=True)
 ap.add_argument("--python-dir", required=True)
 args = ap.parse_args()
 sys.path.insert(0, args.python_dir)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from cases import case, finish  # noqa: E402
 import kite  # noqa: E402
-
-passed = failed = 0
-
-
-def case(fn):
-    global passed, failed
-    try:
-        fn()
-        passed += 1
-        print("PASS", fn.__name__, flush=True)
-    except Exception as e:  # an unexpected exception fails the case, not the whole run
-        failed += 1
-        print("FAIL", fn.__name__, type(e).__name__, e, flush=True)
-    return fn
-
 
 DATA = args.data
 kite.load_library(args.library)
@@ -137,5 +124,4 @@ def errors_raise_kite_error_with_kites_message():
         assert len(m.generate([1, 2, 3], max_tokens=4, ignore_eos=True).tokens) == 4
 
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -1,0 +1,26 @@
+"""Pass/fail bookkeeping shared by kite's Python test scripts (tests/cli, tests/python): `@case` runs the
+function at once and records it; `finish()` prints the tally and exits non-zero when a case failed. An
+unexpected exception fails its case and the script goes on to the next one."""
+import sys
+
+passed = failed = 0
+
+
+def case(fn):
+    global passed, failed
+    try:
+        fn()
+        passed += 1
+        print("PASS", fn.__name__, flush=True)
+    except AssertionError as e:
+        failed += 1
+        print("FAIL", fn.__name__, e, flush=True)
+    except Exception as e:
+        failed += 1
+        print("FAIL", fn.__name__, type(e).__name__, e, flush=True)
+    return fn
+
+
+def finish():
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
