@@ -30,6 +30,7 @@
  * that exceeds ~10 s traps instead of hanging. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/gemv_task.cuh"
 #include "backend/cuda/grid_barrier.cuh"
 
 #include <float.h>
@@ -180,19 +181,9 @@ __device__ __forceinline__ void bulk_copy_to_smem(void *dst, const void *src, un
  * are reduced against the stage input staged in shared memory as fp32. EPILOGUE is a CUDA_GEMV_* value. */
 template <int R, int EPILOGUE>
 struct matvec_pipe {
-    static constexpr int OUTPUTS_PER_TASK = EPILOGUE == CUDA_GEMV_SWIGLU ? R / 2 : R;
+    gemv_task_rows<R, EPILOGUE> layout; /* task -> rows (gemv_task.cuh) */
     const bf16 *weight;
-    int rows, cols, n_outputs, n_tasks, first_task, task_stride, chunk_cols, passes, n_units, next_unit;
-
-    /* SWIGLU: a task is R/2 outputs, output i needing rows i (gate) and i + rows/2 (up). */
-    __device__ __forceinline__ int row_of(int t, int r) const {
-        if (EPILOGUE == CUDA_GEMV_SWIGLU) return t * OUTPUTS_PER_TASK + (r >> 1) + (r & 1) * n_outputs;
-        return t * R + r;
-    }
-    __device__ __forceinline__ bool valid(int t, int r) const {
-        if (EPILOGUE == CUDA_GEMV_SWIGLU) return t * OUTPUTS_PER_TASK + (r >> 1) < n_outputs;
-        return t * R + r < rows;
-    }
+    int cols, n_tasks, first_task, task_stride, chunk_cols, passes, n_units, next_unit;
 
     /* Unit u of this warp: task first_task + (u / passes) * task_stride, columns of pass u % passes. */
     __device__ __forceinline__ void issue(pipe_state &pipe, int u) {
@@ -204,7 +195,7 @@ struct matvec_pipe {
         uint64_t *bar = &pipe.bars[slot];
         int n_valid = 0;
 #pragma unroll
-        for (int r = 0; r < R; r++) n_valid += valid(task, r) ? 1 : 0;
+        for (int r = 0; r < R; r++) n_valid += layout.valid(task, r) ? 1 : 0;
         if (lane == 0) {
             /* The slot's previous contents were read through the generic proxy; the copy writes through the
              * async proxy. */
@@ -212,8 +203,8 @@ struct matvec_pipe {
             mbar_expect_tx(bar, (unsigned)(n_valid * width * 2));
         }
         __syncwarp();
-        if (lane < R && valid(task, lane)) {
-            const bf16 *src = weight + (size_t)row_of(task, lane) * (size_t)cols + c0;
+        if (lane < R && layout.valid(task, lane)) {
+            const bf16 *src = weight + (size_t)layout.row_of(task, lane) * (size_t)cols + c0;
             bulk_copy_to_smem(pipe.slots + (size_t)slot * SLOT_BYTES + (size_t)lane * chunk_cols * 2, src,
                               (unsigned)(width * 2), bar);
         }
@@ -223,10 +214,9 @@ struct matvec_pipe {
     /* Before the stage's wait: this warp's task list and its first units. */
     __device__ __forceinline__ void prefetch(pipe_state &pipe, const void *weight_, int rows_, int cols_) {
         weight = static_cast<const bf16 *>(weight_);
-        rows = rows_;
+        layout.init(rows_);
         cols = cols_;
-        n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
-        n_tasks = (n_outputs + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK;
+        n_tasks = layout.n_tasks();
         first_task = blockIdx.x * WARPS + (threadIdx.x >> 5);
         task_stride = gridDim.x * WARPS;
         chunk_cols = min(cols, (SLOT_BYTES / (2 * R)) & ~7);
@@ -267,31 +257,7 @@ struct matvec_pipe {
 
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-            if (lane == 0) {
-                if (EPILOGUE == CUDA_GEMV_SWIGLU) {
-#pragma unroll
-                    for (int r = 0; r < R; r += 2) {
-                        if (!valid(task, r)) continue;
-                        const float gate = acc[r], up = acc[r + 1];
-                        __stcg(&y[task * OUTPUTS_PER_TASK + (r >> 1)], gate / (1.0f + __expf(-gate)) * up);
-                    }
-                } else {
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        if (!valid(task, r)) continue;
-                        const int row = task * R + r;
-                        if (EPILOGUE == CUDA_GEMV_ADD) {
-                            __stcg(&y[row], __ldcg(&y[row]) + acc[r]);
-                        } else {
-                            __stcg(&y[row], acc[r]);
-                            if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(acc[r], row, best, best_index)) {
-                                best = acc[r];
-                                best_index = row;
-                            }
-                        }
-                    }
-                }
-            }
+            if (lane == 0) layout.template store<true>(task, acc, y, best, best_index);
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = 0.0f;
         }

@@ -6,7 +6,7 @@
  * in flight per row, so each lane keeps R * U 16-byte loads outstanding. Blocks loop over warp tasks
  * (a grid of at most four 4-warp blocks per SM), so the prologue (and its RMSNorm) is paid once per block and
  * under PDL the whole grid is resident and can fetch its first weights before the previous kernel ends. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemv_task.cuh"
 
 #include <float.h>
 
@@ -26,20 +26,10 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_chunks = cols >> 3;
-    /* SWIGLU: a task is R/2 outputs, each needing rows (i, i + rows/2). Else a task is R rows. */
-    const int outputs_per_task = EPILOGUE == CUDA_GEMV_SWIGLU ? R / 2 : R;
-    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
-    const int n_tasks = (n_outputs + outputs_per_task - 1) / outputs_per_task;
+    gemv_task_rows<R, EPILOGUE> layout; /* task -> rows (gemv_task.cuh) */
+    layout.init(rows);
+    const int n_tasks = layout.n_tasks();
     const int task_stride = gridDim.x * GEMV_WARPS;
-
-    auto row_of = [&](int task, int r) -> int {
-        if (EPILOGUE == CUDA_GEMV_SWIGLU) return task * outputs_per_task + (r >> 1) + (r & 1) * n_outputs;
-        return task * R + r;
-    };
-    auto output_valid = [&](int task, int r) -> bool {
-        if (EPILOGUE == CUDA_GEMV_SWIGLU) return task * outputs_per_task + (r >> 1) < n_outputs;
-        return task * R + r < rows;
-    };
 
     uint4 w[R][U];
     int task = blockIdx.x * GEMV_WARPS + warp;
@@ -47,7 +37,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
     auto set_rows = [&](int t) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const int row = output_valid(t, r) ? row_of(t, r) : 0; /* out of range: read row 0, discard */
+            const int row = layout.valid(t, r) ? layout.row_of(t, r) : 0; /* out of range: read row 0, discard */
             row_ptr[r] = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
         }
     };
@@ -123,31 +113,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
         }
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-        if (lane == 0) {
-            if (EPILOGUE == CUDA_GEMV_SWIGLU) {
-#pragma unroll
-                for (int r = 0; r < R; r += 2) {
-                    if (!output_valid(task, r)) continue;
-                    const float gate = acc[r], up = acc[r + 1];
-                    y[task * outputs_per_task + (r >> 1)] = gate / (1.0f + __expf(-gate)) * up;
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (!output_valid(task, r)) continue;
-                    const int row = task * R + r;
-                    if (EPILOGUE == CUDA_GEMV_ADD) {
-                        y[row] += acc[r];
-                    } else {
-                        y[row] = acc[r];
-                        if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(acc[r], row, best_value, best_index)) {
-                            best_value = acc[r];
-                            best_index = row;
-                        }
-                    }
-                }
-            }
-        }
+        if (lane == 0) layout.template store<false>(task, acc, y, best_value, best_index);
     }
 
     if (EPILOGUE == CUDA_GEMV_ARGMAX) {
