@@ -54,33 +54,31 @@ struct workspace_layout {
     argmax_entry *argmax;       /* [n_blocks] */
     unsigned *unit_counters;    /* = counters + n_layers * STAGES_PER_LAYER + 1 */
     int n_counters;
+    size_t bytes;               /* the whole workspace */
 };
-
-__host__ __device__ size_t counters_count(const cuda_decode_args &a) {
-    return (size_t)a.n_layers * STAGES_PER_LAYER + 1 + (size_t)a.n_layers * (size_t)a.n_heads;
-}
 
 __host__ __device__ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-__host__ __device__ workspace_layout carve_workspace(const cuda_decode_args &a, int n_blocks) {
+/* The parts of the workspace at `base` (each 256-byte aligned) and its size. */
+__host__ __device__ workspace_layout carve_workspace(const cuda_decode_args &a, int n_blocks, uintptr_t base) {
     workspace_layout w;
-    unsigned char *p = static_cast<unsigned char *>(a.workspace);
-    w.n_counters = (int)counters_count(a);
-    w.counters = reinterpret_cast<unsigned *>(p);
+    size_t offset = 0;
+    w.n_counters = (int)((size_t)a.n_layers * STAGES_PER_LAYER + 1 + (size_t)a.n_layers * (size_t)a.n_heads);
+    w.counters = reinterpret_cast<unsigned *>(base + offset);
     w.unit_counters = w.counters + (size_t)a.n_layers * STAGES_PER_LAYER + 1;
-    p += align256((size_t)w.n_counters * sizeof(unsigned));
-    w.att_acc = reinterpret_cast<float *>(p);
-    p += align256((size_t)n_blocks * ATT_GROUP_MAX * HEAD_DIM * sizeof(float));
-    w.att_stats = reinterpret_cast<float2 *>(p);
-    p += align256((size_t)n_blocks * ATT_GROUP_MAX * sizeof(float2));
-    w.argmax = reinterpret_cast<argmax_entry *>(p);
+    offset += align256((size_t)w.n_counters * sizeof(unsigned));
+    w.att_acc = reinterpret_cast<float *>(base + offset);
+    offset += align256((size_t)n_blocks * ATT_GROUP_MAX * HEAD_DIM * sizeof(float));
+    w.att_stats = reinterpret_cast<float2 *>(base + offset);
+    offset += align256((size_t)n_blocks * ATT_GROUP_MAX * sizeof(float2));
+    w.argmax = reinterpret_cast<argmax_entry *>(base + offset);
+    offset += align256((size_t)n_blocks * sizeof(argmax_entry));
+    w.bytes = offset;
     return w;
 }
 
-size_t workspace_bytes(const cuda_decode_args &a, int n_blocks) {
-    return align256(counters_count(a) * sizeof(unsigned)) +
-           align256((size_t)n_blocks * ATT_GROUP_MAX * HEAD_DIM * sizeof(float)) +
-           align256((size_t)n_blocks * ATT_GROUP_MAX * sizeof(float2)) + align256((size_t)n_blocks * sizeof(argmax_entry));
+__host__ __device__ workspace_layout carve_workspace(const cuda_decode_args &a, int n_blocks) {
+    return carve_workspace(a, n_blocks, reinterpret_cast<uintptr_t>(a.workspace));
 }
 
 /* ---- stage inputs ------------------------------------------------------------------------------------ */
@@ -718,7 +716,7 @@ extern "C" kite_status cuda_decode_persistent_plan(cuda_decode_args *a, int *n_b
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, smem));
     if (per_sm < 1) return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda persistent decode: one block does not fit on an SM");
     *n_blocks = sm_count;
-    *workspace = workspace_bytes(*a, sm_count);
+    *workspace = carve_workspace(*a, sm_count, 0).bytes;
     return KITE_OK;
 }
 
