@@ -7,28 +7,11 @@
 
 #include "kite.h"
 #include "test_util.h"
+#include "token_record.h"
 
 #define N_REQUESTS 14
 #define MAX_PROMPT 70
 #define MAX_NEW 20
-
-typedef struct outcome {
-    int32_t tokens[MAX_NEW];
-    int32_t n;
-    kite_finish_reason finish;
-    int finals;
-    int after_final;
-} outcome;
-
-static void collect(const kite_token_event *event, void *user_data) {
-    outcome *o = user_data;
-    if (o->finals > 0) o->after_final++;
-    if (event->token >= 0 && o->n < MAX_NEW) o->tokens[o->n++] = event->token;
-    if (event->finish != KITE_FINISH_NONE) {
-        o->finish = event->finish;
-        o->finals++;
-    }
-}
 
 static uint64_t rng_state = 20261129;
 static uint32_t next_u32(void) {
@@ -46,7 +29,7 @@ typedef struct plan {
     uint64_t seed;
 } plan;
 
-static kite_request make_request(const plan *p, outcome *o) {
+static kite_request make_request(const plan *p, token_record *o) {
     kite_request r = kite_request_default();
     r.prompt_ids = p->prompt;
     r.n_prompt_ids = (size_t)p->n_prompt;
@@ -58,7 +41,7 @@ static kite_request make_request(const plan *p, outcome *o) {
         r.sampling.seed = p->seed;
         r.n_logprobs = 3;
     }
-    r.on_token = collect;
+    r.on_token = token_record_collect;
     r.user_data = o;
     return r;
 }
@@ -76,7 +59,7 @@ static void run_scenario(kite_model *m, int round) {
         p->seed = next_u32();
     }
     /* Each request alone, in a roomy engine. */
-    outcome solo[N_REQUESTS] = {0};
+    token_record solo[N_REQUESTS] = {0};
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
     for (int i = 0; i < N_REQUESTS && e; i++) {
@@ -93,7 +76,7 @@ static void run_scenario(kite_model *m, int round) {
     params.kv_cache_bytes = (size_t)512 * (size_t)(2 * (MAX_PROMPT + MAX_NEW) + (int)(next_u32() % 100));
     params.max_step_tokens = 8 + (int32_t)(next_u32() % 57);
     params.max_sequences = 2 + (int32_t)(next_u32() % 6);
-    outcome together[N_REQUESTS] = {0};
+    token_record together[N_REQUESTS] = {0};
     kite_request_id ids[N_REQUESTS] = {0};
     kite_status s = kite_engine_create(m, &params, &e);
     CHECK_MSG(s == KITE_OK, "round %d: engine: %s", round, kite_last_error());
@@ -119,7 +102,7 @@ static void run_scenario(kite_model *m, int round) {
     CHECK_MSG(stats.kv_blocks_free == free_start, "round %d: %d blocks free at start, %d at the end", round,
               free_start, stats.kv_blocks_free);
     for (int i = 0; i < N_REQUESTS; i++) {
-        const outcome *a = &solo[i], *b = &together[i];
+        const token_record *a = &solo[i], *b = &together[i];
         CHECK_MSG(b->finals == 1 && b->after_final == 0, "round %d request %d: %d final events, %d after", round, i,
                   b->finals, b->after_final);
         if (b->finish == KITE_FINISH_CANCELLED) {

@@ -5,24 +5,10 @@
 
 #include "kite.h"
 #include "test_util.h"
+#include "token_record.h"
 #include "util/json.h"
 
-#define MAX_TOKENS 64
 #define MAX_REQUESTS 8
-
-typedef struct collected {
-    int32_t tokens[MAX_TOKENS];
-    int32_t n;
-    kite_finish_reason finish;
-    int events_after_finish;
-} collected;
-
-static void collect(const kite_token_event *event, void *user_data) {
-    collected *c = user_data;
-    if (c->finish != KITE_FINISH_NONE) c->events_after_finish++;
-    if (event->token >= 0 && c->n < MAX_TOKENS) c->tokens[c->n++] = event->token;
-    if (event->finish != KITE_FINISH_NONE) c->finish = event->finish;
-}
 
 typedef struct reference_prompt {
     int32_t ids[512];
@@ -70,13 +56,13 @@ static kite_model *load_tiny(void) {
     return m;
 }
 
-static kite_request greedy_request(const reference_prompt *p, int32_t max_tokens, collected *c) {
+static kite_request greedy_request(const reference_prompt *p, int32_t max_tokens, token_record *c) {
     kite_request r = kite_request_default();
     r.prompt_ids = p->ids;
     r.n_prompt_ids = (size_t)p->n_ids;
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
-    r.on_token = collect;
+    r.on_token = token_record_collect;
     r.user_data = c;
     return r;
 }
@@ -91,7 +77,7 @@ static void test_greedy_matches_reference(void) {
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
     for (int i = 0; i < n_prompts; i++) {
-        collected c = {0};
+        token_record c = {0};
         kite_request r = greedy_request(&prompts[i], prompts[i].n_greedy, &c);
         CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
         CHECK(kite_engine_run(e) == KITE_OK);
@@ -107,7 +93,7 @@ static void test_greedy_matches_reference(void) {
 
 /* Runs all prompts with staggered arrivals (one more joins every `stagger` steps) under the given
  * engine parameters; returns the engine's preemption count. */
-static int64_t run_staggered(kite_engine_params params, int stagger, collected *out, int32_t max_tokens,
+static int64_t run_staggered(kite_engine_params params, int stagger, token_record *out, int32_t max_tokens,
                              int32_t *blocks_before, int32_t *blocks_after) {
     kite_model *m = load_tiny();
     if (!m) return -1;
@@ -139,13 +125,13 @@ static int64_t run_staggered(kite_engine_params params, int stagger, collected *
     return preemptions;
 }
 
-static void check_same_tokens(const collected *a, int32_t max_tokens) {
+static void check_same_tokens(const token_record *a, int32_t max_tokens) {
     for (int i = 0; i < n_prompts; i++) {
         CHECK_MSG(a[i].n == max_tokens, "prompt %d: %d tokens", i, a[i].n);
         for (int k = 0; k < a[i].n && k < prompts[i].n_greedy; k++)
             CHECK_MSG(a[i].tokens[k] == prompts[i].greedy[k], "prompt %d step %d: %d vs %d", i, k, a[i].tokens[k],
                       prompts[i].greedy[k]);
-        CHECK(a[i].events_after_finish == 0);
+        CHECK(a[i].after_final == 0);
     }
 }
 
@@ -154,7 +140,7 @@ static void check_same_tokens(const collected *a, int32_t max_tokens) {
 static void test_batch_invariance(void) {
     kite_engine_params params = kite_engine_params_default();
     params.max_step_tokens = 40; /* the 143-token prompt is read in chunks, mixed with decode */
-    collected c[MAX_REQUESTS] = {0};
+    token_record c[MAX_REQUESTS] = {0};
     int32_t before = 0, after = 0;
     run_staggered(params, 3, c, 32, &before, &after);
     check_same_tokens(c, 32);
@@ -167,7 +153,7 @@ static void test_preemption(void) {
     params.kv_block_size = 4;
     /* tiny: 2 layers x 1 kv head x 32 dims x K,V x 4 bytes = 512 bytes per position on the CPU. */
     params.kv_cache_bytes = 512 * 4 * 60; /* 60 blocks = 240 positions for 5 requests needing ~330 */
-    collected c[MAX_REQUESTS] = {0};
+    token_record c[MAX_REQUESTS] = {0};
     int32_t before = 0, after = 0;
     int64_t preemptions = run_staggered(params, 1, c, 32, &before, &after);
     CHECK_MSG(preemptions > 0, "expected preemptions, got %lld", (long long)preemptions);
@@ -183,7 +169,7 @@ static void test_capacity(void) {
     params.max_context = 100;
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
-    collected c = {0};
+    token_record c = {0};
     kite_request r = greedy_request(&prompts[n_prompts - 1], 8, &c); /* 143 tokens > 100 */
     CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
     CHECK(kite_engine_run(e) == KITE_OK);
@@ -202,7 +188,7 @@ static void test_outgrowing_the_cache(void) {
     params.kv_cache_bytes = 512 * 4 * 5; /* 5 blocks = 20 positions */
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
-    collected c = {0};
+    token_record c = {0};
     kite_request r = greedy_request(&prompts[0], 32, &c); /* 5 prompt tokens + 32 would need 37 positions */
     CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
     kite_status s = kite_engine_run(e);
@@ -211,7 +197,7 @@ static void test_outgrowing_the_cache(void) {
     CHECK_MSG(c.n >= 15 && c.n < 32, "%d tokens", c.n);
     for (int k = 0; k < c.n; k++) CHECK(c.tokens[k] == prompts[0].greedy[k]);
     CHECK(kite_engine_get_stats(e).kv_blocks_free == 5);
-    collected d = {0};
+    token_record d = {0};
     kite_request small = greedy_request(&prompts[1], 8, &d);
     CHECK(kite_engine_submit(e, &small, NULL) == KITE_OK);
     CHECK(kite_engine_run(e) == KITE_OK);
@@ -228,7 +214,7 @@ static void test_long_prompt_does_not_stall_decoding(void) {
     params.max_step_tokens = 32; /* the 143-token prompt takes 5 steps */
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
-    collected a = {0}, b = {0};
+    token_record a = {0}, b = {0};
     kite_request ra = greedy_request(&prompts[0], 30, &a), rb = greedy_request(&prompts[4], 4, &b);
     CHECK(kite_engine_submit(e, &ra, NULL) == KITE_OK);
     CHECK(kite_engine_step(e) == KITE_OK); /* a's prompt; a is decoding from now on */
@@ -253,7 +239,7 @@ static void test_cancel(void) {
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
     int32_t free_start = kite_engine_get_stats(e).kv_blocks_free;
-    collected a = {0}, b = {0};
+    token_record a = {0}, b = {0};
     kite_request ra = greedy_request(&prompts[0], 32, &a), rb = greedy_request(&prompts[4], 32, &b);
     kite_request_id ida = 0, idb = 0;
     CHECK(kite_engine_submit(e, &ra, &ida) == KITE_OK);

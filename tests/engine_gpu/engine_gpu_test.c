@@ -8,26 +8,10 @@
 #include "backend/backend.h"
 #include "kite.h"
 #include "test_util.h"
+#include "token_record.h"
 
 #define N_REQUESTS 6
 #define N_STEPS 24
-
-typedef struct collected {
-    int32_t tokens[N_STEPS];
-    int32_t top[N_STEPS][5];
-    int32_t n;
-    kite_finish_reason finish;
-} collected;
-
-static void collect(const kite_token_event *event, void *user_data) {
-    collected *c = user_data;
-    if (event->token >= 0 && c->n < N_STEPS) {
-        c->tokens[c->n] = event->token;
-        for (int k = 0; k < 5 && k < event->n_top; k++) c->top[c->n][k] = event->top_ids[k];
-        c->n++;
-    }
-    if (event->finish != KITE_FINISH_NONE) c->finish = event->finish;
-}
 
 static int32_t prompts[N_REQUESTS][300];
 static int32_t prompt_lengths[N_REQUESTS] = {7, 1, 130, 33, 260, 64};
@@ -39,7 +23,7 @@ static bool in_top5(const int32_t *top, int32_t id) {
 }
 
 /* Near-tie comparison of a batched run against the solo run. */
-static void compare(const collected *solo, const collected *batched, int request) {
+static void compare(const token_record *solo, const token_record *batched, int request) {
     CHECK_MSG(solo->n == N_STEPS && batched->n == N_STEPS, "request %d: %d solo, %d batched tokens", request, solo->n,
               batched->n);
     for (int i = 0; i < solo->n && i < batched->n; i++) {
@@ -53,14 +37,14 @@ static void compare(const collected *solo, const collected *batched, int request
     }
 }
 
-static kite_request make_request(int i, collected *c) {
+static kite_request make_request(int i, token_record *c) {
     kite_request r = kite_request_default();
     r.prompt_ids = prompts[i];
     r.n_prompt_ids = (size_t)prompt_lengths[i];
     r.max_tokens = N_STEPS;
     r.ignore_eos = true;
     r.n_logprobs = 5;
-    r.on_token = collect;
+    r.on_token = token_record_collect;
     r.user_data = c;
     return r;
 }
@@ -85,7 +69,7 @@ static void run_case(const char *model_name, size_t kv_cache_bytes, bool expect_
             state = state * 6364136223846793005ull + 1442695040888963407ull;
             prompts[i][k] = (int32_t)((state >> 33) % (uint64_t)vocab);
         }
-    collected solo[N_REQUESTS] = {0}, batched[N_REQUESTS] = {0};
+    token_record solo[N_REQUESTS] = {0}, batched[N_REQUESTS] = {0};
     kite_engine_params params = kite_engine_params_default();
     params.max_step_tokens = 96; /* long prompts are read in chunks, mixed with decode */
     params.kv_cache_bytes = kv_cache_bytes;
