@@ -5,7 +5,9 @@
  * HBM bytes (weights + KV read) at 4.3 TB/s for decode, bf16 tensor FLOPs at 790 TFLOP/s for prefill.
  *
  * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5]
- *                           [--variants]   (decode also without PDL and without the graph) */
+ *                           [--variants]   (decode also without PDL and without the graph)
+ *                           [--anatomy]    (decode with each part of a layer left out, then launched twice:
+ *                                           what one part costs inside the graph, as differences) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,11 +79,51 @@ static void fill_context(backend *b, const int32_t *tokens, int depth) {
     TRY(cuda_backend_synchronize(b));
 }
 
+/* Median seconds per decode step of n_gen greedy steps after `depth` positions (the first repeat is warm-up). */
+static double decode_seconds(backend *b, const int32_t *tokens, int depth, int n_gen, int reps, double *samples) {
+    for (int r = 0; r <= reps; r++) {
+        int32_t next = tokens[depth];
+        const double t0 = now_s();
+        for (int s = 0; s < n_gen; s++) {
+            forward(b, &next, 1, depth + s, 1);
+            TRY(b->ops->argmax(b, &next, 1));
+        }
+        samples[r] = now_s() - t0;
+    }
+    return median(samples + 1, reps) / n_gen;
+}
+
+/* The graph path's step with each part of every layer left out, then launched twice: the differences to
+ * the full step are what that part costs inside the graph (per layer), with its neighbours' overlap. */
+static void print_anatomy(backend *b, const int32_t *tokens, int depth, int n_gen, int reps, double *samples,
+                          int n_layers) {
+    static const struct {
+        const char *name;
+        unsigned mask;
+    } parts[] = {{"qkv", CUDA_DECODE_PART_QKV},         {"attention", CUDA_DECODE_PART_ATTENTION},
+                 {"o_proj", CUDA_DECODE_PART_O},        {"gate_up", CUDA_DECODE_PART_GATE_UP},
+                 {"down", CUDA_DECODE_PART_DOWN},       {"lm_head", CUDA_DECODE_PART_LM_HEAD},
+                 {"all layers", CUDA_DECODE_PART_QKV | CUDA_DECODE_PART_ATTENTION | CUDA_DECODE_PART_O |
+                                    CUDA_DECODE_PART_GATE_UP | CUDA_DECODE_PART_DOWN}};
+    const double full = decode_seconds(b, tokens, depth, n_gen, reps, samples);
+    printf("anatomy @ depth %d: full step %.4f ms; per part: us per layer left out / added twice\n", depth, 1e3 * full);
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        TRY(cuda_backend_set_decode_anatomy(b, parts[i].mask, 0));
+        const double without = decode_seconds(b, tokens, depth, n_gen, reps, samples);
+        TRY(cuda_backend_set_decode_anatomy(b, 0, parts[i].mask));
+        const double twice = decode_seconds(b, tokens, depth, n_gen, reps, samples);
+        const double per = parts[i].mask == CUDA_DECODE_PART_LM_HEAD ? 1.0 : (double)n_layers;
+        printf("  %-12s without %.4f ms (-%.2f us)   twice %.4f ms (+%.2f us)\n", parts[i].name, 1e3 * without,
+               1e6 * (full - without) / per, 1e3 * twice, 1e6 * (twice - full) / per);
+    }
+    TRY(cuda_backend_set_decode_anatomy(b, 0, 0));
+}
+
 int main(int argc, char **argv) {
     const char *shape = "qwen3-0.6b-base";
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
-    int n_gen = 128, reps = 5, variants = 0;
+    int n_gen = 128, reps = 5, variants = 0, anatomy = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_prompts = parse_list(argv[++i], prompts);
@@ -89,8 +131,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc) n_depths = parse_list(argv[++i], depths);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants")) variants = 1;
+        else if (!strcmp(argv[i], "--anatomy")) anatomy = 1;
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy]\n", argv[0]);
             return 2;
         }
     }
@@ -162,16 +205,7 @@ int main(int argc, char **argv) {
         fill_context(gpu, tokens, depth);
         for (int v = 0; v < n_variants; v++) {
             TRY(cuda_backend_set_decode_options(gpu, variant_graph[v], variant_pdl[v]));
-            for (int r = 0; r <= reps; r++) {
-                int32_t next = tokens[depth];
-                const double t0 = now_s();
-                for (int s = 0; s < n_gen; s++) {
-                    forward(gpu, &next, 1, depth + s, 1);
-                    TRY(gpu->ops->argmax(gpu, &next, 1));
-                }
-                samples[r] = now_s() - t0;
-            }
-            const double t = median(samples + 1, reps) / n_gen;
+            const double t = decode_seconds(gpu, tokens, depth, n_gen, reps, samples);
             const double avg_ctx = depth + n_gen / 2.0;
             const double floor_s = (weight_bytes + kv_per_position * avg_ctx) / HBM_BYTES_PER_S;
             char name[64];
@@ -179,6 +213,7 @@ int main(int argc, char **argv) {
             printf("%-34s %12.1f %12.4f %9.1f%%\n", name, 1.0 / t, 1e3 * t, 100.0 * floor_s / t);
         }
         TRY(cuda_backend_set_decode_options(gpu, 1, 1));
+        if (anatomy) print_anatomy(gpu, tokens, depth, n_gen, reps, samples, config.n_layers);
     }
     gpu->ops->destroy(gpu);
     dummy_model_free(model);

@@ -6,6 +6,7 @@
  * - chunked prefill equals one-shot prefill; a mixed step (a prefill chunk and a decode token of two
  *   sequences) equals the same work done separately; the decode graph equals the general path;
  * - the persistent decode kernel equals the per-kernel graph path (short and long contexts);
+ * - the cluster decode attention equals the split-K one (short and long contexts);
  * - batched decode of 3, 8 and 33 sequences with mixed contexts against the CPU and against B = 1. */
 #include <math.h>
 #include <stdint.h>
@@ -237,6 +238,51 @@ static void test_persistent_vs_graph(void) {
     test_persistent_vs_graph_at(20, 22);
 }
 
+/* The two single-stream decode attentions (cluster kernel, split-K kernel) on the same steps: seq 0 through
+ * one graph, seq 1 through the other, alternating graphs every step; after 1000 tokens (several tiles per
+ * block) and 20 (fewer positions than blocks in a cluster). */
+static void test_cluster_vs_split_at(int prompt_len, uint32_t seed) {
+    if (!cuda_backend_attention_cluster(gpu)) {
+        printf("  the cluster attention does not run on this device: nothing to compare\n");
+        return;
+    }
+    const int V = config.vocab_size, steps = 8;
+    const int32_t max_context = cuda_backend_cluster_max_context(gpu);
+    int32_t tokens[1000 + 8];
+    prompt_tokens(tokens, prompt_len, seed);
+    run_seq(gpu, 0, tokens, prompt_len, 0);
+    run_seq(gpu, 1, tokens, prompt_len, 0);
+    TRY(gpu->ops->read_logits(gpu, logits_a, 1));
+    double worst = 0;
+    for (int step = 0; step < steps; step++) {
+        const int32_t next = argmax_of(logits_a, V);
+        TRY(cuda_backend_set_cluster_max_context(gpu, INT32_MAX));
+        run_seq(gpu, 0, &next, 1, prompt_len + step);
+        TRY(gpu->ops->read_logits(gpu, logits_a, 1));
+        int32_t id_cluster = -1, id_split = -1;
+        TRY(gpu->ops->argmax(gpu, &id_cluster, 1));
+        TRY(cuda_backend_set_cluster_max_context(gpu, 0));
+        run_seq(gpu, 1, &next, 1, prompt_len + step);
+        TRY(gpu->ops->read_logits(gpu, logits_b, 1));
+        TRY(gpu->ops->argmax(gpu, &id_split, 1));
+        const double e = rel_l2(logits_a, logits_b, (size_t)V);
+        if (e > worst) worst = e;
+        CHECK_MSG(id_cluster == argmax_of(logits_a, V), "step %d: cluster argmax %d, host argmax of its logits %d", step,
+                  id_cluster, argmax_of(logits_a, V));
+        CHECK_MSG(id_cluster == id_split || (in_top5(logits_a, V, id_split) && in_top5(logits_b, V, id_cluster)),
+                  "step %d: cluster %d vs split-K %d beyond a near tie", step, id_cluster, id_split);
+    }
+    TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
+    printf("  cluster vs split-K decode attention after %d tokens, %d steps: worst logits rel L2 %.3e\n", prompt_len,
+           steps, worst);
+    CHECK_MSG(worst <= 1e-3, "cluster and split-K decode differ: rel L2 %.3e", worst);
+}
+
+static void test_cluster_vs_split(void) {
+    test_cluster_vs_split_at(1000, 31);
+    test_cluster_vs_split_at(20, 32);
+}
+
 /* Batched decode (B sequences, one token each, all wanting logits): the batched path's logits against
  * the CPU (teacher-forced, rel L2 <= 2e-2) and its argmax against the same sequences decoded one at a
  * time on the GPU (B = 1 graph path; near-tie rule). Contexts differ per sequence. */
@@ -349,6 +395,7 @@ int main(void) {
     TEST_RUN(test_greedy);
     TEST_RUN(test_chunked_prefill);
     TEST_RUN(test_persistent_vs_graph);
+    TEST_RUN(test_cluster_vs_split);
     TEST_RUN(test_batched_decode);
     gpu->ops->destroy(gpu);
     cpu->ops->destroy(cpu);

@@ -364,7 +364,8 @@ static void norm_rope_ref(const float *src, const float *w, const float *cos_t, 
     }
 }
 
-static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits) {
+/* cluster 0: the split-K kernel with n_splits; 8 or 16: the cluster kernel of that size (n_splits unused). */
+static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster) {
     const int D = 128, n_blocks = KITE_TEST_CEIL(ctx, bs) + 3, half = 64, positions = ctx + 1;
     paged_cache c = make_cache(n_blocks, bs, n_kv);
     int32_t *table = xmalloc((size_t)n_blocks * 4);
@@ -408,12 +409,16 @@ static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n
     cuda_kv_layer kv = {c.device, bs, n_kv, D};
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, qn * 4));
-        DEVICE_CHECK(cuda_attention_decode(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f, n_heads,
-                                           1.0f / sqrtf((float)D), n_splits, d_ws, d_counters, NULL, run));
+        if (cluster)
+            DEVICE_CHECK(cuda_attention_decode_cluster(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
+                                                       n_heads, 1.0f / sqrtf((float)D), cluster, NULL, run));
+        else
+            DEVICE_CHECK(cuda_attention_decode(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
+                                               n_heads, 1.0f / sqrtf((float)D), n_splits, d_ws, d_counters, NULL, run));
         DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, qn * 4));
         const double e = nmse(out, ref, qn);
-        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d run %d: nmse %g", n_heads, n_kv, ctx, n_splits,
-                  run, e);
+        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d cluster %d run %d: nmse %g", n_heads, n_kv,
+                  ctx, n_splits, cluster, run, e);
     }
     /* The cache equals the host copy: the new row appended, nothing else touched. */
     const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
@@ -446,13 +451,32 @@ static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n
 }
 
 static void test_attention_decode(void) {
-    check_attention_decode(16, 8, 16, 1, 64);
-    check_attention_decode(16, 8, 16, 37, 7);
-    check_attention_decode(16, 8, 32, 1000, 66);
-    check_attention_decode(8, 2, 16, 515, 16);  /* group of 4 */
-    check_attention_decode(6, 2, 16, 300, 5);   /* group of 3: one head per block */
-    check_attention_decode(32, 8, 64, 4099, 33);
-    check_attention_decode(16, 8, 16, 16384, 66);
+    check_attention_decode(16, 8, 16, 1, 64, 0);
+    check_attention_decode(16, 8, 16, 37, 7, 0);
+    check_attention_decode(16, 8, 32, 1000, 66, 0);
+    check_attention_decode(8, 2, 16, 515, 16, 0);  /* group of 4 */
+    check_attention_decode(6, 2, 16, 300, 5, 0);   /* group of 3: one head per block */
+    check_attention_decode(32, 8, 64, 4099, 33, 0);
+    check_attention_decode(16, 8, 16, 16384, 66, 0);
+}
+
+/* The cluster kernel: contexts shorter than the cluster (empty blocks), inside one tile per block, across
+ * the shared-memory stages (more tiles than stages), groups of 1, 2 and 4 query heads; both cluster sizes
+ * where the device runs them. */
+static void test_attention_decode_cluster(void) {
+    const cuda_kv_layer shape = {NULL, 16, 8, 128};
+    const int largest = cuda_attention_decode_cluster_size(16, shape);
+    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
+    for (int cluster = 8; cluster <= largest; cluster *= 2) {
+        check_attention_decode(16, 8, 16, 1, 0, cluster);
+        check_attention_decode(16, 8, 16, 5, 0, cluster);
+        check_attention_decode(16, 8, 16, 37, 0, cluster);
+        check_attention_decode(16, 8, 32, 383, 0, cluster);
+        check_attention_decode(8, 2, 16, 515, 0, cluster); /* group of 4 */
+        check_attention_decode(6, 2, 16, 300, 0, cluster); /* group of 3: one head per cluster */
+        check_attention_decode(32, 8, 64, 4099, 0, cluster);
+        check_attention_decode(16, 8, 16, 16384, 0, cluster);
+    }
 }
 
 /* ---- GEMV, argmax, GEMM --------------------------------------------------------------------------- */
@@ -479,12 +503,13 @@ static void check_gemv(int rows, int cols, int epilogue, int with_norm) {
     }
     for (int o = 0; o < outputs; o++) {
         if (epilogue == CUDA_GEMV_SWIGLU) ref[o] = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
-        else if (epilogue == CUDA_GEMV_ADD) ref[o] = y0[o] + dots[o];
+        else if (epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED) ref[o] = y0[o] + dots[o];
         else ref[o] = dots[o];
     }
     void *d_w = device_buffer(wn * 2, w_bits);
     float *d_x = device_buffer((size_t)cols * 4, x), *d_g = device_buffer((size_t)cols * 4, g);
-    float *d_y = device_buffer((size_t)outputs * 4, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
+    const int adds = epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED;
+    float *d_y = device_buffer((size_t)outputs * 4, adds ? y0 : NULL);
     void *d_ws = device_buffer(cuda_gemv_argmax_workspace(rows), NULL);
     int32_t *d_id = device_buffer(4, NULL);
     DEVICE_CHECK(cuda_gemv(d_w, d_x, with_norm ? d_g : NULL, 1e-6f, d_y, rows, cols, epilogue, d_ws, d_id, NULL, 1));
@@ -520,8 +545,14 @@ static void test_gemv(void) {
     check_gemv(1000, 520, CUDA_GEMV_STORE, 0);
     check_gemv(1024, 2048, CUDA_GEMV_ADD, 0);
     check_gemv(1000, 3072, CUDA_GEMV_ADD, 0);
+    check_gemv(1024, 2048, CUDA_GEMV_ADD_SETTLED, 0);
+    check_gemv(1000, 3072, CUDA_GEMV_ADD_SETTLED, 0);
+    check_gemv(2048, 6144, CUDA_GEMV_ADD_SETTLED, 0); /* several steps per task */
+    check_gemv(9000, 1000, CUDA_GEMV_ADD_SETTLED, 0); /* several tasks per warp */
     check_gemv(6144, 1024, CUDA_GEMV_SWIGLU, 1);
     check_gemv(1002, 2056, CUDA_GEMV_SWIGLU, 1);
+    check_gemv(12288, 2048, CUDA_GEMV_SWIGLU, 1); /* more tasks than warps: 2 rows per task */
+    check_gemv(9002, 1032, CUDA_GEMV_SWIGLU, 1);
     check_gemv(151936, 1024, CUDA_GEMV_ARGMAX, 1);
     check_gemv(999, 2048, CUDA_GEMV_ARGMAX, 1);
 }
@@ -816,6 +847,7 @@ int main(void) {
     TEST_RUN(test_qk_norm_rope);
     TEST_RUN(test_attention_prefill);
     TEST_RUN(test_attention_decode);
+    TEST_RUN(test_attention_decode_cluster);
     TEST_RUN(test_gemv);
     TEST_RUN(test_attention_decode_rows);
     TEST_RUN(test_gemm_rows);

@@ -54,6 +54,8 @@ struct cuda_backend {
     cudaStream_t stream;
     cuda_gemm *gemm;
     bool use_graph, use_pdl;
+    int attention_cluster; /* cluster size of the decode attention (attention_decode_cluster.cu), 0: none */
+    unsigned anatomy_skip, anatomy_twice; /* bench only: CUDA_DECODE_PART_* masks (cuda_backend_internal.h) */
     int n_splits;
 
     void *weight_bytes;  /* one allocation for every weight */
@@ -86,7 +88,10 @@ struct cuda_backend {
     int32_t *dec_token;                       /* the argmax of the last decode step */
     int32_t *step_device, *step_host;         /* STEP_* then the block table */
     cudaEvent_t step_copied;
-    cudaGraphExec_t graph;
+    /* Captured decode steps: [0] with the cluster attention (contexts up to cluster_max_context), [1] with the
+     * split-K attention (longer contexts, or every context where the device cannot run the clusters). */
+    cudaGraphExec_t graph[2];
+    int32_t cluster_max_context;
     /* The same step as one persistent kernel (decode_persistent.cu), when the shapes and device allow. */
     bool use_persistent;
     int persistent_blocks;
@@ -455,7 +460,15 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
 
 /* ---- the decode path -------------------------------------------------------------------------------- */
 
-kite_status decode_launches(cuda_backend *b) {
+/* Launches one part of the decode step: not at all, once, or twice, as the bench's anatomy mode asks
+ * (results are then wrong; it only times what each part costs in the graph). */
+#define DECODE_PART(part, launch)                                                                        \
+    do {                                                                                                 \
+        if (!(b->anatomy_skip & (part))) KITE_TRY(launch);                                               \
+        if (b->anatomy_twice & (part)) KITE_TRY(launch);                                                 \
+    } while (0)
+
+kite_status decode_launches(cuda_backend *b, bool cluster_attention) {
     const qwen3_config *c = &b->config;
     void *st = b->stream;
     const int pdl = b->use_pdl ? 1 : 0;
@@ -463,28 +476,42 @@ kite_status decode_launches(cuda_backend *b) {
     const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     const int32_t *step = b->step_device;
-    KITE_TRY(cuda_embed(b->embed, step + STEP_TOKEN, b->dec_x, 1, hidden, st, 0));
+    DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, step + STEP_TOKEN, b->dec_x, 1, hidden, st, 0));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const cuda_kv_layer kv = kv_layer(b, l);
-        KITE_TRY(cuda_gemv(L->qkv, b->dec_x, L->input_norm, eps, b->dec_qkv, qkv_dim, hidden, CUDA_GEMV_STORE, NULL,
-                           NULL, st, pdl));
-        KITE_TRY(cuda_attention_decode(b->dec_qkv, b->dec_attention, kv, step + STEP_TABLE, step + STEP_CONTEXT,
-                                       L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale,
-                                       b->n_splits, b->dec_attention_ws, b->dec_counters, st, pdl));
-        KITE_TRY(cuda_gemv(L->o, b->dec_attention, NULL, 0.0f, b->dec_x, hidden, qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
-        KITE_TRY(cuda_gemv(L->gate_up, b->dec_x, L->post_norm, eps, b->dec_act, 2 * inter, hidden, CUDA_GEMV_SWIGLU,
-                           NULL, NULL, st, pdl));
-        KITE_TRY(cuda_gemv(L->down, b->dec_act, NULL, 0.0f, b->dec_x, hidden, inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+        DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemv(L->qkv, b->dec_x, L->input_norm, eps, b->dec_qkv, qkv_dim, hidden,
+                                                    CUDA_GEMV_STORE, NULL, NULL, st, pdl));
+        if (cluster_attention)
+            DECODE_PART(CUDA_DECODE_PART_ATTENTION,
+                        cuda_attention_decode_cluster(b->dec_qkv, b->dec_attention, kv, step + STEP_TABLE,
+                                                      step + STEP_CONTEXT, L->q_norm, L->k_norm, b->rope_cos,
+                                                      b->rope_sin, eps, c->n_heads, scale, b->attention_cluster, st, pdl));
+        else
+            DECODE_PART(CUDA_DECODE_PART_ATTENTION,
+                        cuda_attention_decode(b->dec_qkv, b->dec_attention, kv, step + STEP_TABLE, step + STEP_CONTEXT,
+                                              L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale,
+                                              b->n_splits, b->dec_attention_ws, b->dec_counters, st, pdl));
+        /* x was last written by the down projection three kernels back (or the embedding), and for the down
+         * projection by o_proj two kernels back: ADD_SETTLED reads it before the PDL wait (measured: 0.674 vs
+         * 0.684 ms per 0.6B token). The anatomy mode's doubled o_proj / down break that premise (timing only). */
+        DECODE_PART(CUDA_DECODE_PART_O, cuda_gemv(L->o, b->dec_attention, NULL, 0.0f, b->dec_x, hidden, qd,
+                                                  CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
+        DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemv(L->gate_up, b->dec_x, L->post_norm, eps, b->dec_act, 2 * inter,
+                                                        hidden, CUDA_GEMV_SWIGLU, NULL, NULL, st, pdl));
+        DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemv(L->down, b->dec_act, NULL, 0.0f, b->dec_x, hidden, inter,
+                                                     CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
     }
-    KITE_TRY(cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits, c->vocab_size, hidden,
-                       CUDA_GEMV_ARGMAX, b->dec_argmax_ws, b->dec_token, st, pdl));
+    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
+                                                    c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,
+                                                    b->dec_token, st, pdl));
     return KITE_OK;
 }
+#undef DECODE_PART
 
-kite_status capture_decode_graph(cuda_backend *b) {
+kite_status capture_decode_graph(cuda_backend *b, int which) {
     CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    kite_status status = decode_launches(b);
+    kite_status status = decode_launches(b, which == 0);
     cudaGraph_t graph = NULL;
     const cudaError_t end = cudaStreamEndCapture(b->stream, &graph);
     if (status != KITE_OK) {
@@ -493,11 +520,19 @@ kite_status capture_decode_graph(cuda_backend *b) {
     }
     if (end != cudaSuccess)
         return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(decode graph) failed: %s", cudaGetErrorName(end));
-    const cudaError_t inst = cudaGraphInstantiate(&b->graph, graph, 0);
+    const cudaError_t inst = cudaGraphInstantiate(&b->graph[which], graph, 0);
     cudaGraphDestroy(graph);
     if (inst != cudaSuccess) {
-        b->graph = NULL;
+        b->graph[which] = NULL;
         return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(decode graph) failed: %s", cudaGetErrorName(inst));
+    }
+    return KITE_OK;
+}
+
+kite_status destroy_decode_graphs(cuda_backend *b) {
+    for (int i = 0; i < 2; i++) {
+        if (b->graph[i]) CUDA_CHECK(cudaGraphExecDestroy(b->graph[i]));
+        b->graph[i] = NULL;
     }
     return KITE_OK;
 }
@@ -524,11 +559,15 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
         a->context_len = b->step_device + STEP_CONTEXT;
         a->block_table = b->step_device + STEP_TABLE;
         KITE_TRY(cuda_decode_persistent(a, b->persistent_blocks, b->stream));
-    } else if (b->use_graph) {
-        if (!b->graph) KITE_TRY(capture_decode_graph(b));
-        CUDA_CHECK(cudaGraphLaunch(b->graph, b->stream));
     } else {
-        KITE_TRY(decode_launches(b));
+        const bool cluster = b->attention_cluster > 0 && context <= b->cluster_max_context;
+        if (b->use_graph) {
+            const int which = cluster ? 0 : 1;
+            if (!b->graph[which]) KITE_TRY(capture_decode_graph(b, which));
+            CUDA_CHECK(cudaGraphLaunch(b->graph[which], b->stream));
+        } else {
+            KITE_TRY(decode_launches(b, cluster));
+        }
     }
     b->kept_logits = b->dec_logits;
     b->kept_rows = 1;
@@ -811,7 +850,8 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
 
 void free_all(cuda_backend *b) {
     if (b->stream) cudaStreamSynchronize(b->stream);
-    if (b->graph) cudaGraphExecDestroy(b->graph);
+    for (int i = 0; i < 2; i++)
+        if (b->graph[i]) cudaGraphExecDestroy(b->graph[i]);
     cuda_gemm_destroy(b->gemm);
     cudaFree(b->weight_bytes);
     free(b->layers);
@@ -852,10 +892,7 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: kv_reserve(%d blocks, block size %d)", n_blocks, block_size);
     CUDA_CHECK(cudaSetDevice(b->device));
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    if (b->graph) {
-        CUDA_CHECK(cudaGraphExecDestroy(b->graph));
-        b->graph = NULL;
-    }
+    KITE_TRY(destroy_decode_graphs(b));
     KITE_TRY(destroy_batch_graphs(b));
     if (b->kv_cache) CUDA_CHECK(cudaFree(b->kv_cache));
     if (b->step_device) CUDA_CHECK(cudaFree(b->step_device));
@@ -1099,6 +1136,21 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         b->dec_counters = static_cast<unsigned *>(parts[8]);
         b->dec_token = reinterpret_cast<int32_t *>(static_cast<unsigned char *>(parts[8]) + (size_t)c->n_heads * 4);
     }
+    if (status == KITE_OK && env_flag("KITE_CUDA_ATTENTION_CLUSTER", true)) {
+        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
+        b->attention_cluster = cuda_attention_decode_cluster_size(c->n_heads, shape);
+        const char *size = getenv("KITE_CUDA_ATTENTION_CLUSTER_SIZE"); /* 8 or 16, for measurements */
+        if (size && b->attention_cluster > 0) {
+            const int asked = atoi(size);
+            if (asked == 8 || asked == b->attention_cluster) b->attention_cluster = asked;
+            else status = kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: KITE_CUDA_ATTENTION_CLUSTER_SIZE=%s (8, or %d on this device)",
+                                    size, b->attention_cluster);
+        }
+    }
+    /* Measured (tg64, 0.6B): the cluster kernel is faster up to depth 4,096 (978 vs 900 tok/s), the split-K one
+     * from 8,192 (826 vs 811; 704 vs 608 at 16,384). */
+    b->cluster_max_context = 6144;
+    if (getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT")) b->cluster_max_context = atoi(getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT"));
     if (status == KITE_OK && b->use_persistent) status = setup_persistent_decode(b);
     STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
 #undef STEP
@@ -1113,13 +1165,27 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
 extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int use_pdl) {
     cuda_backend *b = as_cuda(self);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    if (b->graph) {
-        CUDA_CHECK(cudaGraphExecDestroy(b->graph));
-        b->graph = NULL;
-    }
+    KITE_TRY(destroy_decode_graphs(b));
     KITE_TRY(destroy_batch_graphs(b));
     b->use_graph = use_graph != 0;
     b->use_pdl = use_pdl != 0;
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context) {
+    as_cuda(self)->cluster_max_context = max_context; /* both graphs stay valid: forward picks one per step */
+    return KITE_OK;
+}
+
+extern "C" int32_t cuda_backend_cluster_max_context(backend *self) { return as_cuda(self)->cluster_max_context; }
+
+extern "C" int cuda_backend_attention_cluster(backend *self) { return as_cuda(self)->attention_cluster; }
+
+extern "C" kite_status cuda_backend_set_decode_anatomy(backend *self, unsigned skip_parts, unsigned twice_parts) {
+    cuda_backend *b = as_cuda(self);
+    KITE_TRY(cuda_backend_set_decode_options(self, b->use_graph, b->use_pdl)); /* drops the captured graph */
+    b->anatomy_skip = skip_parts;
+    b->anatomy_twice = twice_parts;
     return KITE_OK;
 }
 

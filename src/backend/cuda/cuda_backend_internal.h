@@ -17,6 +17,27 @@ kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int us
  * correct, but not yet faster (docs/notes-cuda.md). cuda_backend_persistent_decode says whether it is on. */
 kite_status cuda_backend_set_persistent_decode(backend *self, int on);
 int cuda_backend_persistent_decode(backend *self);
+/* Single-stream decode attention: contexts up to max_context run the cluster kernel
+ * (attention_decode_cluster.cu), longer ones the split-K kernel (env KITE_CUDA_CLUSTER_MAX_CONTEXT sets it at
+ * creation). cuda_backend_attention_cluster gives the cluster size in use, 0 where the device or shape cannot
+ * run the cluster kernel (then every context takes the split-K kernel). */
+kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context);
+int32_t cuda_backend_cluster_max_context(backend *self);
+int cuda_backend_attention_cluster(backend *self);
+/* Parts of the single-stream decode graph, for the bench's anatomy mode. */
+enum {
+    CUDA_DECODE_PART_EMBED = 1,
+    CUDA_DECODE_PART_QKV = 2,
+    CUDA_DECODE_PART_ATTENTION = 4,
+    CUDA_DECODE_PART_O = 8,
+    CUDA_DECODE_PART_GATE_UP = 16,
+    CUDA_DECODE_PART_DOWN = 32,
+    CUDA_DECODE_PART_LM_HEAD = 64,
+};
+/* Bench only: the graph path leaves out (skip_parts) or launches twice (twice_parts) the named parts of
+ * every layer, so the time one part costs inside the graph is a difference of two runs. The tokens are
+ * then meaningless; 0, 0 restores the real step. Drops a captured graph. */
+kite_status cuda_backend_set_decode_anatomy(backend *self, unsigned skip_parts, unsigned twice_parts);
 /* Waits for all work queued by the backend (for timing). */
 kite_status cuda_backend_synchronize(backend *self);
 

@@ -91,6 +91,17 @@ kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv
                                   const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
                                   int n_splits, void *workspace, unsigned *counters, void *stream, int use_pdl);
 
+/* The same step with the splits of a kv head as the blocks of one thread-block cluster (8 or 16 blocks,
+ * one per SM) combined through distributed shared memory instead of a global workspace; K/V rows stream
+ * through shared memory (cp.async), the first tiles requested before the PDL wait. Same inputs and output
+ * as cuda_attention_decode, no workspace. cuda_attention_decode_cluster_size() gives the cluster size the
+ * device can run for this shape with all clusters resident at once (16, else 8), or 0 where it cannot. */
+int cuda_attention_decode_cluster_size(int n_heads, cuda_kv_layer kv);
+kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                          const int32_t *context_len, const float *q_norm, const float *k_norm,
+                                          const float *rope_cos, const float *rope_sin, float eps, int n_heads,
+                                          float scale, int cluster_size, void *stream, int use_pdl);
+
 /* The same for B sequences of a batched decode step (n_seqs <= 256): sequence s reads QKV row s of
  * qkv (n_seqs, (n_heads + 2 n_kv_heads) * head_dim), its context length context_lens[s] and its block
  * table at block_tables + table_start[s], and writes output row s of out (n_seqs, n_heads * head_dim),
@@ -110,8 +121,12 @@ kite_status cuda_attention_decode_rows(const float *qkv, void *out, int out_bf16
  *   ADD     y[r] += w_r . in                                  (the residual add)
  *   SWIGLU  y[i] = silu(w_i . in) * (w_{i + rows/2} . in)      (rows/2 outputs; gate rows then up rows)
  *   ARGMAX  y[r] = w_r . in, and argmax_out[0] = the lowest r of the largest y[r]
+ *   ADD_SETTLED  as ADD, for a y last written before the kernel launched just before this one: under PDL
+ *           the old y is read before waiting on that kernel (one memory round trip less at the end).
+ *           (When kernel N runs at all, kernel N - 2 is complete: N - 1 signals its dependents only after
+ *           its own wait on N - 2.) cuda_gemv only.
  * cols % 8 == 0. ARGMAX needs cuda_gemv_argmax_workspace(rows) bytes of workspace. */
-enum { CUDA_GEMV_STORE = 0, CUDA_GEMV_ADD = 1, CUDA_GEMV_SWIGLU = 2, CUDA_GEMV_ARGMAX = 3 };
+enum { CUDA_GEMV_STORE = 0, CUDA_GEMV_ADD = 1, CUDA_GEMV_SWIGLU = 2, CUDA_GEMV_ARGMAX = 3, CUDA_GEMV_ADD_SETTLED = 4 };
 size_t cuda_gemv_argmax_workspace(int rows);
 kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
                       int cols, int epilogue, void *workspace, int32_t *argmax_out, void *stream, int use_pdl);

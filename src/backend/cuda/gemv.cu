@@ -3,7 +3,7 @@
  * SwiGLU of gate/up row pairs, argmax partials for the lm_head).
  *
  * Work split: a warp owns R weight rows at a time and walks them together, U chunks of 8 bf16 per lane
- * in flight per row, so each lane keeps R * U 16-byte loads outstanding. Blocks loop over warp tasks
+ * per row and step, with the next step's R * U 16-byte loads in flight while it multiplies the current one. Blocks loop over warp tasks
  * (a grid of at most four 4-warp blocks per SM), so the prologue (and its RMSNorm) is paid once per block and
  * under PDL the whole grid is resident and can fetch its first weights before the previous kernel ends. */
 #include "backend/cuda/gemv_task.cuh"
@@ -16,104 +16,145 @@ constexpr int GEMV_THREADS = 128;
 constexpr int GEMV_BLOCKS_PER_SM = 4;
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 
-template <int R, int U, int EPILOGUE>
-__global__ void __launch_bounds__(GEMV_THREADS)
+template <int R, int U, int EPILOGUE, int MIN_BLOCKS>
+__global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     gemv_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
-                float *y, int rows, int cols, argmax_entry *partial) {
+                float *y, int rows, int cols, argmax_entry *partial, bool y_settled) {
+    /* The input vector (fp32, normalised in place), then with a norm its weights. */
     extern __shared__ float4 smem_vec[];
     __shared__ float reduce_scratch[32];
     __shared__ argmax_entry warp_best[GEMV_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n_chunks = cols >> 3;
+    const int n_chunks = cols >> 3, n_vec = cols >> 2;
     gemv_task_rows<R, EPILOGUE> layout; /* task -> rows (gemv_task.cuh) */
     layout.init(rows);
     const int n_tasks = layout.n_tasks();
     const int task_stride = gridDim.x * GEMV_WARPS;
+    float4 *smem_norm = smem_vec + n_vec;
 
-    uint4 w[R][U];
-    int task = blockIdx.x * GEMV_WARPS + warp;
-    const uint4 *row_ptr[R];
-    auto set_rows = [&](int t) {
+    /* A warp walks its tasks in steps of R rows x U chunks per lane; two steps are in flight: the one
+     * being multiplied and the next one (buffers a and b alternate), so a warp never waits a whole memory
+     * round trip between steps. */
+    struct cursor {
+        int task, first;
+    };
+    auto advance = [&](cursor &c) {
+        c.first += 32 * U;
+        if (c.first >= n_chunks) {
+            c.first = 0;
+            c.task += task_stride;
+        }
+    };
+    auto load_step = [&](const cursor &c, uint4 (&w)[R][U]) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const int row = layout.valid(t, r) ? layout.row_of(t, r) : 0; /* out of range: read row 0, discard */
-            row_ptr[r] = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
+            const int row = layout.valid(c.task, r) ? layout.row_of(c.task, r) : 0; /* out of range: row 0, discarded */
+            const uint4 *row_ptr = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int chunk = c.first + u * 32 + lane;
+                w[r][u] = chunk < n_chunks ? load_weight_16(row_ptr + chunk) : make_uint4(0, 0, 0, 0);
+            }
         }
     };
-    auto load_chunks = [&](int first_chunk) {
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    /* ADD_SETTLED: the old y of the warp's first task, read before the wait. */
+    float y_settled_rows[R];
+    int settled_task = -1;
+    if (EPILOGUE == CUDA_GEMV_ADD && y_settled && lane == 0) {
+        settled_task = (int)blockIdx.x * GEMV_WARPS + warp;
+#pragma unroll
+        for (int r = 0; r < R; r++) y_settled_rows[r] = layout.valid(settled_task, r) ? y[settled_task * R + r] : 0.0f;
+    }
+    float best_value = -FLT_MAX;
+    int32_t best_index = INT32_MAX;
+    auto multiply_step = [&](const cursor &c, const uint4 (&w)[R][U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int c = first_chunk + u * 32 + lane;
+            const int chunk = c.first + u * 32 + lane;
+            if (chunk < n_chunks) {
+                const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
 #pragma unroll
-            for (int r = 0; r < R; r++) w[r][u] = c < n_chunks ? load_weight_16(row_ptr[r] + c) : make_uint4(0, 0, 0, 0);
+                for (int r = 0; r < R; r++) {
+                    float wf[8];
+                    bf16x8_to_float(w[r][u], wf);
+                    acc[r] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
+                              wf[6] * x1.z + wf[7] * x1.w;
+                }
+            }
+        }
+        if (c.first + 32 * U >= n_chunks) { /* the task's last step */
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+            if (lane == 0) {
+                if (EPILOGUE == CUDA_GEMV_ADD && c.task == settled_task) { /* y read before the wait */
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        if (layout.valid(c.task, r)) y[c.task * R + r] = y_settled_rows[r] + acc[r];
+                } else {
+                    layout.template store<false>(c.task, acc, y, best_value, best_index);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = 0.0f;
         }
     };
 
-    /* Weights do not depend on the previous kernel: fetch the first chunks before waiting for it. */
-    if (task < n_tasks) {
-        set_rows(task);
-        load_chunks(0);
-    }
+    /* Weights and norm weights do not depend on the previous kernel: fetch them before waiting for it. */
+    uint4 wa[R][U], wb[R][U];
+    cursor next_load = {(int)blockIdx.x * GEMV_WARPS + warp, 0};
+    cursor next_multiply = next_load;
+    if (next_load.task < n_tasks) load_step(next_load, wa);
+    advance(next_load);
+    if (next_load.task < n_tasks) load_step(next_load, wb);
+    advance(next_load);
+    if (norm_weight != nullptr)
+        for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) smem_norm[i] = reinterpret_cast<const float4 *>(norm_weight)[i];
     pdl_wait();
     pdl_launch_dependents();
 
-    /* Stage the input vector. */
+    /* Stage the input vector: one read of x (the previous kernel's output, in L2), RMSNorm in shared memory. */
     {
         const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        float scale = 1.0f;
-        if (norm_weight != nullptr) {
-            float sum_sq = 0.0f;
-            for (int i = threadIdx.x; i < (cols >> 2); i += GEMV_THREADS) {
-                const float4 v = x4[i];
-                sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-            sum_sq = block_sum(sum_sq, reduce_scratch);
-            scale = rsqrtf(sum_sq / (float)cols + eps);
+        float sum_sq = 0.0f;
+        for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) {
+            const float4 v = x4[i];
+            sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            smem_vec[i] = v;
         }
-        for (int i = threadIdx.x; i < (cols >> 2); i += GEMV_THREADS) {
-            float4 v = x4[i];
-            if (norm_weight != nullptr) {
-                const float4 g = reinterpret_cast<const float4 *>(norm_weight)[i];
+        if (norm_weight != nullptr) {
+            sum_sq = block_sum(sum_sq, reduce_scratch); /* its barriers also publish smem_vec */
+            const float scale = rsqrtf(sum_sq / (float)cols + eps);
+            for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) {
+                float4 v = smem_vec[i];
+                const float4 g = smem_norm[i];
                 v.x = v.x * scale * g.x;
                 v.y = v.y * scale * g.y;
                 v.z = v.z * scale * g.z;
                 v.w = v.w * scale * g.w;
+                smem_vec[i] = v;
             }
-            smem_vec[i] = v;
         }
         __syncthreads();
     }
 
-    float best_value = -FLT_MAX;
-    int32_t best_index = INT32_MAX;
-    bool preloaded = true;
-    for (; task < n_tasks; task += task_stride) {
-        if (!preloaded) set_rows(task);
-        float acc[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[r] = 0.0f;
-        for (int first = 0; first < n_chunks; first += 32 * U) {
-            if (!preloaded) load_chunks(first);
-            preloaded = false;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = first + u * 32 + lane;
-                if (c < n_chunks) {
-                    const float4 x0 = smem_vec[2 * c], x1 = smem_vec[2 * c + 1];
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float wf[8];
-                        bf16x8_to_float(w[r][u], wf);
-                        acc[r] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x +
-                                  wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
-                    }
-                }
-            }
+    while (next_multiply.task < n_tasks) {
+        multiply_step(next_multiply, wa);
+        advance(next_multiply);
+        if (next_load.task < n_tasks) {
+            load_step(next_load, wa);
+            advance(next_load);
         }
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-        if (lane == 0) layout.template store<false>(task, acc, y, best_value, best_index);
+        if (next_multiply.task >= n_tasks) break;
+        multiply_step(next_multiply, wb);
+        advance(next_multiply);
+        if (next_load.task < n_tasks) {
+            load_step(next_load, wb);
+            advance(next_load);
+        }
     }
 
     if (EPILOGUE == CUDA_GEMV_ARGMAX) {
@@ -155,22 +196,43 @@ int gemv_grid(int n_tasks) {
     return blocks < GEMV_BLOCKS_PER_SM * gemv_sm_count ? blocks : GEMV_BLOCKS_PER_SM * gemv_sm_count;
 }
 
-template <int R, int U, int EPILOGUE>
+template <int R, int U, int EPILOGUE, int MIN_BLOCKS>
 kite_status gemv_launch(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
-                        int cols, void *workspace, int32_t *argmax_out, cudaStream_t stream, bool use_pdl) {
+                        int cols, void *workspace, int32_t *argmax_out, cudaStream_t stream, bool use_pdl,
+                        bool y_settled) {
     const int outputs_per_task = EPILOGUE == CUDA_GEMV_SWIGLU ? R / 2 : R;
     const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
     const int grid = gemv_grid(KITE_CEIL_DIV(n_outputs, outputs_per_task));
-    const size_t smem = (size_t)cols * sizeof(float);
-    auto kernel = gemv_kernel<R, U, EPILOGUE>;
+    const size_t smem = (size_t)cols * sizeof(float) * (norm_weight != nullptr ? 2 : 1);
+    auto kernel = gemv_kernel<R, U, EPILOGUE, MIN_BLOCKS>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     argmax_entry *partial = reinterpret_cast<argmax_entry *>(workspace);
     CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, stream, use_pdl,
-                             reinterpret_cast<const bf16 *>(weight), x, norm_weight, eps, y, rows, cols, partial));
+                             reinterpret_cast<const bf16 *>(weight), x, norm_weight, eps, y, rows, cols, partial,
+                             y_settled));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)
         CUDA_CHECK(launch_kernel(argmax_partials_kernel, dim3(1), dim3(1024), 0, stream, use_pdl,
                                  static_cast<const argmax_entry *>(partial), grid, argmax_out));
     return KITE_OK;
+}
+
+/* Steps of 8 loads of 16 bytes per lane, two in flight, at most 102 registers (5 blocks of 128 threads fit an
+ * SM's registers, 4 leave room for a neighbour kernel's block). Measured and dropped: steps of 4 loads with the
+ * kernel held to 64 registers, so that two such kernels fit an SM at once (0.747 vs 0.686 ms per 0.6B token).
+ * SwiGLU takes 4 rows (2 outputs) per task where that is one round of tasks over the grid's warps, else 2 rows
+ * (a better balance across warps when tasks outnumber them). */
+template <int EPILOGUE>
+kite_status gemv_pick(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
+                      int cols, void *workspace, int32_t *argmax_out, cudaStream_t s, bool pdl, bool y_settled) {
+    constexpr int MIN_BLOCKS = 5, STEP_LOADS = 8;
+    if constexpr (EPILOGUE == CUDA_GEMV_SWIGLU) {
+        const bool one_round = KITE_CEIL_DIV(rows / 2, 2) <= gemv_grid(1 << 30) * GEMV_WARPS;
+        return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled)
+                         : gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled);
+    } else {
+        return cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled)
+                            : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled);
+    }
 }
 
 } // namespace
@@ -187,29 +249,23 @@ extern "C" kite_status cuda_gemv(const void *weight, const float *x, const float
                                  void *stream, int use_pdl) {
     if (cols <= 0 || cols % 8 != 0 || rows <= 0 || (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: unsupported shape %d x %d", rows, cols);
-    if ((size_t)cols * sizeof(float) > 200 * 1024)
+    if ((size_t)cols * sizeof(float) * (norm_weight != NULL ? 2 : 1) > 200 * 1024)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemv: %d columns do not fit in shared memory", cols);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
-    /* R rows per warp times U chunks per lane: about 8 loads of 16 bytes in flight per lane. */
-    const bool short_rows = cols <= 1024;
     switch (epilogue) {
     case CUDA_GEMV_STORE:
-        return short_rows ? gemv_launch<2, 4, CUDA_GEMV_STORE>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
-                          : gemv_launch<1, 8, CUDA_GEMV_STORE>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
+        return gemv_pick<CUDA_GEMV_STORE>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
     case CUDA_GEMV_ADD:
-        return short_rows ? gemv_launch<2, 4, CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
-                          : gemv_launch<1, 8, CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
+        return gemv_pick<CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
+    case CUDA_GEMV_ADD_SETTLED:
+        return gemv_pick<CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, true);
     case CUDA_GEMV_SWIGLU:
-        /* 4 rows (2 outputs) per warp: a grid that holds every task, so all weights are requested before
-         * the PDL wait. */
-        return short_rows ? gemv_launch<4, 4, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
-                          : gemv_launch<4, 2, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
+        return gemv_pick<CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
     case CUDA_GEMV_ARGMAX:
         if (!workspace || !argmax_out)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: ARGMAX needs a workspace and an output");
-        return short_rows ? gemv_launch<2, 4, CUDA_GEMV_ARGMAX>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl)
-                          : gemv_launch<1, 8, CUDA_GEMV_ARGMAX>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl);
+        return gemv_pick<CUDA_GEMV_ARGMAX>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: unknown epilogue %d", epilogue);
 }

@@ -1,0 +1,354 @@
+/* Single-stream decode attention with the split-K combine inside a thread-block cluster.
+ *
+ * The split-K kernel of attention_decode.cu combines its splits through global memory (partials, a fence,
+ * an atomic counter, the last block reads them back): a chain of dependent round trips that costs more than
+ * the attention itself at short context (docs/notes-cuda.md, "anatomy"). Here the splits of one kv head are
+ * the CS blocks of one cluster (CS = 8 or 16, one block per SM): each block takes a contiguous range of
+ * positions, streams its K/V rows through shared memory in tiles of TILE positions (cp.async, STAGES tiles in
+ * flight), and the cluster combines the blocks' partial results through distributed shared memory.
+ *
+ * Cached positions do not depend on the previous kernel, so each block issues the copies of its first STAGES
+ * tiles before waiting on it (PDL); at short context that is the block's whole range. After the wait the
+ * block normalises and rotates its query heads (and, in the block that owns the new position, the new K
+ * and appends K/V to the cache, keeping them in shared memory for its own use).
+ *
+ * Grid (CS, kv_heads, head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
+ * block 32 streams of 8 lanes take one position of a tile each; lane j of a stream holds dims
+ * [16 j, 16 j + 16) (decode_attention.cuh). */
+#include "backend/cuda/decode_attention.cuh"
+
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int HEAD_DIM = DECODE_HEAD_DIM;
+constexpr int THREADS = 256;
+constexpr int WARPS = THREADS / 32;
+constexpr int TILE = THREADS / 8; /* positions per tile: one per stream */
+/* Tiles in flight per block (16 KB each). Measured (docs/notes-cuda.md): 6 stages were slower at depth 256
+ * (0.741 vs 0.684 ms per 0.6B token) and no faster at 16,384; 128 threads with 16 stages of 8 KB were twice as
+ * slow at 16,384 (the loop is bound by its per-tile latency, so tiles must be wide). */
+constexpr int STAGES = 4;
+constexpr int ROW_BYTES = HEAD_DIM * 2;                   /* one K or V row, bf16 */
+constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;          /* K rows then V rows */
+constexpr int PIECES_PER_THREAD = TILE_BYTES / 16 / THREADS;
+constexpr float NO_SCORE = -1.0e30f; /* finite, so exp2(NO_SCORE - NO_SCORE) stays 1, never NaN */
+
+__device__ __forceinline__ void cp_async_16(void *smem, const void *global) {
+    const unsigned address = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* Shared memory of a block: the tile stages, then the values that outlive the loop. */
+template <int GROUP>
+struct cluster_smem {
+    unsigned char stages[STAGES][TILE_BYTES];
+    float q[GROUP][HEAD_DIM];        /* normalised, rotated, scaled by log2(e) / sqrt(head_dim) */
+    bf16 new_kv[2][HEAD_DIM];        /* the new position's K (normalised, rotated) and V, as cached */
+    float part_acc[GROUP][HEAD_DIM]; /* this block's partial result, read by the cluster's rank 0 */
+    float part_m[GROUP], part_l[GROUP];
+};
+
+/* The warps' merge scratch reuses the stages once the loop is done. */
+template <int GROUP>
+struct merge_scratch {
+    float acc[WARPS][GROUP][HEAD_DIM];
+    float m[WARPS][GROUP], l[WARPS][GROUP];
+};
+
+template <int GROUP>
+__global__ void __launch_bounds__(THREADS, 1)
+    attention_decode_cluster_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                    const int32_t *context_len, const float *__restrict__ q_norm,
+                                    const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
+                                    const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2) {
+    static_assert(sizeof(merge_scratch<GROUP>) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    cluster_smem<GROUP> &sm = *reinterpret_cast<cluster_smem<GROUP> *>(smem_raw);
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
+    const int kv_head = blockIdx.y;
+    const int first_head = kv_head * (n_heads / kv.n_kv_heads) + (int)blockIdx.z * GROUP;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
+    const int stream = warp * 4 + (lane >> 3);
+    const bf16 *cache = static_cast<const bf16 *>(kv.base);
+
+    /* The step's context length and block table were copied before the graph ran. */
+    const int ctx = context_len[0], position = ctx - 1;
+    const int chunk = (ctx + n_ranks - 1) / n_ranks;
+    const int begin = min(ctx, rank * chunk), end = min(ctx, begin + chunk);
+    const int n_tiles = (end - begin + TILE - 1) / TILE;
+
+    /* Thread t copies PIECES_PER_THREAD 16-byte pieces of a tile: position t / 8 of the tile, K and V. Its
+     * cache block comes from the block table one round ahead (table_block), so the table read never stalls
+     * the loop. */
+    const int slot_in_tile = threadIdx.x >> 3, piece = threadIdx.x & 7;
+    auto table_block = [&](int tile) -> int32_t {
+        const int p = begin + tile * TILE + slot_in_tile;
+        return tile < n_tiles && p < end && p != position ? block_table[p / kv.block_size] : -1;
+    };
+    auto issue_tile = [&](int tile, int32_t block) {
+        if (block >= 0) {
+            const int p = begin + tile * TILE + slot_in_tile;
+            const int32_t slot = p % kv.block_size;
+            unsigned char *stage = sm.stages[tile % STAGES];
+#pragma unroll
+            for (int kind = 0; kind < 2; kind++) {
+                const unsigned char *src =
+                    reinterpret_cast<const unsigned char *>(cache + kv_offset(kv, block, kind, kv_head, slot));
+                unsigned char *dst = stage + (kind * TILE + slot_in_tile) * ROW_BYTES;
+#pragma unroll
+                for (int i = 0; i < PIECES_PER_THREAD / 2; i++) {
+                    const int offset = (piece * (PIECES_PER_THREAD / 2) + i) * 16;
+                    cp_async_16(dst + offset, src + offset);
+                }
+            }
+        }
+        cp_async_commit(); /* one group per tile, empty or not, so wait_group counts stay uniform */
+    };
+#pragma unroll
+    for (int t = 0; t < STAGES; t++) issue_tile(t, table_block(t));
+
+    /* Norm weights and this position's angles do not depend on the previous kernel either. */
+    const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
+    const float qw[4] = {q_norm[d0], q_norm[d0 + 1], q_norm[d1], q_norm[d1 + 1]};
+    const float kw[4] = {k_norm[d0], k_norm[d0 + 1], k_norm[d1], k_norm[d1 + 1]};
+    const float2 rc = *reinterpret_cast<const float2 *>(rope_cos + (size_t)position * (HEAD_DIM / 2) + d0);
+    const float2 rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
+    pdl_wait();
+    pdl_launch_dependents();
+
+    /* The query heads, and in the block that owns the new position its K and V (to the cache and to smem). */
+    const bool owns_new = begin <= position && position < end;
+    const size_t qkv_stride_heads = (size_t)n_heads;
+    for (int item = warp; item < GROUP + 2; item += WARPS) {
+        if (item < GROUP) {
+            const float *src = qkv + (size_t)(first_head + item) * HEAD_DIM;
+            float v[4];
+            norm_rope_lane(*reinterpret_cast<const float2 *>(src + d0), *reinterpret_cast<const float2 *>(src + d1),
+                           qw, rc, rs, eps, v);
+            sm.q[item][d0] = v[0] * scale_log2;
+            sm.q[item][d0 + 1] = v[1] * scale_log2;
+            sm.q[item][d1] = v[2] * scale_log2;
+            sm.q[item][d1 + 1] = v[3] * scale_log2;
+        } else if (owns_new && blockIdx.z == 0) { /* one head group appends; the others read it from smem */
+            const int kind = item - GROUP;
+            const float *src = qkv + (qkv_stride_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
+            const float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
+            float v[4] = {lo.x, lo.y, hi.x, hi.y};
+            if (kind == 0) norm_rope_lane(lo, hi, kw, rc, rs, eps, v);
+            const uint32_t a = pack_bf16x2(v[0], v[1]), b = pack_bf16x2(v[2], v[3]);
+            const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
+            bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
+            *reinterpret_cast<uint32_t *>(dst + d0) = a;
+            *reinterpret_cast<uint32_t *>(dst + d1) = b;
+            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d0]) = a;
+            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d1]) = b;
+        } else if (owns_new) { /* other head groups: the same values, computed again (cheap), smem only */
+            const int kind = item - GROUP;
+            const float *src = qkv + (qkv_stride_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
+            const float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
+            float v[4] = {lo.x, lo.y, hi.x, hi.y};
+            if (kind == 0) norm_rope_lane(lo, hi, kw, rc, rs, eps, v);
+            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d0]) = pack_bf16x2(v[0], v[1]);
+            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d1]) = pack_bf16x2(v[2], v[3]);
+        }
+    }
+    __syncthreads();
+
+    float qr[GROUP][16];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++)
+#pragma unroll
+        for (int i = 0; i < 16; i++) qr[g][i] = sm.q[g][sub * 16 + i];
+    float m[GROUP], l[GROUP], acc[GROUP][16];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = NO_SCORE;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc[g][i] = 0.0f;
+    }
+
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const int32_t refill_block = table_block(tile + STAGES); /* used after this tile's math */
+        cp_async_wait<STAGES - 1>(); /* this thread's pieces of `tile` have landed */
+        __syncthreads();             /* ... and everyone's */
+        /* Every stream computes its score, also past the range end (stale shared memory, discarded), so the
+         * shuffles see whole warps. */
+        const int p = begin + tile * TILE + stream;
+        const unsigned char *stage = sm.stages[tile % STAGES];
+        const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[0])
+                                           : reinterpret_cast<const uint4 *>(stage + stream * ROW_BYTES);
+        const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[1])
+                                           : reinterpret_cast<const uint4 *>(stage + (TILE + stream) * ROW_BYTES);
+        float kf[16], vf[16];
+        bf16x8_to_float(k_row[2 * sub], kf);
+        bf16x8_to_float(k_row[2 * sub + 1], kf + 8);
+        float s[GROUP];
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) d += qr[g][i] * kf[i];
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            d += __shfl_xor_sync(0xffffffffu, d, 2);
+            d += __shfl_xor_sync(0xffffffffu, d, 4);
+            s[g] = d;
+        }
+        if (p < end) {
+            bf16x8_to_float(v_row[2 * sub], vf);
+            bf16x8_to_float(v_row[2 * sub + 1], vf + 8);
+            online_softmax_add<GROUP>(m, l, acc, s, vf);
+        }
+        __syncthreads(); /* the stage is free again */
+        issue_tile(tile + STAGES, refill_block);
+    }
+    cp_async_wait<0>();
+
+    /* Streams -> warps (shuffles) -> block (shared memory) -> cluster (rank 0 reads every block's partial). */
+    merge_warp_streams<GROUP>(m, l, acc);
+    merge_scratch<GROUP> &ms = *reinterpret_cast<merge_scratch<GROUP> *>(sm.stages);
+    __syncthreads();
+    if (lane < 8) {
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) ms.acc[warp][g][sub * 16 + i] = acc[g][i];
+            if (lane == 0) {
+                ms.m[warp][g] = m[g];
+                ms.l[warp][g] = l[g];
+            }
+        }
+    }
+    __syncthreads();
+    for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
+        const int g = item / HEAD_DIM, d = item % HEAD_DIM;
+        float m_all = NO_SCORE;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) m_all = fmaxf(m_all, ms.m[w][g]);
+        float l_all = 0.0f, a_all = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            const float f = exp2f(ms.m[w][g] - m_all);
+            l_all += ms.l[w][g] * f;
+            a_all += ms.acc[w][g][d] * f;
+        }
+        sm.part_acc[g][d] = a_all;
+        if (d == 0) {
+            sm.part_m[g] = m_all;
+            sm.part_l[g] = l_all;
+        }
+    }
+    cluster.sync(); /* every block's partial is written (release / acquire across the cluster) */
+    if (rank == 0) {
+        for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
+            const int g = item / HEAD_DIM, d = item % HEAD_DIM;
+            float m_all = NO_SCORE;
+            for (int r = 0; r < n_ranks; r++) m_all = fmaxf(m_all, cluster.map_shared_rank(&sm, r)->part_m[g]);
+            float l_all = 0.0f, a_all = 0.0f;
+            for (int r = 0; r < n_ranks; r++) {
+                const cluster_smem<GROUP> *other = cluster.map_shared_rank(&sm, r);
+                const float f = exp2f(other->part_m[g] - m_all);
+                l_all += other->part_l[g] * f;
+                a_all += other->part_acc[g][d] * f;
+            }
+            out[(size_t)(first_head + g) * HEAD_DIM + d] = a_all / l_all;
+        }
+    }
+    cluster.sync(); /* rank 0 is done reading the others' shared memory before they exit */
+}
+
+int group_size_for(int group_heads) {
+    if (group_heads % 4 == 0) return 4;
+    if (group_heads % 2 == 0) return 2;
+    return 1;
+}
+
+template <int GROUP>
+cudaError_t launch_group(int cluster_size, const dim3 &grid, cudaStream_t stream, bool use_pdl, const float *qkv,
+                         float *out, const cuda_kv_layer &kv, const int32_t *block_table, const int32_t *context_len,
+                         const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin,
+                         float eps, int n_heads, float scale_log2, bool query_only) {
+    auto kernel = attention_decode_cluster_kernel<GROUP>;
+    const size_t smem = sizeof(cluster_smem<GROUP>);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && cluster_size > 8) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return e;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(THREADS);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[2];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = (unsigned)cluster_size;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = use_pdl ? 2 : 1;
+    if (query_only) { /* how many such clusters fit on the device at once */
+        int clusters = 0;
+        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+        return e != cudaSuccess ? e : clusters >= (int)(grid.y * grid.z) ? cudaSuccess : cudaErrorInvalidConfiguration;
+    }
+    return cudaLaunchKernelEx(&config, kernel, qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos,
+                              rope_sin, eps, n_heads, scale_log2);
+}
+
+cudaError_t dispatch(int cluster_size, int n_heads, const cuda_kv_layer &kv, cudaStream_t stream, bool use_pdl,
+                     const float *qkv, float *out, const int32_t *block_table, const int32_t *context_len,
+                     const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
+                     float scale_log2, bool query_only) {
+    const int group_heads = n_heads / kv.n_kv_heads;
+    const int group = group_size_for(group_heads);
+    const dim3 grid((unsigned)cluster_size, (unsigned)kv.n_kv_heads, (unsigned)(group_heads / group));
+#define LAUNCH(G)                                                                                          \
+    launch_group<G>(cluster_size, grid, stream, use_pdl, qkv, out, kv, block_table, context_len, q_norm, k_norm, \
+                    rope_cos, rope_sin, eps, n_heads, scale_log2, query_only)
+    switch (group) {
+    case 4: return LAUNCH(4);
+    case 2: return LAUNCH(2);
+    default: return LAUNCH(1);
+    }
+#undef LAUNCH
+}
+
+bool shape_supported(int n_heads, const cuda_kv_layer &kv) {
+    return kv.head_dim == HEAD_DIM && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0;
+}
+
+} // namespace
+
+extern "C" int cuda_attention_decode_cluster_size(int n_heads, cuda_kv_layer kv) {
+    if (!shape_supported(n_heads, kv)) return 0;
+    for (int size = 16; size >= 8; size /= 2) {
+        const cudaError_t e = dispatch(size, n_heads, kv, 0, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                       0.0f, 0.0f, true);
+        if (e == cudaSuccess) return size;
+        (void)cudaGetLastError(); /* a refused size is an answer, not an error to keep */
+    }
+    return 0;
+}
+
+extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_layer kv,
+                                                     const int32_t *block_table, const int32_t *context_len,
+                                                     const float *q_norm, const float *k_norm, const float *rope_cos,
+                                                     const float *rope_sin, float eps, int n_heads, float scale,
+                                                     int cluster_size, void *stream, int use_pdl) {
+    if (!shape_supported(n_heads, kv) || (cluster_size != 8 && cluster_size != 16))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_cluster: head_dim %d heads %d kv heads %d cluster %d",
+                         kv.head_dim, n_heads, kv.n_kv_heads, cluster_size);
+    CUDA_CHECK(dispatch(cluster_size, n_heads, kv, static_cast<cudaStream_t>(stream), use_pdl != 0, qkv, out,
+                        block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps,
+                        scale * 1.4426950408889634f, false));
+    return KITE_OK;
+}
