@@ -251,12 +251,6 @@ __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x == 0) counters[counter_index] = 0;
 }
 
-int group_size_for(int group_heads) {
-    if (group_heads % 4 == 0) return 4;
-    if (group_heads % 2 == 0) return 2;
-    return 1;
-}
-
 } // namespace
 
 extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int n_splits) {
@@ -275,7 +269,7 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: head_dim %d heads %d kv heads %d splits %d seqs %d",
                          kv.head_dim, n_heads, kv.n_kv_heads, n_splits, n_seqs);
     const int group_heads = n_heads / kv.n_kv_heads;
-    const int group = group_size_for(group_heads);
+    const int group = decode_group_size(group_heads);
     const dim3 grid(kv.n_kv_heads, n_splits, (group_heads / group) * n_seqs);
     float *ws_acc = static_cast<float *>(workspace);
     float2 *ws_stats = reinterpret_cast<float2 *>(ws_acc + (size_t)n_seqs * (size_t)n_heads * (size_t)n_splits * HEAD_DIM);

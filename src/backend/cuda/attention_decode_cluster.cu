@@ -124,9 +124,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     pdl_wait();
     pdl_launch_dependents();
 
-    /* The query heads, and in the block that owns the new position its K and V (to the cache and to smem). */
+    /* The query heads, and in the block that owns the new position its K and V: into shared memory for this
+     * block's own use, and (head group 0 only: one writer) appended to the cache. */
     const bool owns_new = begin <= position && position < end;
-    const size_t qkv_stride_heads = (size_t)n_heads;
     for (int item = warp; item < GROUP + 2; item += WARPS) {
         if (item < GROUP) {
             const float *src = qkv + (size_t)(first_head + item) * HEAD_DIM;
@@ -137,27 +137,21 @@ __global__ void __launch_bounds__(THREADS, 1)
             sm.q[item][d0 + 1] = v[1] * scale_log2;
             sm.q[item][d1] = v[2] * scale_log2;
             sm.q[item][d1 + 1] = v[3] * scale_log2;
-        } else if (owns_new && blockIdx.z == 0) { /* one head group appends; the others read it from smem */
-            const int kind = item - GROUP;
-            const float *src = qkv + (qkv_stride_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
+        } else if (owns_new) {
+            const int kind = item - GROUP; /* 0: K, 1: V; qkv holds the query heads, then K heads, then V heads */
+            const float *src = qkv + ((size_t)n_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
             const float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
             float v[4] = {lo.x, lo.y, hi.x, hi.y};
             if (kind == 0) norm_rope_lane(lo, hi, kw, rc, rs, eps, v);
             const uint32_t a = pack_bf16x2(v[0], v[1]), b = pack_bf16x2(v[2], v[3]);
-            const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
-            bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
-            *reinterpret_cast<uint32_t *>(dst + d0) = a;
-            *reinterpret_cast<uint32_t *>(dst + d1) = b;
             *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d0]) = a;
             *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d1]) = b;
-        } else if (owns_new) { /* other head groups: the same values, computed again (cheap), smem only */
-            const int kind = item - GROUP;
-            const float *src = qkv + (qkv_stride_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
-            const float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
-            float v[4] = {lo.x, lo.y, hi.x, hi.y};
-            if (kind == 0) norm_rope_lane(lo, hi, kw, rc, rs, eps, v);
-            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d0]) = pack_bf16x2(v[0], v[1]);
-            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d1]) = pack_bf16x2(v[2], v[3]);
+            if (blockIdx.z == 0) {
+                const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
+                bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
+                *reinterpret_cast<uint32_t *>(dst + d0) = a;
+                *reinterpret_cast<uint32_t *>(dst + d1) = b;
+            }
         }
     }
     __syncthreads();
@@ -265,12 +259,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     cluster.sync(); /* rank 0 is done reading the others' shared memory before they exit */
 }
 
-int group_size_for(int group_heads) {
-    if (group_heads % 4 == 0) return 4;
-    if (group_heads % 2 == 0) return 2;
-    return 1;
-}
-
 template <int GROUP>
 cudaError_t launch_group(int cluster_size, const dim3 &grid, cudaStream_t stream, bool use_pdl, const float *qkv,
                          float *out, const cuda_kv_layer &kv, const int32_t *block_table, const int32_t *context_len,
@@ -309,7 +297,7 @@ cudaError_t dispatch(int cluster_size, int n_heads, const cuda_kv_layer &kv, cud
                      const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
                      float scale_log2, bool query_only) {
     const int group_heads = n_heads / kv.n_kv_heads;
-    const int group = group_size_for(group_heads);
+    const int group = decode_group_size(group_heads);
     const dim3 grid((unsigned)cluster_size, (unsigned)kv.n_kv_heads, (unsigned)(group_heads / group));
 #define LAUNCH(G)                                                                                          \
     launch_group<G>(cluster_size, grid, stream, use_pdl, qkv, out, kv, block_table, context_len, q_norm, k_norm, \

@@ -15,6 +15,7 @@
  *   256), the rows past B being dummies that write to a scratch KV block.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/decode_attention.cuh" /* decode_group_size */
 
 #include <math.h>
 #include <stdio.h>
@@ -1102,7 +1103,7 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
 
     /* Decode buffers: fixed for the life of the backend, so the captured graph stays valid. */
     const int group_heads = c->n_heads / c->n_kv_heads;
-    const int head_groups = group_heads % 4 == 0 ? group_heads / 4 : group_heads % 2 == 0 ? group_heads / 2 : group_heads;
+    const int head_groups = group_heads / decode_group_size(group_heads);
     b->head_groups = head_groups;
     int splits = (4 * (b->sm_count ? b->sm_count : 132)) / (c->n_kv_heads * head_groups);
     if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));

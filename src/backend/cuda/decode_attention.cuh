@@ -9,6 +9,14 @@
 
 constexpr int DECODE_HEAD_DIM = 128; /* the only head_dim the CUDA kernels implement (every Qwen3 dense size) */
 
+/* Query heads per attention block: the largest of 4, 2, 1 dividing the heads that share a kv head (each K/V row
+ * a block reads serves that many heads). */
+static inline int decode_group_size(int group_heads) {
+    if (group_heads % 4 == 0) return 4;
+    if (group_heads % 2 == 0) return 2;
+    return 1;
+}
+
 /* RMSNorm (* weight w) and RoPE (rotate-half, angles c / s) of one head held by a warp, from the lane's
  * loaded values lo = dims (2l, 2l + 1) and hi = dims (64 + 2l, 65 + 2l). */
 __device__ __forceinline__ void norm_rope_lane(float2 lo, float2 hi, const float w[4], float2 c, float2 s, float eps,

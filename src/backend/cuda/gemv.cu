@@ -2,10 +2,10 @@
  * vector (optionally RMS-normalised) staged in shared memory as fp32, fused epilogues (residual add,
  * SwiGLU of gate/up row pairs, argmax partials for the lm_head).
  *
- * Work split: a warp owns R weight rows at a time and walks them together, U chunks of 8 bf16 per lane
- * per row and step, with the next step's R * U 16-byte loads in flight while it multiplies the current one. Blocks loop over warp tasks
- * (a grid of at most four 4-warp blocks per SM), so the prologue (and its RMSNorm) is paid once per block and
- * under PDL the whole grid is resident and can fetch its first weights before the previous kernel ends. */
+ * Work split: a warp owns R weight rows at a time and walks them together, U chunks of 8 bf16 per lane per
+ * row and step, with the next step's R * U 16-byte loads in flight while it multiplies the current one.
+ * Blocks loop over warp tasks (a grid of at most four 4-warp blocks per SM), so the prologue (and its RMSNorm)
+ * is paid once per block, and under PDL each warp fetches its first two steps before the previous kernel ends. */
 #include "backend/cuda/gemv_task.cuh"
 
 #include <float.h>
