@@ -191,96 +191,70 @@ static void test_chunked_prefill(void) {
     free(mixed);
 }
 
-/* The persistent decode kernel (opt-in B = 1 path) against the per-kernel graph path on the same
- * steps: seq 0 through one, seq 1 through the other, after a 1000-token prompt (16 attention blocks per
- * kv head, so the cross-block combine runs) and after a 20-token one (one block). Different summation
- * orders only: logits within rel L2 1e-3 and the same argmax unless a near tie. */
-static void test_persistent_vs_graph_at(int prompt_len, uint32_t seed) {
+/* Two single-stream decode paths on the same steps: seq 0 through path a, seq 1 through path b, switching
+ * paths every step (use_path(0) / use_path(1) select them). Different summation orders only: logits within
+ * rel L2 1e-3 and the same argmax unless a near tie. */
+static void compare_decode_paths(const char *name_a, const char *name_b, void (*use_path)(int b_path), int prompt_len,
+                                 uint32_t seed) {
+    const int V = config.vocab_size, steps = 8;
+    int32_t tokens[1000 + 8];
+    prompt_tokens(tokens, prompt_len, seed);
+    run_seq(gpu, 0, tokens, prompt_len, 0);
+    run_seq(gpu, 1, tokens, prompt_len, 0);
+    TRY(gpu->ops->read_logits(gpu, logits_a, 1));
+    double worst = 0;
+    for (int step = 0; step < steps; step++) {
+        const int32_t next = argmax_of(logits_a, V);
+        use_path(0);
+        run_seq(gpu, 0, &next, 1, prompt_len + step);
+        TRY(gpu->ops->read_logits(gpu, logits_a, 1));
+        int32_t id_a = -1, id_b = -1;
+        TRY(gpu->ops->argmax(gpu, &id_a, 1));
+        use_path(1);
+        run_seq(gpu, 1, &next, 1, prompt_len + step);
+        TRY(gpu->ops->read_logits(gpu, logits_b, 1));
+        TRY(gpu->ops->argmax(gpu, &id_b, 1));
+        const double e = rel_l2(logits_a, logits_b, (size_t)V);
+        if (e > worst) worst = e;
+        CHECK_MSG(id_a == argmax_of(logits_a, V), "step %d: %s argmax %d, host argmax of its logits %d", step, name_a,
+                  id_a, argmax_of(logits_a, V));
+        CHECK_MSG(id_a == id_b || (in_top5(logits_a, V, id_b) && in_top5(logits_b, V, id_a)),
+                  "step %d: %s %d vs %s %d beyond a near tie", step, name_a, id_a, name_b, id_b);
+    }
+    printf("  %s vs %s decode after %d tokens, %d steps: worst logits rel L2 %.3e\n", name_a, name_b, prompt_len,
+           steps, worst);
+    CHECK_MSG(worst <= 1e-3, "%s and %s decode differ: rel L2 %.3e", name_a, name_b, worst);
+}
+
+static void use_persistent_or_graph(int graph) { TRY(cuda_backend_set_persistent_decode(gpu, !graph)); }
+
+/* The persistent decode kernel (opt-in B = 1 path) against the per-kernel graph path, after a 1000-token
+ * prompt (16 attention blocks per kv head, so the cross-block combine runs) and after a 20-token one. */
+static void test_persistent_vs_graph(void) {
     const int was_on = cuda_backend_persistent_decode(gpu);
     TRY(cuda_backend_set_persistent_decode(gpu, 1));
     if (!cuda_backend_persistent_decode(gpu)) {
         printf("  persistent decode is not available for this model/device: nothing to compare\n");
         return;
     }
-    const int V = config.vocab_size, steps = 8;
-    int32_t tokens[1000 + 8];
-    prompt_tokens(tokens, prompt_len, seed);
-    run_seq(gpu, 0, tokens, prompt_len, 0);
-    run_seq(gpu, 1, tokens, prompt_len, 0);
-    TRY(gpu->ops->read_logits(gpu, logits_a, 1));
-    double worst = 0;
-    for (int step = 0; step < steps; step++) {
-        const int32_t next = argmax_of(logits_a, V);
-        tokens[prompt_len + step] = next;
-        TRY(cuda_backend_set_persistent_decode(gpu, 1));
-        run_seq(gpu, 0, &next, 1, prompt_len + step);
-        TRY(gpu->ops->read_logits(gpu, logits_a, 1));
-        int32_t id_persistent = -1, id_graph = -1;
-        TRY(gpu->ops->argmax(gpu, &id_persistent, 1));
-        TRY(cuda_backend_set_persistent_decode(gpu, 0));
-        run_seq(gpu, 1, &next, 1, prompt_len + step);
-        TRY(gpu->ops->read_logits(gpu, logits_b, 1));
-        TRY(gpu->ops->argmax(gpu, &id_graph, 1));
-        const double e = rel_l2(logits_a, logits_b, (size_t)V);
-        if (e > worst) worst = e;
-        CHECK_MSG(id_persistent == argmax_of(logits_a, V), "step %d: persistent argmax %d, host argmax of its logits %d",
-                  step, id_persistent, argmax_of(logits_a, V));
-        CHECK_MSG(id_persistent == id_graph || (in_top5(logits_a, V, id_graph) && in_top5(logits_b, V, id_persistent)),
-                  "step %d: persistent %d vs graph %d beyond a near tie", step, id_persistent, id_graph);
-    }
+    compare_decode_paths("persistent", "graph", use_persistent_or_graph, 1000, 21);
+    compare_decode_paths("persistent", "graph", use_persistent_or_graph, 20, 22);
     TRY(cuda_backend_set_persistent_decode(gpu, was_on));
-    printf("  persistent vs graph decode after %d tokens, %d steps: worst logits rel L2 %.3e\n", prompt_len, steps, worst);
-    CHECK_MSG(worst <= 1e-3, "persistent and graph decode differ: rel L2 %.3e", worst);
 }
 
-static void test_persistent_vs_graph(void) {
-    test_persistent_vs_graph_at(1000, 21);
-    test_persistent_vs_graph_at(20, 22);
-}
+static void use_cluster_or_split(int split) { TRY(cuda_backend_set_cluster_max_context(gpu, split ? 0 : INT32_MAX)); }
 
-/* The two single-stream decode attentions (cluster kernel, split-K kernel) on the same steps: seq 0 through
- * one graph, seq 1 through the other, alternating graphs every step; after 1000 tokens (several tiles per
- * block) and 20 (fewer positions than blocks in a cluster). */
-static void test_cluster_vs_split_at(int prompt_len, uint32_t seed) {
+/* The two single-stream decode attentions (cluster kernel, split-K kernel), after 1000 tokens (several tiles
+ * per block) and 20 (fewer positions than blocks in a cluster). */
+static void test_cluster_vs_split(void) {
     if (!cuda_backend_attention_cluster(gpu)) {
         printf("  the cluster attention does not run on this device: nothing to compare\n");
         return;
     }
-    const int V = config.vocab_size, steps = 8;
     const int32_t max_context = cuda_backend_cluster_max_context(gpu);
-    int32_t tokens[1000 + 8];
-    prompt_tokens(tokens, prompt_len, seed);
-    run_seq(gpu, 0, tokens, prompt_len, 0);
-    run_seq(gpu, 1, tokens, prompt_len, 0);
-    TRY(gpu->ops->read_logits(gpu, logits_a, 1));
-    double worst = 0;
-    for (int step = 0; step < steps; step++) {
-        const int32_t next = argmax_of(logits_a, V);
-        TRY(cuda_backend_set_cluster_max_context(gpu, INT32_MAX));
-        run_seq(gpu, 0, &next, 1, prompt_len + step);
-        TRY(gpu->ops->read_logits(gpu, logits_a, 1));
-        int32_t id_cluster = -1, id_split = -1;
-        TRY(gpu->ops->argmax(gpu, &id_cluster, 1));
-        TRY(cuda_backend_set_cluster_max_context(gpu, 0));
-        run_seq(gpu, 1, &next, 1, prompt_len + step);
-        TRY(gpu->ops->read_logits(gpu, logits_b, 1));
-        TRY(gpu->ops->argmax(gpu, &id_split, 1));
-        const double e = rel_l2(logits_a, logits_b, (size_t)V);
-        if (e > worst) worst = e;
-        CHECK_MSG(id_cluster == argmax_of(logits_a, V), "step %d: cluster argmax %d, host argmax of its logits %d", step,
-                  id_cluster, argmax_of(logits_a, V));
-        CHECK_MSG(id_cluster == id_split || (in_top5(logits_a, V, id_split) && in_top5(logits_b, V, id_cluster)),
-                  "step %d: cluster %d vs split-K %d beyond a near tie", step, id_cluster, id_split);
-    }
+    compare_decode_paths("cluster", "split-K", use_cluster_or_split, 1000, 31);
+    compare_decode_paths("cluster", "split-K", use_cluster_or_split, 20, 32);
     TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
-    printf("  cluster vs split-K decode attention after %d tokens, %d steps: worst logits rel L2 %.3e\n", prompt_len,
-           steps, worst);
-    CHECK_MSG(worst <= 1e-3, "cluster and split-K decode differ: rel L2 %.3e", worst);
-}
-
-static void test_cluster_vs_split(void) {
-    test_cluster_vs_split_at(1000, 31);
-    test_cluster_vs_split_at(20, 32);
 }
 
 /* Batched decode (B sequences, one token each, all wanting logits): the batched path's logits against

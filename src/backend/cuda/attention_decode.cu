@@ -24,7 +24,6 @@ constexpr int HEAD_DIM = DECODE_HEAD_DIM;
 constexpr int THREADS = 128;
 constexpr int STREAMS = THREADS / 8;
 constexpr int MIN_CHUNK = 32; /* 256 measured worse at depth 256: 16.2 us vs 9 us per layer (serial rounds) */
-constexpr float NO_SCORE = -1.0e30f; /* finite, so exp2(NO_SCORE - NO_SCORE) stays 1, never NaN */
 
 __device__ __forceinline__ void load_row(const bf16 *row, int sub, uint4 &a, uint4 &b) {
     const uint4 *p = reinterpret_cast<const uint4 *>(row + sub * 16);
@@ -55,8 +54,7 @@ __global__ void __launch_bounds__(THREADS)
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
                             int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
-    __shared__ float smem_acc[THREADS / 32][GROUP][HEAD_DIM];
-    __shared__ float smem_m[THREADS / 32][GROUP], smem_l[THREADS / 32][GROUP];
+    __shared__ warp_partials<THREADS / 32, GROUP> partials;
     __shared__ float smem_q[GROUP][HEAD_DIM];
     __shared__ bool is_last;
 
@@ -138,13 +136,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int i = 0; i < 16; i++) qr[g][i] = smem_q[g][sub * 16 + i];
     float m[GROUP], l[GROUP], acc[GROUP][16];
-#pragma unroll
-    for (int g = 0; g < GROUP; g++) {
-        m[g] = NO_SCORE;
-        l[g] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 16; i++) acc[g][i] = 0.0f;
-    }
+    stream_init<GROUP>(m, l, acc);
 
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
     for (int round = 0; round < n_rounds; round += 2) {
@@ -169,16 +161,7 @@ __global__ void __launch_bounds__(THREADS)
             bf16x8_to_float(k[j][0], kf);
             bf16x8_to_float(k[j][1], kf + 8);
             float s[GROUP];
-#pragma unroll
-            for (int g = 0; g < GROUP; g++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 16; i++) d += qr[g][i] * kf[i];
-                d += __shfl_xor_sync(0xffffffffu, d, 1);
-                d += __shfl_xor_sync(0xffffffffu, d, 2);
-                d += __shfl_xor_sync(0xffffffffu, d, 4);
-                s[g] = d;
-            }
+            stream_scores<GROUP>(qr, kf, s);
             if (!valid[j]) continue;
             bf16x8_to_float(v[j][0], vf);
             bf16x8_to_float(v[j][1], vf + 8);
@@ -187,33 +170,15 @@ __global__ void __launch_bounds__(THREADS)
     }
 
     merge_warp_streams<GROUP>(m, l, acc);
-    if (lane < 8) {
-#pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-#pragma unroll
-            for (int i = 0; i < 16; i++) smem_acc[warp][g][sub * 16 + i] = acc[g][i];
-            if (lane == 0) {
-                smem_m[warp][g] = m[g];
-                smem_l[warp][g] = l[g];
-            }
-        }
-    }
+    partials.template store<GROUP>(warp, lane, m, l, acc);
     __syncthreads();
 
     /* This split's partial result per head: thread d owns dim d. */
     const int d = threadIdx.x;
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
-        float m_all = NO_SCORE;
-#pragma unroll
-        for (int w = 0; w < THREADS / 32; w++) m_all = fmaxf(m_all, smem_m[w][g]);
-        float l_all = 0.0f, a_all = 0.0f;
-#pragma unroll
-        for (int w = 0; w < THREADS / 32; w++) {
-            const float f = exp2f(smem_m[w][g] - m_all);
-            l_all += smem_l[w][g] * f;
-            a_all += smem_acc[w][g][d] * f;
-        }
+        float m_all, l_all, a_all;
+        partials.merge(g, d, m_all, l_all, a_all);
         if (n_used == 1) { /* the only split: this is the result */
             store_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
             continue;
@@ -235,7 +200,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
         const size_t base = (seq_heads + (size_t)(first_head + g)) * (size_t)n_splits;
-        float m_all = NO_SCORE;
+        float m_all = DECODE_NO_SCORE;
 #pragma unroll 8
         for (int sp = 0; sp < n_used; sp++) m_all = fmaxf(m_all, __ldcg(&ws_stats[base + sp]).x);
         float l_all = 0.0f, a_all = 0.0f;

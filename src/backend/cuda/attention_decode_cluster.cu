@@ -34,7 +34,6 @@ constexpr int STAGES = 4;
 constexpr int ROW_BYTES = HEAD_DIM * 2;                   /* one K or V row, bf16 */
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;          /* K rows then V rows */
 constexpr int PIECES_PER_THREAD = TILE_BYTES / 16 / THREADS;
-constexpr float NO_SCORE = -1.0e30f; /* finite, so exp2(NO_SCORE - NO_SCORE) stays 1, never NaN */
 
 __device__ __forceinline__ void cp_async_16(void *smem, const void *global) {
     const unsigned address = (unsigned)__cvta_generic_to_shared(smem);
@@ -54,20 +53,14 @@ struct cluster_smem {
     float part_m[GROUP], part_l[GROUP];
 };
 
-/* The warps' merge scratch reuses the stages once the loop is done. */
-template <int GROUP>
-struct merge_scratch {
-    float acc[WARPS][GROUP][HEAD_DIM];
-    float m[WARPS][GROUP], l[WARPS][GROUP];
-};
-
 template <int GROUP>
 __global__ void __launch_bounds__(THREADS, 1)
     attention_decode_cluster_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
                                     const int32_t *context_len, const float *__restrict__ q_norm,
                                     const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                                     const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2) {
-    static_assert(sizeof(merge_scratch<GROUP>) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
+    using merge_scratch = warp_partials<WARPS, GROUP>; /* reuses the stages once the loop is done */
+    static_assert(sizeof(merge_scratch) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     cluster_smem<GROUP> &sm = *reinterpret_cast<cluster_smem<GROUP> *>(smem_raw);
     cg::cluster_group cluster = cg::this_cluster();
@@ -162,13 +155,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 16; i++) qr[g][i] = sm.q[g][sub * 16 + i];
     float m[GROUP], l[GROUP], acc[GROUP][16];
-#pragma unroll
-    for (int g = 0; g < GROUP; g++) {
-        m[g] = NO_SCORE;
-        l[g] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 16; i++) acc[g][i] = 0.0f;
-    }
+    stream_init<GROUP>(m, l, acc);
 
     for (int tile = 0; tile < n_tiles; tile++) {
         const int32_t refill_block = table_block(tile + STAGES); /* used after this tile's math */
@@ -186,16 +173,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         bf16x8_to_float(k_row[2 * sub], kf);
         bf16x8_to_float(k_row[2 * sub + 1], kf + 8);
         float s[GROUP];
-#pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 16; i++) d += qr[g][i] * kf[i];
-            d += __shfl_xor_sync(0xffffffffu, d, 1);
-            d += __shfl_xor_sync(0xffffffffu, d, 2);
-            d += __shfl_xor_sync(0xffffffffu, d, 4);
-            s[g] = d;
-        }
+        stream_scores<GROUP>(qr, kf, s);
         if (p < end) {
             bf16x8_to_float(v_row[2 * sub], vf);
             bf16x8_to_float(v_row[2 * sub + 1], vf + 8);
@@ -208,32 +186,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     /* Streams -> warps (shuffles) -> block (shared memory) -> cluster (rank 0 reads every block's partial). */
     merge_warp_streams<GROUP>(m, l, acc);
-    merge_scratch<GROUP> &ms = *reinterpret_cast<merge_scratch<GROUP> *>(sm.stages);
+    merge_scratch &ms = *reinterpret_cast<merge_scratch *>(sm.stages);
     __syncthreads();
-    if (lane < 8) {
-#pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-#pragma unroll
-            for (int i = 0; i < 16; i++) ms.acc[warp][g][sub * 16 + i] = acc[g][i];
-            if (lane == 0) {
-                ms.m[warp][g] = m[g];
-                ms.l[warp][g] = l[g];
-            }
-        }
-    }
+    ms.template store<GROUP>(warp, lane, m, l, acc);
     __syncthreads();
     for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
         const int g = item / HEAD_DIM, d = item % HEAD_DIM;
-        float m_all = NO_SCORE;
-#pragma unroll
-        for (int w = 0; w < WARPS; w++) m_all = fmaxf(m_all, ms.m[w][g]);
-        float l_all = 0.0f, a_all = 0.0f;
-#pragma unroll
-        for (int w = 0; w < WARPS; w++) {
-            const float f = exp2f(ms.m[w][g] - m_all);
-            l_all += ms.l[w][g] * f;
-            a_all += ms.acc[w][g][d] * f;
-        }
+        float m_all, l_all, a_all;
+        ms.merge(g, d, m_all, l_all, a_all);
         sm.part_acc[g][d] = a_all;
         if (d == 0) {
             sm.part_m[g] = m_all;
@@ -244,7 +204,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (rank == 0) {
         for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
             const int g = item / HEAD_DIM, d = item % HEAD_DIM;
-            float m_all = NO_SCORE;
+            float m_all = DECODE_NO_SCORE;
             for (int r = 0; r < n_ranks; r++) m_all = fmaxf(m_all, cluster.map_shared_rank(&sm, r)->part_m[g]);
             float l_all = 0.0f, a_all = 0.0f;
             for (int r = 0; r < n_ranks; r++) {

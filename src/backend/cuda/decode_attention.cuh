@@ -33,6 +33,35 @@ __device__ __forceinline__ void norm_rope_lane(float2 lo, float2 hi, const float
     out[3] = hi.y * c.y + lo.y * s.y;
 }
 
+/* A stream's empty state: no position seen (max NO_SCORE, sum 0, accumulator 0). */
+constexpr float DECODE_NO_SCORE = -1.0e30f; /* finite, so exp2(NO_SCORE - NO_SCORE) stays 1, never NaN */
+template <int GROUP>
+__device__ __forceinline__ void stream_init(float m[GROUP], float l[GROUP], float acc[GROUP][16]) {
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = DECODE_NO_SCORE;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc[g][i] = 0.0f;
+    }
+}
+
+/* The scores (base 2) of one position for GROUP query heads: each lane's 16-dim dot product of its query
+ * values qr and key values kf, summed over the 8 lanes of its stream. Every lane of the warp calls it. */
+template <int GROUP>
+__device__ __forceinline__ void stream_scores(const float qr[GROUP][16], const float kf[16], float s[GROUP]) {
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) d += qr[g][i] * kf[i];
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        d += __shfl_xor_sync(0xffffffffu, d, 2);
+        d += __shfl_xor_sync(0xffffffffu, d, 4);
+        s[g] = d;
+    }
+}
+
 /* Folds one position (scores s, this lane's 16 values vf) into a stream's running max, sum and accumulator. */
 template <int GROUP>
 __device__ __forceinline__ void online_softmax_add(float m[GROUP], float l[GROUP], float acc[GROUP][16],
@@ -69,5 +98,42 @@ __device__ __forceinline__ void merge_warp_streams(float m[GROUP], float l[GROUP
         }
     }
 }
+
+/* The warps' results of a block in shared memory (after merge_warp_streams, lanes 0-7 of each warp hold its
+ * result) and their merge for one (head g, dim d). GROUP_CAP >= the GROUP stored. */
+template <int WARPS, int GROUP_CAP>
+struct __align__(16) warp_partials {
+    float acc[WARPS][GROUP_CAP][DECODE_HEAD_DIM];
+    float m[WARPS][GROUP_CAP], l[WARPS][GROUP_CAP];
+
+    template <int GROUP>
+    __device__ __forceinline__ void store(int warp, int lane, const float m_[GROUP], const float l_[GROUP],
+                                          const float acc_[GROUP][16]) {
+        if (lane >= 8) return;
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[warp][g][lane * 16 + i] = acc_[g][i];
+            if (lane == 0) {
+                m[warp][g] = m_[g];
+                l[warp][g] = l_[g];
+            }
+        }
+    }
+    /* The block's max, sum and accumulator value of head g, dim d over all warps. */
+    __device__ __forceinline__ void merge(int g, int d, float &m_all, float &l_all, float &a_all) const {
+        m_all = DECODE_NO_SCORE;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) m_all = fmaxf(m_all, m[w][g]);
+        l_all = 0.0f;
+        a_all = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            const float f = exp2f(m[w][g] - m_all);
+            l_all += l[w][g] * f;
+            a_all += acc[w][g][d] * f;
+        }
+    }
+};
 
 #endif

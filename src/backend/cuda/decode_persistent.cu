@@ -43,7 +43,6 @@ constexpr int HEAD_DIM = DECODE_HEAD_DIM;
 constexpr int STAGES_PER_LAYER = 5;
 constexpr int ATT_MIN_CHUNK = 64;        /* positions per block at least: one round of loads at short context */
 constexpr int ATT_GROUP_MAX = 2;         /* query heads per attention unit */
-constexpr float NO_SCORE = -1.0e30f;     /* finite: exp2(NO_SCORE - NO_SCORE) = 1, never NaN */
 
 /* ---- the kernel's arguments ------------------------------------------------------------------------ */
 
@@ -276,10 +275,9 @@ struct matvec_pipe {
  * per-unit counter). Needs a cache block size that is a multiple of 16. */
 constexpr int ATT_PIECE = 16; /* positions per piece: K + V of one kv head = 2 x 4 KB = SLOT_BYTES */
 
-struct __align__(16) attention_smem { /* q and acc are read as float4 */
+struct __align__(16) attention_smem { /* q is read as float4 */
     float q[ATT_GROUP_MAX][HEAD_DIM];
-    float acc[WARPS][ATT_GROUP_MAX][HEAD_DIM];
-    float m[WARPS][ATT_GROUP_MAX], l[WARPS][ATT_GROUP_MAX];
+    warp_partials<WARPS, ATT_GROUP_MAX> partials;
     bool is_last;
 };
 
@@ -430,13 +428,7 @@ struct attention_stage {
         __syncthreads(); /* sm.q ready; the new K/V row is in global memory for this block's reads */
 
         float m[GROUP], l[GROUP], acc[GROUP][16];
-#pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-            m[g] = NO_SCORE;
-            l[g] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 16; i++) acc[g][i] = 0.0f;
-        }
+        stream_init<GROUP>(m, l, acc);
         for (int i = 0; i < n_pieces; i++) {
             const int p0 = begin + (first_piece + i * WARPS) * ATT_PIECE;
             const int slot = (int)(pipe.consumed % (uint32_t)pipe.n_slots);
@@ -466,33 +458,15 @@ struct attention_stage {
 
         /* Merge the 4 streams of each warp, then the warps in shared memory. */
         merge_warp_streams<GROUP>(m, l, acc);
-        if (lane < 8) {
-#pragma unroll
-            for (int g = 0; g < GROUP; g++) {
-#pragma unroll
-                for (int i = 0; i < 16; i++) sm.acc[warp][g][sub * 16 + i] = acc[g][i];
-                if (lane == 0) {
-                    sm.m[warp][g] = m[g];
-                    sm.l[warp][g] = l[g];
-                }
-            }
-        }
+        sm.partials.template store<GROUP>(warp, lane, m, l, acc);
         __syncthreads();
 
         /* This block's result per head: thread t < GROUP * 128 owns head t / 128, dim t % 128. */
         const int t = threadIdx.x, g = t / HEAD_DIM, d = t % HEAD_DIM;
         const int partial = blockIdx.x; /* < n_items <= gridDim.x */
         if (g < GROUP) {
-            float m_all = NO_SCORE;
-#pragma unroll
-            for (int w = 0; w < WARPS; w++) m_all = fmaxf(m_all, sm.m[w][g]);
-            float l_all = 0.0f, a_all = 0.0f;
-#pragma unroll
-            for (int w = 0; w < WARPS; w++) {
-                const float f = exp2f(sm.m[w][g] - m_all);
-                l_all += sm.l[w][g] * f;
-                a_all += sm.acc[w][g][d] * f;
-            }
+            float m_all, l_all, a_all;
+            sm.partials.merge(g, d, m_all, l_all, a_all);
             if (n_used == 1) {
                 __stcg(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
             } else {
@@ -510,7 +484,7 @@ struct attention_stage {
         __threadfence();
         if (g < GROUP) {
             const int first_partial = unit * blocks_per_unit;
-            float m_all = NO_SCORE;
+            float m_all = DECODE_NO_SCORE;
             for (int sp = 0; sp < n_used; sp++)
                 m_all = fmaxf(m_all, __ldcg(&ws.att_stats[(size_t)(first_partial + sp) * ATT_GROUP_MAX + g]).x);
             float l_all = 0.0f, a_all = 0.0f;

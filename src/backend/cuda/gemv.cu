@@ -183,36 +183,49 @@ __global__ void argmax_partials_kernel(const argmax_entry *partial, int n_partia
     if (threadIdx.x == 0) out[0] = argmax_id(best);
 }
 
-int gemv_sm_count = 0;
-
-int gemv_grid(int n_tasks) {
-    if (gemv_sm_count == 0) {
+/* The largest grid: GEMV_BLOCKS_PER_SM blocks per SM (the ARGMAX workspace holds a partial per block). */
+int gemv_max_grid() {
+    static int sm_count = 0;
+    if (sm_count == 0) {
         int device = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&gemv_sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-            gemv_sm_count = 132;
+            cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+            sm_count = 132;
     }
-    const int blocks = KITE_CEIL_DIV(n_tasks, GEMV_WARPS);
-    return blocks < GEMV_BLOCKS_PER_SM * gemv_sm_count ? blocks : GEMV_BLOCKS_PER_SM * gemv_sm_count;
+    return GEMV_BLOCKS_PER_SM * sm_count;
 }
 
+int gemv_grid(int n_tasks) {
+    const int blocks = KITE_CEIL_DIV(n_tasks, GEMV_WARPS);
+    return blocks < gemv_max_grid() ? blocks : gemv_max_grid();
+}
+
+/* One product as cuda_gemv was asked for it (ADD_SETTLED as ADD with y_settled). */
+struct gemv_call {
+    const bf16 *weight;
+    const float *x, *norm_weight;
+    float eps;
+    float *y;
+    int rows, cols;
+    argmax_entry *partial;
+    int32_t *argmax_out;
+    cudaStream_t stream;
+    bool pdl, y_settled;
+};
+
 template <int R, int U, int EPILOGUE, int MIN_BLOCKS>
-kite_status gemv_launch(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
-                        int cols, void *workspace, int32_t *argmax_out, cudaStream_t stream, bool use_pdl,
-                        bool y_settled) {
+kite_status gemv_launch(const gemv_call &c) {
     const int outputs_per_task = EPILOGUE == CUDA_GEMV_SWIGLU ? R / 2 : R;
-    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? c.rows / 2 : c.rows;
     const int grid = gemv_grid(KITE_CEIL_DIV(n_outputs, outputs_per_task));
-    const size_t smem = (size_t)cols * sizeof(float) * (norm_weight != nullptr ? 2 : 1);
+    const size_t smem = (size_t)c.cols * sizeof(float) * (c.norm_weight != nullptr ? 2 : 1);
     auto kernel = gemv_kernel<R, U, EPILOGUE, MIN_BLOCKS>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    argmax_entry *partial = reinterpret_cast<argmax_entry *>(workspace);
-    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, stream, use_pdl,
-                             reinterpret_cast<const bf16 *>(weight), x, norm_weight, eps, y, rows, cols, partial,
-                             y_settled));
+    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, c.stream, c.pdl, c.weight, c.x,
+                             c.norm_weight, c.eps, c.y, c.rows, c.cols, c.partial, c.y_settled));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)
-        CUDA_CHECK(launch_kernel(argmax_partials_kernel, dim3(1), dim3(1024), 0, stream, use_pdl,
-                                 static_cast<const argmax_entry *>(partial), grid, argmax_out));
+        CUDA_CHECK(launch_kernel(argmax_partials_kernel, dim3(1), dim3(1024), 0, c.stream, c.pdl,
+                                 static_cast<const argmax_entry *>(c.partial), grid, c.argmax_out));
     return KITE_OK;
 }
 
@@ -222,16 +235,15 @@ kite_status gemv_launch(const void *weight, const float *x, const float *norm_we
  * SwiGLU takes 4 rows (2 outputs) per task where that is one round of tasks over the grid's warps, else 2 rows
  * (a better balance across warps when tasks outnumber them). */
 template <int EPILOGUE>
-kite_status gemv_pick(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
-                      int cols, void *workspace, int32_t *argmax_out, cudaStream_t s, bool pdl, bool y_settled) {
+kite_status gemv_pick(const gemv_call &c) {
     constexpr int MIN_BLOCKS = 5, STEP_LOADS = 8;
     if constexpr (EPILOGUE == CUDA_GEMV_SWIGLU) {
-        const bool one_round = KITE_CEIL_DIV(rows / 2, 2) <= gemv_grid(1 << 30) * GEMV_WARPS;
-        return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled)
-                         : gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled);
+        const bool one_round = KITE_CEIL_DIV(c.rows / 2, 2) <= gemv_max_grid() * GEMV_WARPS;
+        return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS>(c)
+                         : gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(c);
     } else {
-        return cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled)
-                            : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, y_settled);
+        return c.cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(c)
+                              : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS>(c);
     }
 }
 
@@ -239,9 +251,7 @@ kite_status gemv_pick(const void *weight, const float *x, const float *norm_weig
 
 extern "C" size_t cuda_gemv_argmax_workspace(int rows) {
     (void)rows;
-    int device = 0, sm_count = 132;
-    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-    return (size_t)(GEMV_BLOCKS_PER_SM * sm_count) * sizeof(argmax_entry);
+    return (size_t)gemv_max_grid() * sizeof(argmax_entry);
 }
 
 extern "C" kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
@@ -251,21 +261,18 @@ extern "C" kite_status cuda_gemv(const void *weight, const float *x, const float
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: unsupported shape %d x %d", rows, cols);
     if ((size_t)cols * sizeof(float) * (norm_weight != NULL ? 2 : 1) > 200 * 1024)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemv: %d columns do not fit in shared memory", cols);
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const bool pdl = use_pdl != 0;
+    const gemv_call c = {static_cast<const bf16 *>(weight), x, norm_weight, eps, y, rows, cols,
+                         static_cast<argmax_entry *>(workspace), argmax_out, static_cast<cudaStream_t>(stream),
+                         use_pdl != 0, epilogue == CUDA_GEMV_ADD_SETTLED};
     switch (epilogue) {
-    case CUDA_GEMV_STORE:
-        return gemv_pick<CUDA_GEMV_STORE>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
+    case CUDA_GEMV_STORE: return gemv_pick<CUDA_GEMV_STORE>(c);
     case CUDA_GEMV_ADD:
-        return gemv_pick<CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
-    case CUDA_GEMV_ADD_SETTLED:
-        return gemv_pick<CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, true);
-    case CUDA_GEMV_SWIGLU:
-        return gemv_pick<CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
+    case CUDA_GEMV_ADD_SETTLED: return gemv_pick<CUDA_GEMV_ADD>(c);
+    case CUDA_GEMV_SWIGLU: return gemv_pick<CUDA_GEMV_SWIGLU>(c);
     case CUDA_GEMV_ARGMAX:
         if (!workspace || !argmax_out)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: ARGMAX needs a workspace and an output");
-        return gemv_pick<CUDA_GEMV_ARGMAX>(weight, x, norm_weight, eps, y, rows, cols, workspace, argmax_out, s, pdl, false);
+        return gemv_pick<CUDA_GEMV_ARGMAX>(c);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: unknown epilogue %d", epilogue);
 }
