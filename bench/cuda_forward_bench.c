@@ -7,7 +7,9 @@
  * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5]
  *                           [--variants]   (decode also without PDL and without the graph)
  *                           [--anatomy]    (decode with each part of a layer left out, then launched twice:
- *                                           what one part costs inside the graph, as differences) */
+ *                                           what one part costs inside the graph, as differences)
+ *                           [--batch 1,8,32] (decode steps of B sequences at once, each at the depth: the
+ *                                           batched path; with --anatomy its parts too) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,44 +61,70 @@ static double median(double *v, int n) {
         }                                                                                                \
     } while (0)
 
+/* Sequence s owns the block table table + s * seq_blocks (scattered blocks, disjoint between sequences). */
 static int32_t *table;
+static int seq_blocks;
 
-static void forward(backend *b, const int32_t *tokens, int n, int before, int wants) {
+static void forward(backend *b, int seq, const int32_t *tokens, int n, int before, int wants) {
     int32_t start[2] = {0, n}, ctx = before + n;
-    const int32_t *t = table;
+    const int32_t *t = table + (size_t)seq * (size_t)seq_blocks;
     uint8_t w = (uint8_t)wants;
     step_batch batch = {1, n, tokens, start, &ctx, &t, &w};
     TRY(b->ops->forward(b, &batch));
 }
 
-/* Prefill `depth` positions in chunks of at most 4096 tokens. */
-static void fill_context(backend *b, const int32_t *tokens, int depth) {
-    for (int done = 0; done < depth;) {
-        const int n = depth - done < 4096 ? depth - done : 4096;
-        forward(b, tokens + done, n, done, 0);
-        done += n;
-    }
+/* Prefill `depth` positions of sequences 0 .. n_seqs - 1, in chunks of at most 4096 tokens. */
+static void fill_context(backend *b, const int32_t *tokens, int depth, int n_seqs) {
+    for (int seq = 0; seq < n_seqs; seq++)
+        for (int done = 0; done < depth;) {
+            const int n = depth - done < 4096 ? depth - done : 4096;
+            forward(b, seq, tokens + done, n, done, 0);
+            done += n;
+        }
     TRY(cuda_backend_synchronize(b));
 }
 
-/* Median seconds per decode step of n_gen greedy steps after `depth` positions (the first repeat is warm-up). */
-static double decode_seconds(backend *b, const int32_t *tokens, int depth, int n_gen, int reps, double *samples) {
+/* Median seconds per decode step of n_gen greedy steps of n_seqs sequences at `depth` positions each (one
+ * sequence: the single-stream path, more: the batched path; the first repeat is warm-up). */
+static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int depth, int n_gen, int reps,
+                             double *samples) {
+    int32_t *next = malloc((size_t)n_seqs * sizeof *next), *start = malloc((size_t)(n_seqs + 1) * sizeof *start);
+    int32_t *ctx = malloc((size_t)n_seqs * sizeof *ctx);
+    const int32_t **tables = malloc((size_t)n_seqs * sizeof *tables);
+    uint8_t *wants = malloc((size_t)n_seqs);
+    if (!next || !start || !ctx || !tables || !wants) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int s = 0; s < n_seqs; s++) {
+        tables[s] = table + (size_t)s * (size_t)seq_blocks;
+        wants[s] = 1;
+        start[s] = s;
+    }
+    start[n_seqs] = n_seqs;
     for (int r = 0; r <= reps; r++) {
-        int32_t next = tokens[depth];
+        for (int s = 0; s < n_seqs; s++) next[s] = tokens[depth + s];
         const double t0 = now_s();
-        for (int s = 0; s < n_gen; s++) {
-            forward(b, &next, 1, depth + s, 1);
-            TRY(b->ops->argmax(b, &next, 1));
+        for (int g = 0; g < n_gen; g++) {
+            for (int s = 0; s < n_seqs; s++) ctx[s] = depth + g + 1;
+            step_batch batch = {n_seqs, n_seqs, next, start, ctx, tables, wants};
+            TRY(b->ops->forward(b, &batch));
+            TRY(b->ops->argmax(b, next, n_seqs));
         }
         samples[r] = now_s() - t0;
     }
+    free(next);
+    free(start);
+    free(ctx);
+    free(tables);
+    free(wants);
     return median(samples + 1, reps) / n_gen;
 }
 
 /* The graph path's step with each part of every layer left out, then launched twice: the differences to
  * the full step are what that part costs inside the graph (per layer), with its neighbours' overlap. */
-static void print_anatomy(backend *b, const int32_t *tokens, int depth, int n_gen, int reps, double *samples,
-                          int n_layers) {
+static void print_anatomy(backend *b, const int32_t *tokens, int n_seqs, int depth, int n_gen, int reps,
+                          double *samples, int n_layers) {
     static const struct {
         const char *name;
         unsigned mask;
@@ -105,13 +133,14 @@ static void print_anatomy(backend *b, const int32_t *tokens, int depth, int n_ge
                  {"down", CUDA_DECODE_PART_DOWN},       {"lm_head", CUDA_DECODE_PART_LM_HEAD},
                  {"all layers", CUDA_DECODE_PART_QKV | CUDA_DECODE_PART_ATTENTION | CUDA_DECODE_PART_O |
                                     CUDA_DECODE_PART_GATE_UP | CUDA_DECODE_PART_DOWN}};
-    const double full = decode_seconds(b, tokens, depth, n_gen, reps, samples);
-    printf("anatomy @ depth %d: full step %.4f ms; per part: us per layer left out / added twice\n", depth, 1e3 * full);
+    const double full = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples);
+    printf("anatomy @ depth %d x %d sequences: full step %.4f ms; per part: us per layer left out / added twice\n",
+           depth, n_seqs, 1e3 * full);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         TRY(cuda_backend_set_decode_anatomy(b, parts[i].mask, 0));
-        const double without = decode_seconds(b, tokens, depth, n_gen, reps, samples);
+        const double without = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples);
         TRY(cuda_backend_set_decode_anatomy(b, 0, parts[i].mask));
-        const double twice = decode_seconds(b, tokens, depth, n_gen, reps, samples);
+        const double twice = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples);
         const double per = parts[i].mask == CUDA_DECODE_PART_LM_HEAD ? 1.0 : (double)n_layers;
         printf("  %-12s without %.4f ms (-%.2f us)   twice %.4f ms (+%.2f us)\n", parts[i].name, 1e3 * without,
                1e6 * (full - without) / per, 1e3 * twice, 1e6 * (twice - full) / per);
@@ -123,6 +152,7 @@ int main(int argc, char **argv) {
     const char *shape = "qwen3-0.6b-base";
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
+    int batches[MAX_LIST] = {1}, n_batches = 1;
     int n_gen = 128, reps = 5, variants = 0, anatomy = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
@@ -132,12 +162,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants")) variants = 1;
         else if (!strcmp(argv[i], "--anatomy")) anatomy = 1;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--batch 1,8,32]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 1 || reps > 64) reps = 5;
+    int max_batch = 1;
+    for (int i = 0; i < n_batches; i++) {
+        if (batches[i] < 1 || batches[i] > 256) {
+            fprintf(stderr, "--batch: %d is not in 1 .. 256\n", batches[i]);
+            return 2;
+        }
+        max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+    }
     char reason[256];
     if (!cuda_backend_available(reason, sizeof reason)) {
         printf("SKIPPED: %s\n", reason);
@@ -154,13 +193,14 @@ int main(int argc, char **argv) {
     int max_ctx = 0;
     for (int i = 0; i < n_prompts; i++) max_ctx = prompts[i] > max_ctx ? prompts[i] : max_ctx;
     for (int i = 0; i < n_depths; i++) max_ctx = depths[i] + n_gen > max_ctx ? depths[i] + n_gen : max_ctx;
-    const int n_blocks = (max_ctx + BLOCK_SIZE - 1) / BLOCK_SIZE + 1;
+    seq_blocks = (max_ctx + BLOCK_SIZE - 1) / BLOCK_SIZE + 1;
+    const int n_blocks = seq_blocks * max_batch;
     TRY(gpu->ops->kv_reserve(gpu, n_blocks, BLOCK_SIZE));
     table = malloc((size_t)n_blocks * sizeof *table);
-    int32_t *tokens = malloc((size_t)(max_ctx + 1) * sizeof *tokens);
+    int32_t *tokens = malloc((size_t)(max_ctx + 257) * sizeof *tokens); /* + the first token of 256 sequences */
     for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i; /* scattered, not identity */
     uint32_t seed = 5;
-    for (int i = 0; i <= max_ctx; i++) {
+    for (int i = 0; i < max_ctx + 257; i++) {
         seed = seed * 1664525u + 1013904223u;
         tokens[i] = (int32_t)((seed >> 8) % (uint32_t)config.vocab_size);
     }
@@ -174,7 +214,7 @@ int main(int argc, char **argv) {
     const double kv_per_position = (double)kv_bytes_per_position(&config, 2);
     printf("shape %s: weights read per decode step %.3f GB, KV %.0f bytes per position\n", shape, weight_bytes / 1e9,
            kv_per_position);
-    printf("%-34s %12s %12s %10s\n", "test", "tok/s", "ms/token", "of floor");
+    printf("%-34s %12s %12s %10s\n", "test", "tok/s", "ms/tok,step", "of floor");
 
     double *samples = malloc((size_t)(reps + 1) * sizeof *samples);
     for (int i = 0; i < n_prompts; i++) {
@@ -183,7 +223,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r <= reps; r++) {
             TRY(cuda_backend_synchronize(gpu));
             const double t0 = now_s();
-            forward(gpu, tokens, n, 0, 1);
+            forward(gpu, 0, tokens, n, 0, 1);
             TRY(cuda_backend_synchronize(gpu));
             samples[r] = now_s() - t0;
         }
@@ -202,18 +242,24 @@ int main(int argc, char **argv) {
     const int variant_graph[3] = {1, 1, 0}, variant_pdl[3] = {1, 0, 0};
     for (int d = 0; d < n_depths; d++) {
         const int depth = depths[d];
-        fill_context(gpu, tokens, depth);
-        for (int v = 0; v < n_variants; v++) {
-            TRY(cuda_backend_set_decode_options(gpu, variant_graph[v], variant_pdl[v]));
-            const double t = decode_seconds(gpu, tokens, depth, n_gen, reps, samples);
-            const double avg_ctx = depth + n_gen / 2.0;
-            const double floor_s = (weight_bytes + kv_per_position * avg_ctx) / HBM_BYTES_PER_S;
-            char name[64];
-            snprintf(name, sizeof name, "tg%d @ depth %d (%s)", n_gen, depth, variant_names[v]);
-            printf("%-34s %12.1f %12.4f %9.1f%%\n", name, 1.0 / t, 1e3 * t, 100.0 * floor_s / t);
+        fill_context(gpu, tokens, depth, max_batch);
+        for (int bi = 0; bi < n_batches; bi++) {
+            const int n_seqs = batches[bi];
+            for (int v = 0; v < n_variants; v++) {
+                TRY(cuda_backend_set_decode_options(gpu, variant_graph[v], variant_pdl[v]));
+                const double t = decode_seconds(gpu, tokens, n_seqs, depth, n_gen, reps, samples);
+                const double avg_ctx = depth + n_gen / 2.0;
+                const double floor_s = (weight_bytes + n_seqs * kv_per_position * avg_ctx) / HBM_BYTES_PER_S;
+                char name[64];
+                if (n_seqs == 1)
+                    snprintf(name, sizeof name, "tg%d @ depth %d (%s)", n_gen, depth, variant_names[v]);
+                else
+                    snprintf(name, sizeof name, "tg%d x %d @ depth %d (%s)", n_gen, n_seqs, depth, variant_names[v]);
+                printf("%-34s %12.1f %12.4f %9.1f%%\n", name, n_seqs / t, 1e3 * t, 100.0 * floor_s / t);
+            }
+            TRY(cuda_backend_set_decode_options(gpu, 1, 1));
+            if (anatomy) print_anatomy(gpu, tokens, n_seqs, depth, n_gen, reps, samples, config.n_layers);
         }
-        TRY(cuda_backend_set_decode_options(gpu, 1, 1));
-        if (anatomy) print_anatomy(gpu, tokens, depth, n_gen, reps, samples, config.n_layers);
     }
     gpu->ops->destroy(gpu);
     dummy_model_free(model);

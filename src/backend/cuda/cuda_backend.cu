@@ -1,18 +1,19 @@
 /* The CUDA backend: weights on the device (bf16 matrices, fp32 norm vectors), the paged bf16 KV cache,
  * and the forward pass composed from the kernels of this folder.
  *
- * Two paths behind backend_ops.forward:
+ * Three paths behind backend_ops.forward:
  * - general (any step batch: prefill chunks and decode tokens of several sequences): cuBLASLt GEMMs,
  *   the tensor-core flash attention over the paged cache, an fp32 residual stream;
  * - single-stream decode (one sequence, one token, logits wanted): GEMV kernels that read each weight
- *   once, split-K attention, lm_head + argmax on the device, captured once as a CUDA graph and replayed.
+ *   once, cluster attention (split-K beyond cluster_max_context), lm_head + argmax on the device, captured
+ *   as a CUDA graph (one per attention kernel) and replayed.
  *   Per-step values (token, position, cache slot, context length, block table) live in device memory and
  *   are refreshed by one small copy before each replay; kernels chain by programmatic dependent launch.
  * - batched decode (2..256 sequences, one token each, all wanting logits): the same step for all rows at
  *   once, each weight read once per step: up to 8 rows (KITE_CUDA_ROWS_MAX, at most 32) the tensor-core
  *   kernels of gemm_rows.cu with the GEMV's fusions (5 kernels per layer, PDL), beyond that cuBLASLt
- *   GEMMs; split-K attention over every sequence's own blocks; lm_head + argmax on the device. One CUDA graph per bucket of rows (2, 4, ...,
- *   256), the rows past B being dummies that write to a scratch KV block.
+ *   GEMMs; split-K attention over every sequence's own blocks; lm_head + argmax on the device. One CUDA
+ *   graph per bucket of rows (2, 4, ..., 256), the rows past B being dummies that write to a scratch KV block.
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/decode_attention.cuh" /* decode_group_size */
@@ -508,7 +509,6 @@ kite_status decode_launches(cuda_backend *b, bool cluster_attention) {
                                                     b->dec_token, st, pdl));
     return KITE_OK;
 }
-#undef DECODE_PART
 
 kite_status capture_decode_graph(cuda_backend *b, int which) {
     CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
@@ -725,59 +725,75 @@ kite_status ensure_batch_step(cuda_backend *b, size_t table_ints) {
     return KITE_OK;
 }
 
+/* The batched split-K attention of one layer (Q/K norm, RoPE and the K/V append fused). Measured and dropped:
+ * the cluster kernel with a sequence dimension (docs/notes-cuda.md, session 4). */
+kite_status batch_attention(cuda_backend *b, int layer, int32_t rows, void *out, int out_bf16, int pdl) {
+    const qwen3_config *c = &b->config;
+    const cuda_layer *L = &b->layers[layer];
+    const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    const int32_t *step = b->bat_step_device;
+    const int32_t *context = step + BATCH_CONTEXT, *table_start = step + BATCH_TABLE_START, *tables = step + BATCH_TABLES;
+    return cuda_attention_decode_rows(b->bat_qkv, out, out_bf16, kv_layer(b, layer), tables, table_start, context,
+                                      L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale, rows,
+                                      batch_splits(b, rows), b->bat_attention_ws, b->bat_counters, b->stream, pdl);
+}
+
 kite_status batch_launches(cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     void *st = b->stream;
     const int hidden = c->hidden_size, inter = c->intermediate_size, vocab = c->vocab_size;
     const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
-    const int32_t *step = b->bat_step_device;
-    const int32_t *tokens = step + BATCH_TOKENS, *context = step + BATCH_CONTEXT;
-    const int32_t *table_start = step + BATCH_TABLE_START, *tables = step + BATCH_TABLES;
-    const int splits = batch_splits(b, rows);
-    KITE_TRY(cuda_embed(b->embed, tokens, b->bat_x, rows, hidden, st, 0));
+    const float eps = (float)c->rms_norm_eps;
+    const int32_t *tokens = b->bat_step_device + BATCH_TOKENS;
+    DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, tokens, b->bat_x, rows, hidden, st, 0));
     if (rows <= b->rows_max) {
         /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). */
         const int pdl = b->use_pdl ? 1 : 0;
         for (int l = 0; l < c->n_layers; l++) {
             const cuda_layer *L = &b->layers[l];
-            const cuda_kv_layer kv = kv_layer(b, l);
-            KITE_TRY(cuda_gemm_rows(L->qkv, b->bat_x, L->input_norm, eps, b->bat_qkv, rows, qkv_dim, hidden,
-                                    CUDA_GEMV_STORE, NULL, NULL, st, pdl));
-            KITE_TRY(cuda_attention_decode_rows(b->bat_qkv, b->bat_attention, 0, kv, tables, table_start, context,
-                                                L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale,
-                                                rows, splits, b->bat_attention_ws, b->bat_counters, st, pdl));
-            KITE_TRY(cuda_gemm_rows(L->o, b->bat_attention, NULL, 0.0f, b->bat_x, rows, hidden, qd, CUDA_GEMV_ADD, NULL,
-                                    NULL, st, pdl));
-            KITE_TRY(cuda_gemm_rows(L->gate_up, b->bat_x, L->post_norm, eps, b->bat_act, rows, 2 * inter, hidden,
-                                    CUDA_GEMV_SWIGLU, NULL, NULL, st, pdl));
-            KITE_TRY(cuda_gemm_rows(L->down, b->bat_act, NULL, 0.0f, b->bat_x, rows, hidden, inter, CUDA_GEMV_ADD, NULL,
-                                    NULL, st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemm_rows(L->qkv, b->bat_x, L->input_norm, eps, b->bat_qkv, rows,
+                                                             qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention, 0, pdl));
+            DECODE_PART(CUDA_DECODE_PART_O, cuda_gemm_rows(L->o, b->bat_attention, NULL, 0.0f, b->bat_x, rows, hidden,
+                                                           qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemm_rows(L->gate_up, b->bat_x, L->post_norm, eps, b->bat_act,
+                                                                 rows, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL, NULL,
+                                                                 st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act, NULL, 0.0f, b->bat_x, rows, hidden,
+                                                              inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
         }
-        KITE_TRY(cuda_gemm_rows(b->lm_head, b->bat_x, b->final_norm, eps, b->bat_logits, rows, vocab, hidden,
-                                CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl));
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemm_rows(b->lm_head, b->bat_x, b->final_norm, eps, b->bat_logits,
+                                                             rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws,
+                                                             b->bat_ids, st, pdl));
         return KITE_OK;
     }
-    /* Larger buckets: cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the batched split-K attention. */
+    /* Larger buckets: cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the same batched attention. */
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
-        const cuda_kv_layer kv = kv_layer(b, l);
-        KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st));
-        KITE_TRY(cuda_attention_decode_rows(b->bat_qkv, b->bat_attention16, 1, kv, tables, table_start, context,
-                                            L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale, rows,
-                                            splits, b->bat_attention_ws, b->bat_counters, st, 0));
-        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
-        KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter, hidden, st));
-        KITE_TRY(cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st));
-        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
+        DECODE_PART(CUDA_DECODE_PART_QKV, [&]() -> kite_status {
+            KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+            return cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st);
+        }());
+        DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, 0));
+        DECODE_PART(CUDA_DECODE_PART_O,
+                    cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
+        DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
+            KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+            KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter,
+                                    hidden, st));
+            return cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st);
+        }());
+        DECODE_PART(CUDA_DECODE_PART_DOWN,
+                    cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
     }
-    KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-    KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
-    KITE_TRY(cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st));
+    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, [&]() -> kite_status {
+        KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
+        return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
+    }());
     return KITE_OK;
 }
+#undef DECODE_PART
 
 kite_status capture_batch_graph(cuda_backend *b, int bucket) {
     CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
@@ -1184,7 +1200,7 @@ extern "C" int cuda_backend_attention_cluster(backend *self) { return as_cuda(se
 
 extern "C" kite_status cuda_backend_set_decode_anatomy(backend *self, unsigned skip_parts, unsigned twice_parts) {
     cuda_backend *b = as_cuda(self);
-    KITE_TRY(cuda_backend_set_decode_options(self, b->use_graph, b->use_pdl)); /* drops the captured graph */
+    KITE_TRY(cuda_backend_set_decode_options(self, b->use_graph, b->use_pdl)); /* drops the captured graphs */
     b->anatomy_skip = skip_parts;
     b->anatomy_twice = twice_parts;
     return KITE_OK;

@@ -24,7 +24,7 @@ int cuda_backend_persistent_decode(backend *self);
 kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_cluster_max_context(backend *self);
 int cuda_backend_attention_cluster(backend *self);
-/* Parts of the single-stream decode graph, for the bench's anatomy mode. */
+/* Parts of the decode graphs (single-stream, and batched up to 32 rows), for the bench's anatomy mode. */
 enum {
     CUDA_DECODE_PART_EMBED = 1,
     CUDA_DECODE_PART_QKV = 2,
