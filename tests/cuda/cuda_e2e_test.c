@@ -251,10 +251,28 @@ static void test_cluster_vs_split(void) {
         printf("  the cluster attention does not run on this device: nothing to compare\n");
         return;
     }
-    const int32_t max_context = cuda_backend_cluster_max_context(gpu);
+    const int32_t max_context = cuda_backend_cluster_max_context(gpu), bulk_max = cuda_backend_bulk_max_context(gpu);
+    TRY(cuda_backend_set_bulk_max_context(gpu, 0)); /* the cp.async cluster kernel, not the bulk-copy one */
     compare_decode_paths("cluster", "split-K", use_cluster_or_split, 1000, 31);
     compare_decode_paths("cluster", "split-K", use_cluster_or_split, 20, 32);
     TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
+    TRY(cuda_backend_set_bulk_max_context(gpu, bulk_max));
+}
+
+static void use_bulk_or_cluster(int cluster) { TRY(cuda_backend_set_bulk_max_context(gpu, cluster ? 0 : INT32_MAX)); }
+
+/* The bulk-copy fed cluster kernel against the cp.async one, after 1000 tokens and 20. */
+static void test_bulk_vs_cluster(void) {
+    if (!cuda_backend_attention_bulk(gpu) || !cuda_backend_attention_cluster(gpu)) {
+        printf("  the cluster attentions do not run on this device: nothing to compare\n");
+        return;
+    }
+    const int32_t max_context = cuda_backend_cluster_max_context(gpu), bulk_max = cuda_backend_bulk_max_context(gpu);
+    TRY(cuda_backend_set_cluster_max_context(gpu, INT32_MAX));
+    compare_decode_paths("bulk", "cluster", use_bulk_or_cluster, 1000, 41);
+    compare_decode_paths("bulk", "cluster", use_bulk_or_cluster, 20, 42);
+    TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
+    TRY(cuda_backend_set_bulk_max_context(gpu, bulk_max));
 }
 
 /* Batched decode (B sequences, one token each, all wanting logits): the batched path's logits against
@@ -370,6 +388,7 @@ int main(void) {
     TEST_RUN(test_chunked_prefill);
     TEST_RUN(test_persistent_vs_graph);
     TEST_RUN(test_cluster_vs_split);
+    TEST_RUN(test_bulk_vs_cluster);
     TEST_RUN(test_batched_decode);
     gpu->ops->destroy(gpu);
     cpu->ops->destroy(cpu);

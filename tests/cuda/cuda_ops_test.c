@@ -365,7 +365,9 @@ static void norm_rope_ref(const float *src, const float *w, const float *cos_t, 
 }
 
 /* cluster 0: the split-K kernel with n_splits; 8 or 16: the cluster kernel of that size (n_splits unused). */
-static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster) {
+/* cluster 0: the split-K kernel with n_splits; else a cluster kernel with clusters of that many blocks, the
+ * bulk-copy fed one when bulk is set. */
+static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster, int bulk) {
     const int D = 128, n_blocks = KITE_TEST_CEIL(ctx, bs) + 3, half = 64, positions = ctx + 1;
     paged_cache c = make_cache(n_blocks, bs, n_kv);
     int32_t *table = xmalloc((size_t)n_blocks * 4);
@@ -409,7 +411,10 @@ static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n
     cuda_kv_layer kv = {c.device, bs, n_kv, D};
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, qn * 4));
-        if (cluster)
+        if (cluster && bulk)
+            DEVICE_CHECK(cuda_attention_decode_bulk(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
+                                                    n_heads, 1.0f / sqrtf((float)D), cluster, NULL, run));
+        else if (cluster)
             DEVICE_CHECK(cuda_attention_decode_cluster(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
                                                        n_heads, 1.0f / sqrtf((float)D), cluster, NULL, run));
         else
@@ -417,8 +422,8 @@ static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n
                                                n_heads, 1.0f / sqrtf((float)D), n_splits, d_ws, d_counters, NULL, run));
         DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, qn * 4));
         const double e = nmse(out, ref, qn);
-        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d cluster %d run %d: nmse %g", n_heads, n_kv,
-                  ctx, n_splits, cluster, run, e);
+        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d cluster %d bulk %d run %d: nmse %g", n_heads,
+                  n_kv, ctx, n_splits, cluster, bulk, run, e);
     }
     /* The cache equals the host copy: the new row appended, nothing else touched. */
     const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
@@ -451,13 +456,13 @@ static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n
 }
 
 static void test_attention_decode(void) {
-    check_attention_decode(16, 8, 16, 1, 64, 0);
-    check_attention_decode(16, 8, 16, 37, 7, 0);
-    check_attention_decode(16, 8, 32, 1000, 66, 0);
-    check_attention_decode(8, 2, 16, 515, 16, 0);  /* group of 4 */
-    check_attention_decode(6, 2, 16, 300, 5, 0);   /* group of 3: one head per block */
-    check_attention_decode(32, 8, 64, 4099, 33, 0);
-    check_attention_decode(16, 8, 16, 16384, 66, 0);
+    check_attention_decode(16, 8, 16, 1, 64, 0, 0);
+    check_attention_decode(16, 8, 16, 37, 7, 0, 0);
+    check_attention_decode(16, 8, 32, 1000, 66, 0, 0);
+    check_attention_decode(8, 2, 16, 515, 16, 0, 0);  /* group of 4 */
+    check_attention_decode(6, 2, 16, 300, 5, 0, 0);   /* group of 3: one head per block */
+    check_attention_decode(32, 8, 64, 4099, 33, 0, 0);
+    check_attention_decode(16, 8, 16, 16384, 66, 0, 0);
 }
 
 /* The cluster kernel: contexts shorter than the cluster (empty blocks), inside one tile per block, across
@@ -468,14 +473,31 @@ static void test_attention_decode_cluster(void) {
     const int largest = cuda_attention_decode_cluster_size(16, shape);
     CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
     for (int cluster = 8; cluster <= largest; cluster *= 2) {
-        check_attention_decode(16, 8, 16, 1, 0, cluster);
-        check_attention_decode(16, 8, 16, 5, 0, cluster);
-        check_attention_decode(16, 8, 16, 37, 0, cluster);
-        check_attention_decode(16, 8, 32, 383, 0, cluster);
-        check_attention_decode(8, 2, 16, 515, 0, cluster); /* group of 4 */
-        check_attention_decode(6, 2, 16, 300, 0, cluster); /* group of 3: one head per cluster */
-        check_attention_decode(32, 8, 64, 4099, 0, cluster);
-        check_attention_decode(16, 8, 16, 16384, 0, cluster);
+        check_attention_decode(16, 8, 16, 1, 0, cluster, 0);
+        check_attention_decode(16, 8, 16, 5, 0, cluster, 0);
+        check_attention_decode(16, 8, 16, 37, 0, cluster, 0);
+        check_attention_decode(16, 8, 32, 383, 0, cluster, 0);
+        check_attention_decode(8, 2, 16, 515, 0, cluster, 0); /* group of 4 */
+        check_attention_decode(6, 2, 16, 300, 0, cluster, 0); /* group of 3: one head per cluster */
+        check_attention_decode(32, 8, 64, 4099, 0, cluster, 0);
+        check_attention_decode(16, 8, 16, 16384, 0, cluster, 0);
+    }
+}
+
+/* The bulk-copy fed cluster kernel (attention_decode_bulk.cu), on the same cases. */
+static void test_attention_decode_bulk(void) {
+    const cuda_kv_layer shape = {NULL, 16, 8, 128};
+    const int largest = cuda_attention_decode_bulk_size(16, shape);
+    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
+    for (int cluster = 8; cluster <= largest; cluster *= 2) {
+        check_attention_decode(16, 8, 16, 1, 0, cluster, 1);
+        check_attention_decode(16, 8, 16, 5, 0, cluster, 1);
+        check_attention_decode(16, 8, 16, 37, 0, cluster, 1);
+        check_attention_decode(16, 8, 32, 383, 0, cluster, 1);
+        check_attention_decode(8, 2, 16, 515, 0, cluster, 1); /* group of 4 */
+        check_attention_decode(6, 2, 16, 300, 0, cluster, 1); /* group of 3: one head per cluster */
+        check_attention_decode(32, 8, 64, 4099, 0, cluster, 1);
+        check_attention_decode(16, 8, 16, 16384, 0, cluster, 1);
     }
 }
 
@@ -848,6 +870,7 @@ int main(void) {
     TEST_RUN(test_attention_prefill);
     TEST_RUN(test_attention_decode);
     TEST_RUN(test_attention_decode_cluster);
+    TEST_RUN(test_attention_decode_bulk);
     TEST_RUN(test_gemv);
     TEST_RUN(test_attention_decode_rows);
     TEST_RUN(test_gemm_rows);

@@ -5,8 +5,9 @@
  * - general (any step batch: prefill chunks and decode tokens of several sequences): cuBLASLt GEMMs,
  *   the tensor-core flash attention over the paged cache, an fp32 residual stream;
  * - single-stream decode (one sequence, one token, logits wanted): GEMV kernels that read each weight
- *   once, cluster attention (split-K beyond cluster_max_context), lm_head + argmax on the device, captured
- *   as a CUDA graph (one per attention kernel) and replayed.
+ *   once, cluster attention (bulk-copy fed up to bulk_max_context, cp.async fed up to cluster_max_context,
+ *   split-K beyond), lm_head + argmax on the device, captured as a CUDA graph (one per attention kernel)
+ *   and replayed.
  *   Per-step values (token, position, cache slot, context length, block table) live in device memory and
  *   are refreshed by one small copy before each replay; kernels chain by programmatic dependent launch.
  * - batched decode (2..256 sequences, one token each, all wanting logits): the same step for all rows at
@@ -43,6 +44,11 @@ enum { STEP_TOKEN = 0, STEP_POSITION = 1, STEP_SLOT = 2, STEP_CONTEXT = 3, STEP_
  * rows past B are dummies (token 0, position 0, one position of context in the scratch KV block). The
  * step buffer holds BATCH_MAX tokens, BATCH_MAX context lengths, BATCH_MAX table offsets, then the
  * block tables (entry 0: the scratch block). */
+/* The single-stream decode attention kernels, by the contexts they serve best (measured, docs/notes-cuda.md):
+ * the bulk-copy fed cluster kernel up to bulk_max_context, the cp.async one up to cluster_max_context, the
+ * split-K one beyond (and wherever the device cannot run clusters). */
+enum { DECODE_ATTENTION_BULK = 0, DECODE_ATTENTION_CLUSTER = 1, DECODE_ATTENTION_SPLIT = 2, N_DECODE_ATTENTION = 3 };
+
 constexpr int N_BUCKETS = 8;
 constexpr int32_t BUCKETS[N_BUCKETS] = {2, 4, 8, 16, 32, 64, 128, 256};
 constexpr int32_t BATCH_MAX = 256;
@@ -57,6 +63,7 @@ struct cuda_backend {
     cuda_gemm *gemm;
     bool use_graph, use_pdl;
     int attention_cluster; /* cluster size of the decode attention (attention_decode_cluster.cu), 0: none */
+    int attention_bulk;    /* cluster size of the bulk-copy fed one (attention_decode_bulk.cu), 0: none */
     unsigned anatomy_skip, anatomy_twice; /* bench only: CUDA_DECODE_PART_* masks (cuda_backend_internal.h) */
     int n_splits;
 
@@ -90,9 +97,9 @@ struct cuda_backend {
     int32_t *dec_token;                       /* the argmax of the last decode step */
     int32_t *step_device, *step_host;         /* STEP_* then the block table */
     cudaEvent_t step_copied;
-    /* Captured decode steps: [0] with the cluster attention (contexts up to cluster_max_context), [1] with the
-     * split-K attention (longer contexts, or every context where the device cannot run the clusters). */
-    cudaGraphExec_t graph[2];
+    /* Captured decode steps, one per attention kernel (decode_attention_kernel picks one per step by context). */
+    cudaGraphExec_t graph[N_DECODE_ATTENTION];
+    int32_t bulk_max_context;
     int32_t cluster_max_context;
     /* The same step as one persistent kernel (decode_persistent.cu), when the shapes and device allow. */
     bool use_persistent;
@@ -470,7 +477,13 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
         if (b->anatomy_twice & (part)) KITE_TRY(launch);                                                 \
     } while (0)
 
-kite_status decode_launches(cuda_backend *b, bool cluster_attention) {
+int decode_attention_kernel(const cuda_backend *b, int32_t context) {
+    if (b->attention_bulk > 0 && context <= b->bulk_max_context) return DECODE_ATTENTION_BULK;
+    if (b->attention_cluster > 0 && context <= b->cluster_max_context) return DECODE_ATTENTION_CLUSTER;
+    return DECODE_ATTENTION_SPLIT;
+}
+
+kite_status decode_launches(cuda_backend *b, int attention) {
     const qwen3_config *c = &b->config;
     void *st = b->stream;
     const int pdl = b->use_pdl ? 1 : 0;
@@ -484,7 +497,12 @@ kite_status decode_launches(cuda_backend *b, bool cluster_attention) {
         const cuda_kv_layer kv = kv_layer(b, l);
         DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemv(L->qkv, b->dec_x, L->input_norm, eps, b->dec_qkv, qkv_dim, hidden,
                                                     CUDA_GEMV_STORE, NULL, NULL, st, pdl));
-        if (cluster_attention)
+        if (attention == DECODE_ATTENTION_BULK)
+            DECODE_PART(CUDA_DECODE_PART_ATTENTION,
+                        cuda_attention_decode_bulk(b->dec_qkv, b->dec_attention, kv, step + STEP_TABLE,
+                                                   step + STEP_CONTEXT, L->q_norm, L->k_norm, b->rope_cos, b->rope_sin,
+                                                   eps, c->n_heads, scale, b->attention_bulk, st, pdl));
+        else if (attention == DECODE_ATTENTION_CLUSTER)
             DECODE_PART(CUDA_DECODE_PART_ATTENTION,
                         cuda_attention_decode_cluster(b->dec_qkv, b->dec_attention, kv, step + STEP_TABLE,
                                                       step + STEP_CONTEXT, L->q_norm, L->k_norm, b->rope_cos,
@@ -512,7 +530,7 @@ kite_status decode_launches(cuda_backend *b, bool cluster_attention) {
 
 kite_status capture_decode_graph(cuda_backend *b, int which) {
     CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    kite_status status = decode_launches(b, which == 0);
+    kite_status status = decode_launches(b, which);
     cudaGraph_t graph = NULL;
     const cudaError_t end = cudaStreamEndCapture(b->stream, &graph);
     if (status != KITE_OK) {
@@ -531,7 +549,7 @@ kite_status capture_decode_graph(cuda_backend *b, int which) {
 }
 
 kite_status destroy_decode_graphs(cuda_backend *b) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_DECODE_ATTENTION; i++) {
         if (b->graph[i]) CUDA_CHECK(cudaGraphExecDestroy(b->graph[i]));
         b->graph[i] = NULL;
     }
@@ -561,13 +579,12 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
         a->block_table = b->step_device + STEP_TABLE;
         KITE_TRY(cuda_decode_persistent(a, b->persistent_blocks, b->stream));
     } else {
-        const bool cluster = b->attention_cluster > 0 && context <= b->cluster_max_context;
+        const int attention = decode_attention_kernel(b, context);
         if (b->use_graph) {
-            const int which = cluster ? 0 : 1;
-            if (!b->graph[which]) KITE_TRY(capture_decode_graph(b, which));
-            CUDA_CHECK(cudaGraphLaunch(b->graph[which], b->stream));
+            if (!b->graph[attention]) KITE_TRY(capture_decode_graph(b, attention));
+            CUDA_CHECK(cudaGraphLaunch(b->graph[attention], b->stream));
         } else {
-            KITE_TRY(decode_launches(b, cluster));
+            KITE_TRY(decode_launches(b, attention));
         }
     }
     b->kept_logits = b->dec_logits;
@@ -867,7 +884,7 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
 
 void free_all(cuda_backend *b) {
     if (b->stream) cudaStreamSynchronize(b->stream);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < N_DECODE_ATTENTION; i++)
         if (b->graph[i]) cudaGraphExecDestroy(b->graph[i]);
     cuda_gemm_destroy(b->gemm);
     cudaFree(b->weight_bytes);
@@ -1156,14 +1173,20 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     if (status == KITE_OK && env_flag("KITE_CUDA_ATTENTION_CLUSTER", true)) {
         const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
         b->attention_cluster = cuda_attention_decode_cluster_size(c->n_heads, shape);
+        b->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
         const char *size = getenv("KITE_CUDA_ATTENTION_CLUSTER_SIZE"); /* 8 or 16, for measurements */
         if (size && b->attention_cluster > 0) {
             const int asked = atoi(size);
             if (asked == 8 || asked == b->attention_cluster) b->attention_cluster = asked;
             else status = kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: KITE_CUDA_ATTENTION_CLUSTER_SIZE=%s (8, or %d on this device)",
                                     size, b->attention_cluster);
+            if (b->attention_bulk > 0 && asked == 8) b->attention_bulk = 8;
         }
     }
+    /* Measured (tg128, 0.6B, session 4): the bulk-copy fed kernel is faster than the cp.async one up to depth
+     * 2,048 (0.820 vs 0.839 ms per token), slower from 4,096 (1.010 vs 0.948). */
+    b->bulk_max_context = 2048;
+    if (getenv("KITE_CUDA_BULK_MAX_CONTEXT")) b->bulk_max_context = atoi(getenv("KITE_CUDA_BULK_MAX_CONTEXT"));
     /* Measured (tg64, 0.6B): the cluster kernel is faster up to depth 4,096 (978 vs 900 tok/s), the split-K one
      * from 8,192 (826 vs 811; 704 vs 608 at 16,384). */
     b->cluster_max_context = 6144;
@@ -1190,11 +1213,20 @@ extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_gr
 }
 
 extern "C" kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context) {
-    as_cuda(self)->cluster_max_context = max_context; /* both graphs stay valid: forward picks one per step */
+    as_cuda(self)->cluster_max_context = max_context; /* the graphs stay valid: forward picks one per step */
     return KITE_OK;
 }
 
 extern "C" int32_t cuda_backend_cluster_max_context(backend *self) { return as_cuda(self)->cluster_max_context; }
+
+extern "C" kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context) {
+    as_cuda(self)->bulk_max_context = max_context; /* the graphs stay valid: forward picks one per step */
+    return KITE_OK;
+}
+
+extern "C" int32_t cuda_backend_bulk_max_context(backend *self) { return as_cuda(self)->bulk_max_context; }
+
+extern "C" int cuda_backend_attention_bulk(backend *self) { return as_cuda(self)->attention_bulk; }
 
 extern "C" int cuda_backend_attention_cluster(backend *self) { return as_cuda(self)->attention_cluster; }
 

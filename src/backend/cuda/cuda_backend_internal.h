@@ -24,6 +24,12 @@ int cuda_backend_persistent_decode(backend *self);
 kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_cluster_max_context(backend *self);
 int cuda_backend_attention_cluster(backend *self);
+/* Contexts up to bulk_max_context take the bulk-copy fed cluster kernel (attention_decode_bulk.cu) instead
+ * (env KITE_CUDA_BULK_MAX_CONTEXT at creation); cuda_backend_attention_bulk gives its cluster size, 0 where
+ * the device cannot run it. */
+kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context);
+int32_t cuda_backend_bulk_max_context(backend *self);
+int cuda_backend_attention_bulk(backend *self);
 /* Parts of the decode graphs (single-stream, and batched up to 32 rows), for the bench's anatomy mode. */
 enum {
     CUDA_DECODE_PART_EMBED = 1,

@@ -102,7 +102,15 @@ kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_
                                           const float *rope_cos, const float *rope_sin, float eps, int n_heads,
                                           float scale, int cluster_size, void *stream, int use_pdl);
 
-/* The same for B sequences of a batched decode step (n_seqs <= 256): sequence s reads QKV row s of
+/* The cluster kernel with its K/V tiles fed by bulk copies from a producer warp (attention_decode_bulk.cu):
+ * faster than cuda_attention_decode_cluster at short context, slower at long. Same inputs, output and
+ * cluster sizes; cuda_attention_decode_bulk_size() as cuda_attention_decode_cluster_size(). */
+int cuda_attention_decode_bulk_size(int n_heads, cuda_kv_layer kv);
+kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                       const int32_t *context_len, const float *q_norm, const float *k_norm,
+                                       const float *rope_cos, const float *rope_sin, float eps, int n_heads,
+                                       float scale, int cluster_size, void *stream, int use_pdl);
+/* cuda_attention_decode for B sequences of a batched decode step (n_seqs <= 256): sequence s reads QKV row s of
  * qkv (n_seqs, (n_heads + 2 n_kv_heads) * head_dim), its context length context_lens[s] and its block
  * table at block_tables + table_start[s], and writes output row s of out (n_seqs, n_heads * head_dim),
  * fp32, or bf16 when out_bf16. Grid (kv head, split, sequence x head group). workspace:

@@ -29,6 +29,7 @@
  * it is launched as a cooperative kernel of one block per SM, which the driver refuses otherwise; a wait
  * that exceeds ~10 s traps instead of hanging. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/gemv_task.cuh"
 #include "backend/cuda/grid_barrier.cuh"
@@ -148,29 +149,6 @@ struct pipe_state {
     unsigned char *slots; /* this warp's n_slots * SLOT_BYTES of shared memory */
     uint64_t *bars;       /* this warp's n_slots mbarriers */
 };
-
-__device__ __forceinline__ uint32_t smem_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    asm volatile("{\n\t.reg .pred done;\n"
-                 "WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra WAIT_%=;\n}" ::"r"(smem_address(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_copy_to_smem(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_address(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_address(bar))
-                 : "memory");
-}
 
 /* ---- matrix-vector stages ---------------------------------------------------------------------------
  * A warp owns R weight rows at a time (a task); tasks are spread over every warp of the grid. A task's rows
@@ -632,7 +610,7 @@ __global__ void __launch_bounds__(THREADS, 1) decode_persistent_kernel(const cud
     pipe.bars = slot_bars[warp];
     if (lane == 0)
         for (int i = 0; i < a.n_slots; i++) mbar_init(&pipe.bars[i], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
     __syncthreads();
 
     const int n_layers = a.n_layers;

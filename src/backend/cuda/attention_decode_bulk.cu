@@ -1,0 +1,314 @@
+/* Single-stream decode attention for short contexts: the cluster kernel of attention_decode_cluster.cu (the
+ * splits of a kv head are the CS = 8 or 16 blocks of a thread-block cluster, their partial results combined
+ * through distributed shared memory), with the K/V tiles fed by bulk copies from a producer warp.
+ *
+ * K/V rows reach shared memory in tiles of TILE positions by bulk copies (the copy engine; the rows of one
+ * kv head inside a cache block are contiguous, so a tile is a few copies), STAGES tiles in flight. The
+ * producer warp issues them, completing on a `full` mbarrier per stage; the consumer warps release a stage on
+ * its `empty` mbarrier when they are done with it - no block-wide barrier per tile. Cached positions do not
+ * depend on the previous kernel, so the producer never waits on it (PDL): the first STAGES tiles are
+ * requested while that kernel still runs, which at short context is the block's whole range. After the wait
+ * the consumers normalise and rotate their query heads (and, in the block that owns the new position, the
+ * new K, appending K/V to the cache and keeping them in shared memory for their own use; the producer never
+ * copies that position).
+ *
+ * Measured against the cp.async cluster kernel (tg128, 0.6B, same runs, docs/notes-cuda.md session 4): faster
+ * at depth 256 (0.665-0.667 vs 0.680-0.700 ms per token), 1,024 (0.730 vs 0.764) and 2,048 (0.820 vs 0.839),
+ * slower at 4,096 (1.010 vs 0.948) and far slower at 16,384 (2.14 vs 1.42 ms with split-K): the backend runs it
+ * up to 2,048 positions (cuda_backend.cu, bulk_max_context).
+ *
+ * Grid (CS, kv_heads, head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
+ * block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds dims
+ * [16 j, 16 j + 16) (decode_attention.cuh). */
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/decode_attention.cuh"
+
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int HEAD_DIM = DECODE_HEAD_DIM;
+constexpr int WARPS = 8;                         /* consumer warps */
+constexpr int CONSUMERS = WARPS * 32;
+constexpr int THREADS = CONSUMERS + 32;          /* and one producer warp */
+constexpr int TILE = CONSUMERS / 8;              /* positions per tile: one per stream of 8 lanes */
+constexpr int STAGES = 8; /* tiles in flight per block (16 KB each): the whole range of a block up to 4,096 positions */
+constexpr int ROW_BYTES = HEAD_DIM * 2;          /* one K or V row, bf16 */
+constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES; /* K rows then V rows */
+
+/* Named barrier 1 over the consumer warps only (the producer warp runs its own loop meanwhile). */
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory"); }
+
+/* Shared memory of a block: the tile stages, then the values that outlive the loop. */
+template <int GROUP>
+struct cluster_smem {
+    unsigned char stages[STAGES][TILE_BYTES];
+    uint64_t full[STAGES], empty[STAGES]; /* a stage's bytes have landed / its consumer warps are done */
+    float q[GROUP][HEAD_DIM];             /* normalised, rotated, scaled by log2(e) / sqrt(head_dim) */
+    bf16 new_kv[2][HEAD_DIM];             /* the new position's K (normalised, rotated) and V, as cached */
+    float part_acc[GROUP][HEAD_DIM];      /* this block's partial result, read by the cluster's rank 0 */
+    float part_m[GROUP], part_l[GROUP];
+};
+
+/* The producer (one lane): copies the cached K and V rows of tile `tile` into its stage - positions
+ * [first, last) of the block's range, the new position excluded - as runs of positions inside one cache
+ * block (contiguous rows), and announces the bytes on the stage's `full` mbarrier. */
+template <int GROUP>
+__device__ __forceinline__ void produce_tile(cluster_smem<GROUP> &sm, int tile, int begin, int end, int position,
+                                             const cuda_kv_layer &kv, const int32_t *block_table, int kv_head) {
+    const int stage = tile % STAGES;
+    const int first = begin + tile * TILE;
+    int last = min(end, first + TILE);
+    if (position >= first && position < last) last = position; /* the new position is the range's last */
+    const unsigned bytes = last > first ? 2u * (unsigned)(last - first) * ROW_BYTES : 0u;
+    mbar_expect_tx(&sm.full[stage], bytes); /* before the copies can complete; no bytes: the phase completes now */
+    const bf16 *cache = static_cast<const bf16 *>(kv.base);
+    for (int p = first; p < last;) {
+        const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
+        const int run_end = min(last, (p / kv.block_size + 1) * kv.block_size);
+        const unsigned run_bytes = (unsigned)(run_end - p) * ROW_BYTES;
+        unsigned char *dst = sm.stages[stage] + (p - first) * ROW_BYTES;
+        bulk_copy_to_smem(dst, cache + kv_offset(kv, block, 0, kv_head, slot), run_bytes, &sm.full[stage]);
+        bulk_copy_to_smem(dst + TILE * ROW_BYTES, cache + kv_offset(kv, block, 1, kv_head, slot), run_bytes,
+                          &sm.full[stage]);
+        p = run_end;
+    }
+}
+
+template <int GROUP>
+__global__ void __launch_bounds__(THREADS, 1)
+    attention_decode_bulk_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
+                                    const int32_t *context_len, const float *__restrict__ q_norm,
+                                    const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
+                                    const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2) {
+    using merge_scratch = warp_partials<WARPS, GROUP>; /* reuses the stages once every tile is consumed */
+    static_assert(sizeof(merge_scratch) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    cluster_smem<GROUP> &sm = *reinterpret_cast<cluster_smem<GROUP> *>(smem_raw);
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
+    const int kv_head = blockIdx.y;
+    const int first_head = kv_head * (n_heads / kv.n_kv_heads) + (int)blockIdx.z * GROUP;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
+
+    /* The step's context length and block table were copied before the graph ran. */
+    const int ctx = context_len[0], position = ctx - 1;
+    const int chunk = (ctx + n_ranks - 1) / n_ranks;
+    const int begin = min(ctx, rank * chunk), end = min(ctx, begin + chunk);
+    const int n_tiles = (end - begin + TILE - 1) / TILE;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&sm.full[s], 1);
+            mbar_init(&sm.empty[s], WARPS);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (warp == WARPS) { /* the producer warp */
+        if (lane == 0) {
+            for (int tile = 0; tile < n_tiles; tile++) {
+                if (tile >= STAGES) mbar_wait(&sm.empty[tile % STAGES], (unsigned)((tile / STAGES - 1) & 1));
+                produce_tile(sm, tile, begin, end, position, kv, block_table, kv_head);
+            }
+        }
+        __syncwarp();
+        pdl_launch_dependents();
+    } else {
+        /* Norm weights and this position's angles do not depend on the previous kernel either. */
+        const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
+        const float qw[4] = {q_norm[d0], q_norm[d0 + 1], q_norm[d1], q_norm[d1 + 1]};
+        const float kw[4] = {k_norm[d0], k_norm[d0 + 1], k_norm[d1], k_norm[d1 + 1]};
+        const float2 rc = *reinterpret_cast<const float2 *>(rope_cos + (size_t)position * (HEAD_DIM / 2) + d0);
+        const float2 rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
+        pdl_wait();
+        pdl_launch_dependents();
+
+        /* The query heads, and in the block that owns the new position its K and V: into shared memory for
+         * this block's own use, and (head group 0 only: one writer) appended to the cache. */
+        const bool owns_new = begin <= position && position < end;
+        for (int item = warp; item < GROUP + 2; item += WARPS) {
+            if (item < GROUP) {
+                const float *src = qkv + (size_t)(first_head + item) * HEAD_DIM;
+                float v[4];
+                norm_rope_lane(*reinterpret_cast<const float2 *>(src + d0), *reinterpret_cast<const float2 *>(src + d1),
+                               qw, rc, rs, eps, v);
+                sm.q[item][d0] = v[0] * scale_log2;
+                sm.q[item][d0 + 1] = v[1] * scale_log2;
+                sm.q[item][d1] = v[2] * scale_log2;
+                sm.q[item][d1 + 1] = v[3] * scale_log2;
+            } else if (owns_new) {
+                const int kind = item - GROUP; /* 0: K, 1: V; qkv holds the query heads, then K heads, then V heads */
+                const float *src = qkv + ((size_t)n_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
+                const float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
+                float v[4] = {lo.x, lo.y, hi.x, hi.y};
+                if (kind == 0) norm_rope_lane(lo, hi, kw, rc, rs, eps, v);
+                const uint32_t a = pack_bf16x2(v[0], v[1]), b = pack_bf16x2(v[2], v[3]);
+                *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d0]) = a;
+                *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d1]) = b;
+                if (blockIdx.z == 0) {
+                    const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
+                    bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
+                    *reinterpret_cast<uint32_t *>(dst + d0) = a;
+                    *reinterpret_cast<uint32_t *>(dst + d1) = b;
+                }
+            }
+        }
+        consumers_sync();
+
+        const int stream = warp * 4 + (lane >> 3);
+        float qr[GROUP][16];
+#pragma unroll
+        for (int g = 0; g < GROUP; g++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) qr[g][i] = sm.q[g][sub * 16 + i];
+        float m[GROUP], l[GROUP], acc[GROUP][16];
+        stream_init<GROUP>(m, l, acc);
+
+        for (int tile = 0; tile < n_tiles; tile++) {
+            const int stage = tile % STAGES;
+            mbar_wait(&sm.full[stage], (unsigned)((tile / STAGES) & 1));
+            /* Every stream computes its score, also past the range end (stale shared memory, discarded), so
+             * the shuffles see whole warps. */
+            const int p = begin + tile * TILE + stream;
+            const unsigned char *rows = sm.stages[stage];
+            const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[0])
+                                               : reinterpret_cast<const uint4 *>(rows + stream * ROW_BYTES);
+            const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[1])
+                                               : reinterpret_cast<const uint4 *>(rows + (TILE + stream) * ROW_BYTES);
+            float kf[16], vf[16];
+            bf16x8_to_float(k_row[2 * sub], kf);
+            bf16x8_to_float(k_row[2 * sub + 1], kf + 8);
+            float s[GROUP];
+            stream_scores<GROUP>(qr, kf, s);
+            if (p < end) {
+                bf16x8_to_float(v_row[2 * sub], vf);
+                bf16x8_to_float(v_row[2 * sub + 1], vf + 8);
+                online_softmax_add<GROUP>(m, l, acc, s, vf);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&sm.empty[stage]); /* this warp is done with the stage */
+        }
+
+        /* Streams -> warps (shuffles) -> block (shared memory) -> cluster (rank 0 reads every partial). The
+         * stages are free: every tile was consumed, so no copy is still in flight. */
+        merge_warp_streams<GROUP>(m, l, acc);
+        merge_scratch &ms = *reinterpret_cast<merge_scratch *>(sm.stages);
+        consumers_sync();
+        ms.template store<GROUP>(warp, lane, m, l, acc);
+        consumers_sync();
+        for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += CONSUMERS) {
+            const int g = item / HEAD_DIM, d = item % HEAD_DIM;
+            float m_all, l_all, a_all;
+            ms.merge(g, d, m_all, l_all, a_all);
+            sm.part_acc[g][d] = a_all;
+            if (d == 0) {
+                sm.part_m[g] = m_all;
+                sm.part_l[g] = l_all;
+            }
+        }
+    }
+    cluster.sync(); /* every block's partial is written (release / acquire across the cluster) */
+    if (rank == 0) {
+        for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
+            const int g = item / HEAD_DIM, d = item % HEAD_DIM;
+            float m_all = DECODE_NO_SCORE;
+            for (int r = 0; r < n_ranks; r++) m_all = fmaxf(m_all, cluster.map_shared_rank(&sm, r)->part_m[g]);
+            float l_all = 0.0f, a_all = 0.0f;
+            for (int r = 0; r < n_ranks; r++) {
+                const cluster_smem<GROUP> *other = cluster.map_shared_rank(&sm, r);
+                const float f = exp2f(other->part_m[g] - m_all);
+                l_all += other->part_l[g] * f;
+                a_all += other->part_acc[g][d] * f;
+            }
+            out[(size_t)(first_head + g) * HEAD_DIM + d] = a_all / l_all;
+        }
+    }
+    cluster.sync(); /* rank 0 is done reading the others' shared memory before they exit */
+}
+
+template <int GROUP>
+cudaError_t launch_group(int cluster_size, const dim3 &grid, cudaStream_t stream, bool use_pdl, const float *qkv,
+                         float *out, const cuda_kv_layer &kv, const int32_t *block_table, const int32_t *context_len,
+                         const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin,
+                         float eps, int n_heads, float scale_log2, bool query_only) {
+    auto kernel = attention_decode_bulk_kernel<GROUP>;
+    const size_t smem = sizeof(cluster_smem<GROUP>);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && cluster_size > 8) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return e;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(THREADS);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[2];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = (unsigned)cluster_size;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = use_pdl ? 2 : 1;
+    if (query_only) { /* how many such clusters fit on the device at once */
+        int clusters = 0;
+        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+        return e != cudaSuccess ? e : clusters >= (int)(grid.y * grid.z) ? cudaSuccess : cudaErrorInvalidConfiguration;
+    }
+    return cudaLaunchKernelEx(&config, kernel, qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos,
+                              rope_sin, eps, n_heads, scale_log2);
+}
+
+cudaError_t dispatch(int cluster_size, int n_heads, const cuda_kv_layer &kv, cudaStream_t stream, bool use_pdl,
+                     const float *qkv, float *out, const int32_t *block_table, const int32_t *context_len,
+                     const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
+                     float scale_log2, bool query_only) {
+    const int group_heads = n_heads / kv.n_kv_heads;
+    const int group = decode_group_size(group_heads);
+    const dim3 grid((unsigned)cluster_size, (unsigned)kv.n_kv_heads, (unsigned)(group_heads / group));
+#define LAUNCH(G)                                                                                          \
+    launch_group<G>(cluster_size, grid, stream, use_pdl, qkv, out, kv, block_table, context_len, q_norm, k_norm, \
+                    rope_cos, rope_sin, eps, n_heads, scale_log2, query_only)
+    switch (group) {
+    case 4: return LAUNCH(4);
+    case 2: return LAUNCH(2);
+    default: return LAUNCH(1);
+    }
+#undef LAUNCH
+}
+
+bool shape_supported(int n_heads, const cuda_kv_layer &kv) {
+    return kv.head_dim == HEAD_DIM && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0;
+}
+
+} // namespace
+
+extern "C" int cuda_attention_decode_bulk_size(int n_heads, cuda_kv_layer kv) {
+    if (!shape_supported(n_heads, kv)) return 0;
+    for (int size = 16; size >= 8; size /= 2) {
+        const cudaError_t e = dispatch(size, n_heads, kv, 0, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                       0.0f, 0.0f, true);
+        if (e == cudaSuccess) return size;
+        (void)cudaGetLastError(); /* a refused size is an answer, not an error to keep */
+    }
+    return 0;
+}
+
+extern "C" kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_layer kv,
+                                                  const int32_t *block_table, const int32_t *context_len,
+                                                  const float *q_norm, const float *k_norm, const float *rope_cos,
+                                                  const float *rope_sin, float eps, int n_heads, float scale,
+                                                  int cluster_size, void *stream, int use_pdl) {
+    if (!shape_supported(n_heads, kv) || (cluster_size != 8 && cluster_size != 16))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_bulk: head_dim %d heads %d kv heads %d cluster %d",
+                         kv.head_dim, n_heads, kv.n_kv_heads, cluster_size);
+    CUDA_CHECK(dispatch(cluster_size, n_heads, kv, static_cast<cudaStream_t>(stream), use_pdl != 0, qkv, out,
+                        block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps,
+                        scale * 1.4426950408889634f, false));
+    return KITE_OK;
+}
