@@ -6,7 +6,7 @@
  * replays it unchanged; each block takes one contiguous range of positions (context_len / n_splits
  * rounded up), for GROUP query heads that share the kv head, reading each K and V row once.
  * Inside a block 16 independent streams of 8 lanes walk the range (stream i takes positions i, i + 16,
- * ...); lane j of a stream holds dims [16 j, 16 j + 16) of K, V and the accumulator, so one position
+ * ...); lane j of a stream holds 16 dims of K, V and the accumulator (stream_dim), so one position
  * costs each lane two 16-byte loads of K and two of V. Each stream keeps its own running max and sum
  * (online softmax in fp32, base 2); streams merge by shuffles, warps through shared memory, splits in
  * the last block to finish (a per-head-group counter, reset by that block).
@@ -26,9 +26,9 @@ constexpr int STREAMS = THREADS / 8;
 constexpr int MIN_CHUNK = 32; /* 256 measured worse at depth 256: 16.2 us vs 9 us per layer (serial rounds) */
 
 __device__ __forceinline__ void load_row(const bf16 *row, int sub, uint4 &a, uint4 &b) {
-    const uint4 *p = reinterpret_cast<const uint4 *>(row + sub * 16);
-    a = __ldcs(p); /* the cache is streamed: read once per step */
-    b = __ldcs(p + 1);
+    const uint4 *p = reinterpret_cast<const uint4 *>(row);
+    a = __ldcs(p + sub); /* the cache is streamed: read once per step; pieces sub, sub + 8 (stream_dim) */
+    b = __ldcs(p + sub + 8);
 }
 
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int g = 0; g < GROUP; g++)
 #pragma unroll
-        for (int i = 0; i < 16; i++) qr[g][i] = smem_q[g][sub * 16 + i];
+        for (int i = 0; i < 16; i++) qr[g][i] = smem_q[g][stream_dim(sub, i)];
     float m[GROUP], l[GROUP], acc[GROUP][16];
     stream_init<GROUP>(m, l, acc);
 

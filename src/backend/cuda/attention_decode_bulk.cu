@@ -19,7 +19,7 @@
  *
  * Grid (CS, kv_heads, head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
  * block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds dims
- * [16 j, 16 j + 16) (decode_attention.cuh). */
+ * stream_dim(j, 0 .. 15) (decode_attention.cuh). */
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/decode_attention.cuh"
 
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int g = 0; g < GROUP; g++)
 #pragma unroll
-            for (int i = 0; i < 16; i++) qr[g][i] = sm.q[g][sub * 16 + i];
+            for (int i = 0; i < 16; i++) qr[g][i] = sm.q[g][stream_dim(sub, i)];
         float m[GROUP], l[GROUP], acc[GROUP][16];
         stream_init<GROUP>(m, l, acc);
 
@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(THREADS, 1)
             const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[1])
                                                : reinterpret_cast<const uint4 *>(rows + (TILE + stream) * ROW_BYTES);
             float kf[16], vf[16];
-            bf16x8_to_float(k_row[2 * sub], kf);
-            bf16x8_to_float(k_row[2 * sub + 1], kf + 8);
+            bf16x8_to_float(k_row[sub], kf);
+            bf16x8_to_float(k_row[sub + 8], kf + 8);
             float s[GROUP];
             stream_scores<GROUP>(qr, kf, s);
             if (p < end) {
-                bf16x8_to_float(v_row[2 * sub], vf);
-                bf16x8_to_float(v_row[2 * sub + 1], vf + 8);
+                bf16x8_to_float(v_row[sub], vf);
+                bf16x8_to_float(v_row[sub + 8], vf + 8);
                 online_softmax_add<GROUP>(m, l, acc, s, vf);
             }
             __syncwarp();

@@ -246,7 +246,7 @@ struct matvec_pipe {
  * positions (the K rows of one kv head and 16 consecutive slots of a cache block are contiguous, 4 KB, and
  * so are the V rows): warp w takes pieces w, w + 8, ..., each arriving in one weight slot by two bulk
  * copies, issued before the stage's wait (old cache rows do not depend on this step). In a warp 4 streams
- * of 8 lanes take positions s, s + 4, ... of a piece; lane j of a stream holds dims [16 j, 16 j + 16).
+ * of 8 lanes take positions s, s + 4, ... of a piece; lane j of a stream holds dims stream_dim(j, 0 .. 15).
  * The new position's K/V is appended after the wait and folded in from global memory by the block that
  * holds it (its slot may have been copied before it was written). Streams merge by shuffles, warps through
  * shared memory, blocks through the workspace in the last block of the unit to finish (a per-layer,
@@ -281,11 +281,12 @@ __device__ __forceinline__ void attend_position(const uint4 k0, const uint4 k1, 
     float s[GROUP];
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
-        const float4 *q4 = reinterpret_cast<const float4 *>(&sm.q[g][sub * 16]);
+        const float4 *q_lo = reinterpret_cast<const float4 *>(&sm.q[g][stream_dim(sub, 0)]);
+        const float4 *q_hi = reinterpret_cast<const float4 *>(&sm.q[g][stream_dim(sub, 8)]);
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const float4 q = q4[i];
+            const float4 q = i < 2 ? q_lo[i] : q_hi[i - 2];
             d += q.x * kf[4 * i] + q.y * kf[4 * i + 1] + q.z * kf[4 * i + 2] + q.w * kf[4 * i + 3];
         }
         d += __shfl_xor_sync(0xffffffffu, d, 1);
@@ -418,19 +419,19 @@ struct attention_stage {
                 const int q = stream + 4 * j, p = p0 + q;
                 const bool valid = p < end && p != position; /* the new position: folded in below */
                 const int r = valid ? q : 0;
-                attend_position<GROUP>(k_rows[r * 16 + 2 * sub], k_rows[r * 16 + 2 * sub + 1], v_rows[r * 16 + 2 * sub],
-                                       v_rows[r * 16 + 2 * sub + 1], valid, sm, sub, m, l, acc);
+                attend_position<GROUP>(k_rows[r * 16 + sub], k_rows[r * 16 + sub + 8], v_rows[r * 16 + sub],
+                                       v_rows[r * 16 + sub + 8], valid, sm, sub, m, l, acc);
             }
             __syncwarp();
             pipe.consumed++;
             if (next_piece < n_pieces) issue(pipe, next_piece++);
         }
         if (owns_new && warp == 0) { /* stream 0 of warp 0 takes the new position from global memory */
-            const uint4 *k_new = reinterpret_cast<const uint4 *>(row(position, 0, kv_head)) + 2 * sub;
-            const uint4 *v_new = reinterpret_cast<const uint4 *>(row(position, 1, kv_head)) + 2 * sub;
+            const uint4 *k_new = reinterpret_cast<const uint4 *>(row(position, 0, kv_head)) + sub;
+            const uint4 *v_new = reinterpret_cast<const uint4 *>(row(position, 1, kv_head)) + sub;
             const bool mine = stream == 0;
-            attend_position<GROUP>(mine ? __ldcg(k_new) : make_uint4(0, 0, 0, 0), mine ? __ldcg(k_new + 1) : make_uint4(0, 0, 0, 0),
-                                   mine ? __ldcg(v_new) : make_uint4(0, 0, 0, 0), mine ? __ldcg(v_new + 1) : make_uint4(0, 0, 0, 0),
+            attend_position<GROUP>(mine ? __ldcg(k_new) : make_uint4(0, 0, 0, 0), mine ? __ldcg(k_new + 8) : make_uint4(0, 0, 0, 0),
+                                   mine ? __ldcg(v_new) : make_uint4(0, 0, 0, 0), mine ? __ldcg(v_new + 8) : make_uint4(0, 0, 0, 0),
                                    mine, sm, sub, m, l, acc);
         }
 
