@@ -408,6 +408,11 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
         else
             printf(",\"tok_s\":null");
         if (floor_fraction > 0 && g->passed) printf(",\"hbm_floor_fraction\":%.3f", floor_fraction);
+        const char *path = b->target->ops->decode_path ? b->target->ops->decode_path(b->target) : NULL;
+        if (path && strncmp(test, "tg", 2) == 0) { /* which decode code the row timed */
+            printf(",\"decode_path\":");
+            json_write_string(stdout, path, strlen(path));
+        }
         printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_bf16_budget\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,\"commit\":\"%s\",\"date\":\"%s\"}\n",
                !b->reference ? "oracle" : g->passed ? "pass" : "FAILED", g->worst_rel_l2, g->worst_bf16_budget, g->near_ties, o->reps, KITE_GIT_COMMIT, date);
     } else if (g->passed) {
@@ -481,8 +486,10 @@ static int run_bench(const bench_options *o) {
 
     if (!o->jsonl) {
         const char *device = b.target->ops->device_name ? b.target->ops->device_name(b.target) : b.target->ops->name;
-        printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n\n", KITE_VERSION_STRING,
+        printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n", KITE_VERSION_STRING,
                KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
+        if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
+        printf("\n");
         printf("| test     |   B |  depth |        tok/s | min-max tok/s     |   ms/step | floor | gate |\n");
         printf("|----------|-----|--------|--------------|-------------------|-----------|-------|------|\n");
     }

@@ -58,6 +58,9 @@ typedef struct backend_ops {
     kite_status (*memory_info)(backend *self, size_t *free_bytes, size_t *total_bytes);
     /* What the backend runs on, for reports ("NVIDIA H200", "cpu (16 threads)"). May be NULL. */
     const char *(*device_name)(backend *self);
+    /* How decode steps run with the settings in effect (kernels, and the contexts or batch sizes each takes),
+     * for benchmark rows, so a row says which code it timed. May be NULL (one path only). */
+    const char *(*decode_path)(backend *self);
 } backend_ops;
 
 /* Implementations embed this as their first member. */

@@ -676,4 +676,5 @@ static const backend_ops cpu_backend_ops = {
     .argmax = cpu_argmax,
     .memory_info = cpu_memory_info,
     .device_name = cpu_device_name,
+    .decode_path = NULL,
 };

@@ -59,6 +59,7 @@ struct cuda_backend {
     qwen3_config config;
     int device, sm_count;
     char device_name[256];
+    char decode_path[512]; /* cuda_decode_path's report */
     cudaStream_t stream;
     cuda_gemm *gemm;
     bool use_graph, use_pdl;
@@ -1038,9 +1039,39 @@ kite_status cuda_memory_info(backend *self, size_t *free_bytes, size_t *total_by
 
 const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name; }
 
+/* E.g. "single stream: graph+pdl; attention: bulk-fed cluster of 16 up to 2048, cp.async cluster of 16 up to
+ * 6144, split-K beyond; batched: gemm_rows up to 8 rows, cuBLASLt beyond". Written when asked, from the
+ * settings in effect then (env switches at creation, the bench's setters since). */
+const char *cuda_decode_path(backend *self) {
+    cuda_backend *b = as_cuda(self);
+    char single[320], batched[160];
+    if (b->use_persistent) {
+        snprintf(single, sizeof single, "persistent kernel");
+    } else {
+        char attention[224] = "";
+        size_t at = 0;
+        if (b->attention_bulk > 0 && b->bulk_max_context > 0)
+            at += (size_t)snprintf(attention + at, sizeof attention - at, "bulk-fed cluster of %d up to %d, ",
+                                   b->attention_bulk, (int)b->bulk_max_context);
+        if (b->attention_cluster > 0 && b->cluster_max_context > b->bulk_max_context && at < sizeof attention)
+            at += (size_t)snprintf(attention + at, sizeof attention - at, "cp.async cluster of %d up to %d, ",
+                                   b->attention_cluster, (int)b->cluster_max_context);
+        if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
+        snprintf(single, sizeof single, "%s; attention: %s",
+                 b->use_graph ? (b->use_pdl ? "graph+pdl" : "graph") : (b->use_pdl ? "pdl, no graph" : "no graph"),
+                 attention);
+    }
+    if (b->use_batch)
+        snprintf(batched, sizeof batched, "gemm_rows up to %d rows, cuBLASLt beyond, split-K attention", b->rows_max);
+    else
+        snprintf(batched, sizeof batched, "off (general path)");
+    snprintf(b->decode_path, sizeof b->decode_path, "single stream: %s; batched: %s", single, batched);
+    return b->decode_path;
+}
+
 const backend_ops cuda_ops = {
     "cuda", cuda_destroy, cuda_kv_reserve, cuda_forward, cuda_read_logits, cuda_argmax, cuda_memory_info,
-    cuda_device_name,
+    cuda_device_name, cuda_decode_path,
 };
 
 kite_status check_device(int device, char *reason, size_t capacity) {
