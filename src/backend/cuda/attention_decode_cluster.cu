@@ -15,11 +15,7 @@
  * Grid (CS, kv_heads, head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
  * block 32 streams of 8 lanes take one position of a tile each; lane j of a stream holds dims
  * stream_dim(j, 0 .. 15) (decode_attention.cuh). */
-#include "backend/cuda/decode_attention.cuh"
-
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
+#include "backend/cuda/decode_cluster.cuh"
 
 namespace {
 
@@ -47,10 +43,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 template <int GROUP>
 struct cluster_smem {
     unsigned char stages[STAGES][TILE_BYTES];
-    float q[GROUP][HEAD_DIM];        /* normalised, rotated, scaled by log2(e) / sqrt(head_dim) */
-    bf16 new_kv[2][HEAD_DIM];        /* the new position's K (normalised, rotated) and V, as cached */
-    float part_acc[GROUP][HEAD_DIM]; /* this block's partial result, read by the cluster's rank 0 */
-    float part_m[GROUP], part_l[GROUP];
+    decode_cluster_state<GROUP> st;
 };
 
 template <int GROUP>
@@ -63,8 +56,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     static_assert(sizeof(merge_scratch) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     cluster_smem<GROUP> &sm = *reinterpret_cast<cluster_smem<GROUP> *>(smem_raw);
-    cg::cluster_group cluster = cg::this_cluster();
-
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
     const int kv_head = blockIdx.y;
     const int first_head = kv_head * (n_heads / kv.n_kv_heads) + (int)blockIdx.z * GROUP;
@@ -111,51 +103,18 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int t = 0; t < STAGES; t++) issue_tile(t, table_block(t));
 
     /* Norm weights and this position's angles do not depend on the previous kernel either. */
-    const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
-    const float qw[4] = {q_norm[d0], q_norm[d0 + 1], q_norm[d1], q_norm[d1 + 1]};
-    const float kw[4] = {k_norm[d0], k_norm[d0 + 1], k_norm[d1], k_norm[d1 + 1]};
-    const float2 rc = *reinterpret_cast<const float2 *>(rope_cos + (size_t)position * (HEAD_DIM / 2) + d0);
-    const float2 rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
+    const decode_rope_lane rope = load_rope_lane(q_norm, k_norm, rope_cos, rope_sin, position, lane);
     pdl_wait();
     pdl_launch_dependents();
-
-    /* The query heads, and in the block that owns the new position its K and V: into shared memory for this
-     * block's own use, and (head group 0 only: one writer) appended to the cache. */
-    const bool owns_new = begin <= position && position < end;
-    for (int item = warp; item < GROUP + 2; item += WARPS) {
-        if (item < GROUP) {
-            const float *src = qkv + (size_t)(first_head + item) * HEAD_DIM;
-            float v[4];
-            norm_rope_lane(*reinterpret_cast<const float2 *>(src + d0), *reinterpret_cast<const float2 *>(src + d1),
-                           qw, rc, rs, eps, v);
-            sm.q[item][d0] = v[0] * scale_log2;
-            sm.q[item][d0 + 1] = v[1] * scale_log2;
-            sm.q[item][d1] = v[2] * scale_log2;
-            sm.q[item][d1 + 1] = v[3] * scale_log2;
-        } else if (owns_new) {
-            const int kind = item - GROUP; /* 0: K, 1: V; qkv holds the query heads, then K heads, then V heads */
-            const float *src = qkv + ((size_t)n_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * HEAD_DIM;
-            const float2 lo = *reinterpret_cast<const float2 *>(src + d0), hi = *reinterpret_cast<const float2 *>(src + d1);
-            float v[4] = {lo.x, lo.y, hi.x, hi.y};
-            if (kind == 0) norm_rope_lane(lo, hi, kw, rc, rs, eps, v);
-            const uint32_t a = pack_bf16x2(v[0], v[1]), b = pack_bf16x2(v[2], v[3]);
-            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d0]) = a;
-            *reinterpret_cast<uint32_t *>(&sm.new_kv[kind][d1]) = b;
-            if (blockIdx.z == 0) {
-                const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
-                bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
-                *reinterpret_cast<uint32_t *>(dst + d0) = a;
-                *reinterpret_cast<uint32_t *>(dst + d1) = b;
-            }
-        }
-    }
+    prepare_query_and_new_kv<GROUP>(sm.st, rope, qkv, kv, block_table, position, begin <= position && position < end,
+                                    blockIdx.z == 0, n_heads, first_head, kv_head, eps, scale_log2, warp, WARPS);
     __syncthreads();
 
     float qr[GROUP][16];
 #pragma unroll
     for (int g = 0; g < GROUP; g++)
 #pragma unroll
-        for (int i = 0; i < 16; i++) qr[g][i] = sm.q[g][stream_dim(sub, i)];
+        for (int i = 0; i < 16; i++) qr[g][i] = sm.st.q[g][stream_dim(sub, i)];
     float m[GROUP], l[GROUP], acc[GROUP][16];
     stream_init<GROUP>(m, l, acc);
 
@@ -167,9 +126,9 @@ __global__ void __launch_bounds__(THREADS, 1)
          * shuffles see whole warps. */
         const int p = begin + tile * TILE + stream;
         const unsigned char *stage = sm.stages[tile % STAGES];
-        const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[0])
+        const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(sm.st.new_kv[0])
                                            : reinterpret_cast<const uint4 *>(stage + stream * ROW_BYTES);
-        const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.new_kv[1])
+        const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.st.new_kv[1])
                                            : reinterpret_cast<const uint4 *>(stage + (TILE + stream) * ROW_BYTES);
         float kf[16], vf[16];
         bf16x8_to_float(k_row[sub], kf);
@@ -192,79 +151,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
     ms.template store<GROUP>(warp, lane, m, l, acc);
     __syncthreads();
-    for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
-        const int g = item / HEAD_DIM, d = item % HEAD_DIM;
-        float m_all, l_all, a_all;
-        ms.merge(g, d, m_all, l_all, a_all);
-        sm.part_acc[g][d] = a_all;
-        if (d == 0) {
-            sm.part_m[g] = m_all;
-            sm.part_l[g] = l_all;
-        }
-    }
-    cluster.sync(); /* every block's partial is written (release / acquire across the cluster) */
-    if (rank == 0) {
-        for (int item = threadIdx.x; item < GROUP * HEAD_DIM; item += THREADS) {
-            const int g = item / HEAD_DIM, d = item % HEAD_DIM;
-            float m_all = DECODE_NO_SCORE;
-            for (int r = 0; r < n_ranks; r++) m_all = fmaxf(m_all, cluster.map_shared_rank(&sm, r)->part_m[g]);
-            float l_all = 0.0f, a_all = 0.0f;
-            for (int r = 0; r < n_ranks; r++) {
-                const cluster_smem<GROUP> *other = cluster.map_shared_rank(&sm, r);
-                const float f = exp2f(other->part_m[g] - m_all);
-                l_all += other->part_l[g] * f;
-                a_all += other->part_acc[g][d] * f;
-            }
-            out[(size_t)(first_head + g) * HEAD_DIM + d] = a_all / l_all;
-        }
-    }
-    cluster.sync(); /* rank 0 is done reading the others' shared memory before they exit */
-}
-
-template <int GROUP>
-cudaError_t launch_group(int cluster_size, const dim3 &grid, cudaStream_t stream, bool use_pdl, const float *qkv,
-                         float *out, const cuda_kv_layer &kv, const int32_t *block_table, const int32_t *context_len,
-                         const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin,
-                         float eps, int n_heads, float scale_log2, bool query_only) {
-    auto kernel = attention_decode_cluster_kernel<GROUP>;
-    const size_t smem = sizeof(cluster_smem<GROUP>);
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess && cluster_size > 8) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return e;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(THREADS);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[2];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = (unsigned)cluster_size;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[1].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attribute;
-    config.numAttrs = use_pdl ? 2 : 1;
-    if (query_only) { /* how many such clusters fit on the device at once */
-        int clusters = 0;
-        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-        return e != cudaSuccess ? e : clusters >= (int)(grid.y * grid.z) ? cudaSuccess : cudaErrorInvalidConfiguration;
-    }
-    return cudaLaunchKernelEx(&config, kernel, qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos,
-                              rope_sin, eps, n_heads, scale_log2);
+    store_block_partial<GROUP>(sm.st, ms, threadIdx.x, THREADS);
+    combine_cluster_partials<GROUP>(sm.st, out, first_head, threadIdx.x, THREADS);
 }
 
 cudaError_t dispatch(int cluster_size, int n_heads, const cuda_kv_layer &kv, cudaStream_t stream, bool use_pdl,
                      const float *qkv, float *out, const int32_t *block_table, const int32_t *context_len,
                      const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
                      float scale_log2, bool query_only) {
-    const int group_heads = n_heads / kv.n_kv_heads;
-    const int group = decode_group_size(group_heads);
-    const dim3 grid((unsigned)cluster_size, (unsigned)kv.n_kv_heads, (unsigned)(group_heads / group));
-#define LAUNCH(G)                                                                                          \
-    launch_group<G>(cluster_size, grid, stream, use_pdl, qkv, out, kv, block_table, context_len, q_norm, k_norm, \
-                    rope_cos, rope_sin, eps, n_heads, scale_log2, query_only)
-    switch (group) {
+    const dim3 grid = decode_cluster_grid(cluster_size, n_heads, kv);
+#define LAUNCH(G)                                                                                                \
+    launch_decode_cluster(attention_decode_cluster_kernel<G>, sizeof(cluster_smem<G>), THREADS, cluster_size, grid, \
+                          stream, use_pdl, query_only, qkv, out, kv, block_table, context_len, q_norm, k_norm,       \
+                          rope_cos, rope_sin, eps, n_heads, scale_log2)
+    switch (decode_group_size(n_heads / kv.n_kv_heads)) {
     case 4: return LAUNCH(4);
     case 2: return LAUNCH(2);
     default: return LAUNCH(1);

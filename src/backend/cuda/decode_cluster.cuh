@@ -1,0 +1,164 @@
+/* The parts the two cluster decode attention kernels share (attention_decode_cluster.cu: K/V tiles by
+ * cp.async; attention_decode_bulk.cu: by bulk copies from a producer warp). Both split a kv head's positions
+ * over the CS blocks of a thread-block cluster; they differ only in how K/V tiles reach shared memory.
+ * Shared here: the per-block state that outlives the tile loop, the query / new-K/V preparation after the
+ * PDL wait, the block's partial result, its combine by the cluster's rank 0 through distributed shared
+ * memory, and the host-side launch (cluster dimension, PDL, the co-residency query). */
+#ifndef KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
+#define KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
+
+#include "backend/cuda/decode_attention.cuh"
+
+#include <cooperative_groups.h>
+
+/* What a block keeps beside its K/V stages. */
+template <int GROUP>
+struct decode_cluster_state {
+    float q[GROUP][DECODE_HEAD_DIM];        /* normalised, rotated, scaled by log2(e) / sqrt(head_dim) */
+    bf16 new_kv[2][DECODE_HEAD_DIM];        /* the new position's K (normalised, rotated) and V, as cached */
+    float part_acc[GROUP][DECODE_HEAD_DIM]; /* this block's partial result, read by the cluster's rank 0 */
+    float part_m[GROUP], part_l[GROUP];
+};
+
+/* A lane's Q/K norm weights and RoPE angles for the new position (dims 2l, 2l + 1, 64 + 2l, 65 + 2l): they do
+ * not depend on the previous kernel, so they are loaded before the PDL wait. */
+struct decode_rope_lane {
+    int d0, d1;
+    float qw[4], kw[4];
+    float2 rc, rs;
+};
+
+__device__ __forceinline__ decode_rope_lane load_rope_lane(const float *__restrict__ q_norm,
+                                                           const float *__restrict__ k_norm,
+                                                           const float *__restrict__ rope_cos,
+                                                           const float *__restrict__ rope_sin, int position, int lane) {
+    decode_rope_lane r;
+    r.d0 = 2 * lane;
+    r.d1 = DECODE_HEAD_DIM / 2 + 2 * lane;
+    r.qw[0] = q_norm[r.d0], r.qw[1] = q_norm[r.d0 + 1], r.qw[2] = q_norm[r.d1], r.qw[3] = q_norm[r.d1 + 1];
+    r.kw[0] = k_norm[r.d0], r.kw[1] = k_norm[r.d0 + 1], r.kw[2] = k_norm[r.d1], r.kw[3] = k_norm[r.d1 + 1];
+    r.rc = *reinterpret_cast<const float2 *>(rope_cos + (size_t)position * (DECODE_HEAD_DIM / 2) + r.d0);
+    r.rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (DECODE_HEAD_DIM / 2) + r.d0);
+    return r;
+}
+
+/* After the PDL wait, warps warp, warp + n_warps, ... of the block: the GROUP query heads into st.q, and in the
+ * block that owns the new position its K and V into st.new_kv (for this block's own use) and, in head group 0
+ * only (one writer), appended to the cache. qkv holds the query heads, then the K heads, then the V heads. */
+template <int GROUP>
+__device__ __forceinline__ void prepare_query_and_new_kv(decode_cluster_state<GROUP> &st, const decode_rope_lane &r,
+                                                         const float *qkv, const cuda_kv_layer &kv,
+                                                         const int32_t *block_table, int position, bool owns_new,
+                                                         bool head_group_0, int n_heads, int first_head, int kv_head,
+                                                         float eps, float scale_log2, int warp, int n_warps) {
+    for (int item = warp; item < GROUP + 2; item += n_warps) {
+        if (item < GROUP) {
+            const float *src = qkv + (size_t)(first_head + item) * DECODE_HEAD_DIM;
+            float v[4];
+            norm_rope_lane(*reinterpret_cast<const float2 *>(src + r.d0), *reinterpret_cast<const float2 *>(src + r.d1),
+                           r.qw, r.rc, r.rs, eps, v);
+            st.q[item][r.d0] = v[0] * scale_log2;
+            st.q[item][r.d0 + 1] = v[1] * scale_log2;
+            st.q[item][r.d1] = v[2] * scale_log2;
+            st.q[item][r.d1 + 1] = v[3] * scale_log2;
+        } else if (owns_new) {
+            const int kind = item - GROUP; /* 0: K, 1: V */
+            const float *src = qkv + ((size_t)n_heads + (size_t)(kind * kv.n_kv_heads + kv_head)) * DECODE_HEAD_DIM;
+            const float2 lo = *reinterpret_cast<const float2 *>(src + r.d0);
+            const float2 hi = *reinterpret_cast<const float2 *>(src + r.d1);
+            float v[4] = {lo.x, lo.y, hi.x, hi.y};
+            if (kind == 0) norm_rope_lane(lo, hi, r.kw, r.rc, r.rs, eps, v);
+            const uint32_t a = pack_bf16x2(v[0], v[1]), b = pack_bf16x2(v[2], v[3]);
+            *reinterpret_cast<uint32_t *>(&st.new_kv[kind][r.d0]) = a;
+            *reinterpret_cast<uint32_t *>(&st.new_kv[kind][r.d1]) = b;
+            if (head_group_0) {
+                const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
+                bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
+                *reinterpret_cast<uint32_t *>(dst + r.d0) = a;
+                *reinterpret_cast<uint32_t *>(dst + r.d1) = b;
+            }
+        }
+    }
+}
+
+/* The block's partial result (its warps' results merged, in ms) into st.part_*, by threads
+ * thread, thread + n_threads, ... */
+template <int GROUP, int WARPS>
+__device__ __forceinline__ void store_block_partial(decode_cluster_state<GROUP> &st,
+                                                    const warp_partials<WARPS, GROUP> &ms, int thread, int n_threads) {
+    for (int item = thread; item < GROUP * DECODE_HEAD_DIM; item += n_threads) {
+        const int g = item / DECODE_HEAD_DIM, d = item % DECODE_HEAD_DIM;
+        float m_all, l_all, a_all;
+        ms.merge(g, d, m_all, l_all, a_all);
+        st.part_acc[g][d] = a_all;
+        if (d == 0) {
+            st.part_m[g] = m_all;
+            st.part_l[g] = l_all;
+        }
+    }
+}
+
+/* Every block of the cluster calls it after store_block_partial: rank 0 combines the blocks' partials (read
+ * through distributed shared memory) into out, by threads thread, thread + n_threads, ... */
+template <int GROUP>
+__device__ __forceinline__ void combine_cluster_partials(decode_cluster_state<GROUP> &st, float *out, int first_head,
+                                                         int thread, int n_threads) {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int n_ranks = (int)cluster.num_blocks();
+    cluster.sync(); /* every block's partial is written (release / acquire across the cluster) */
+    if (cluster.block_rank() == 0) {
+        for (int item = thread; item < GROUP * DECODE_HEAD_DIM; item += n_threads) {
+            const int g = item / DECODE_HEAD_DIM, d = item % DECODE_HEAD_DIM;
+            float m_all = DECODE_NO_SCORE;
+            for (int r = 0; r < n_ranks; r++) m_all = fmaxf(m_all, cluster.map_shared_rank(&st, r)->part_m[g]);
+            float l_all = 0.0f, a_all = 0.0f;
+            for (int r = 0; r < n_ranks; r++) {
+                const decode_cluster_state<GROUP> *other = cluster.map_shared_rank(&st, r);
+                const float f = exp2f(other->part_m[g] - m_all);
+                l_all += other->part_l[g] * f;
+                a_all += other->part_acc[g][d] * f;
+            }
+            out[(size_t)(first_head + g) * DECODE_HEAD_DIM + d] = a_all / l_all;
+        }
+    }
+    cluster.sync(); /* rank 0 is done reading the others' shared memory before they exit */
+}
+
+/* Grid (cluster_size, kv heads, head groups) of a cluster decode attention. */
+static inline dim3 decode_cluster_grid(int cluster_size, int n_heads, const cuda_kv_layer &kv) {
+    const int group_heads = n_heads / kv.n_kv_heads;
+    return dim3((unsigned)cluster_size, (unsigned)kv.n_kv_heads, (unsigned)(group_heads / decode_group_size(group_heads)));
+}
+
+/* Launches kernel over grid in clusters of cluster_size along x (PDL when asked); query_only: instead, whether
+ * all of the grid's clusters can be resident at once (cudaErrorInvalidConfiguration when not). */
+template <typename... KernelArgs, typename... Args>
+static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), size_t smem, unsigned threads,
+                                                int cluster_size, dim3 grid, cudaStream_t stream, bool use_pdl,
+                                                bool query_only, Args... args) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && cluster_size > 8) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return e;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[2];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = (unsigned)cluster_size;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = use_pdl ? 2 : 1;
+    if (query_only) {
+        int clusters = 0;
+        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+        return e != cudaSuccess ? e : clusters >= (int)(grid.y * grid.z) ? cudaSuccess : cudaErrorInvalidConfiguration;
+    }
+    return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+}
+
+#endif
