@@ -465,41 +465,28 @@ static void test_attention_decode(void) {
     check_attention_decode(16, 8, 16, 16384, 66, 0, 0);
 }
 
-/* The cluster kernel: contexts shorter than the cluster (empty blocks), inside one tile per block, across
- * the shared-memory stages (more tiles than stages), groups of 1, 2 and 4 query heads; both cluster sizes
- * where the device runs them. */
-static void test_attention_decode_cluster(void) {
+/* A cluster kernel (bulk: the bulk-copy fed one): contexts shorter than the cluster (empty blocks), inside one
+ * tile per block, across the shared-memory stages (more tiles than stages), groups of 1, 2 and 4 query heads;
+ * both cluster sizes where the device runs them. */
+static void check_cluster_attention_cases(int bulk) {
     const cuda_kv_layer shape = {NULL, 16, 8, 128};
-    const int largest = cuda_attention_decode_cluster_size(16, shape);
-    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
+    const int largest = bulk ? cuda_attention_decode_bulk_size(16, shape) : cuda_attention_decode_cluster_size(16, shape);
+    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads (bulk %d)", largest, bulk);
     for (int cluster = 8; cluster <= largest; cluster *= 2) {
-        check_attention_decode(16, 8, 16, 1, 0, cluster, 0);
-        check_attention_decode(16, 8, 16, 5, 0, cluster, 0);
-        check_attention_decode(16, 8, 16, 37, 0, cluster, 0);
-        check_attention_decode(16, 8, 32, 383, 0, cluster, 0);
-        check_attention_decode(8, 2, 16, 515, 0, cluster, 0); /* group of 4 */
-        check_attention_decode(6, 2, 16, 300, 0, cluster, 0); /* group of 3: one head per cluster */
-        check_attention_decode(32, 8, 64, 4099, 0, cluster, 0);
-        check_attention_decode(16, 8, 16, 16384, 0, cluster, 0);
+        check_attention_decode(16, 8, 16, 1, 0, cluster, bulk);
+        check_attention_decode(16, 8, 16, 5, 0, cluster, bulk);
+        check_attention_decode(16, 8, 16, 37, 0, cluster, bulk);
+        check_attention_decode(16, 8, 32, 383, 0, cluster, bulk);
+        check_attention_decode(8, 2, 16, 515, 0, cluster, bulk); /* group of 4 */
+        check_attention_decode(6, 2, 16, 300, 0, cluster, bulk); /* group of 3: one head per cluster */
+        check_attention_decode(32, 8, 64, 4099, 0, cluster, bulk);
+        check_attention_decode(16, 8, 16, 16384, 0, cluster, bulk);
     }
 }
 
-/* The bulk-copy fed cluster kernel (attention_decode_bulk.cu), on the same cases. */
-static void test_attention_decode_bulk(void) {
-    const cuda_kv_layer shape = {NULL, 16, 8, 128};
-    const int largest = cuda_attention_decode_bulk_size(16, shape);
-    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
-    for (int cluster = 8; cluster <= largest; cluster *= 2) {
-        check_attention_decode(16, 8, 16, 1, 0, cluster, 1);
-        check_attention_decode(16, 8, 16, 5, 0, cluster, 1);
-        check_attention_decode(16, 8, 16, 37, 0, cluster, 1);
-        check_attention_decode(16, 8, 32, 383, 0, cluster, 1);
-        check_attention_decode(8, 2, 16, 515, 0, cluster, 1); /* group of 4 */
-        check_attention_decode(6, 2, 16, 300, 0, cluster, 1); /* group of 3: one head per cluster */
-        check_attention_decode(32, 8, 64, 4099, 0, cluster, 1);
-        check_attention_decode(16, 8, 16, 16384, 0, cluster, 1);
-    }
-}
+static void test_attention_decode_cluster(void) { check_cluster_attention_cases(0); }
+
+static void test_attention_decode_bulk(void) { check_cluster_attention_cases(1); }
 
 /* ---- GEMV, argmax, GEMM --------------------------------------------------------------------------- */
 

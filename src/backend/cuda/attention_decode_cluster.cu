@@ -155,38 +155,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     combine_cluster_partials<GROUP>(sm.st, out, first_head, threadIdx.x, THREADS);
 }
 
-cudaError_t dispatch(int cluster_size, int n_heads, const cuda_kv_layer &kv, cudaStream_t stream, bool use_pdl,
-                     const float *qkv, float *out, const int32_t *block_table, const int32_t *context_len,
-                     const float *q_norm, const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
-                     float scale_log2, bool query_only) {
-    const dim3 grid = decode_cluster_grid(cluster_size, n_heads, kv);
-#define LAUNCH(G)                                                                                                \
-    launch_decode_cluster(attention_decode_cluster_kernel<G>, sizeof(cluster_smem<G>), THREADS, cluster_size, grid, \
-                          stream, use_pdl, query_only, qkv, out, kv, block_table, context_len, q_norm, k_norm,       \
-                          rope_cos, rope_sin, eps, n_heads, scale_log2)
-    switch (decode_group_size(n_heads / kv.n_kv_heads)) {
-    case 4: return LAUNCH(4);
-    case 2: return LAUNCH(2);
-    default: return LAUNCH(1);
-    }
-#undef LAUNCH
-}
-
-bool shape_supported(int n_heads, const cuda_kv_layer &kv) {
-    return kv.head_dim == HEAD_DIM && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0;
-}
+/* The kernel family, for the host side in decode_cluster.cuh. */
+struct kernels {
+    static constexpr unsigned BLOCK_THREADS = THREADS;
+    static constexpr const char *NAME = "cuda_attention_decode_cluster";
+    template <int GROUP>
+    static decltype(&attention_decode_cluster_kernel<GROUP>) kernel() { return attention_decode_cluster_kernel<GROUP>; }
+    template <int GROUP>
+    static size_t smem() { return sizeof(cluster_smem<GROUP>); }
+};
 
 } // namespace
 
 extern "C" int cuda_attention_decode_cluster_size(int n_heads, cuda_kv_layer kv) {
-    if (!shape_supported(n_heads, kv)) return 0;
-    for (int size = 16; size >= 8; size /= 2) {
-        const cudaError_t e = dispatch(size, n_heads, kv, 0, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                       0.0f, 0.0f, true);
-        if (e == cudaSuccess) return size;
-        (void)cudaGetLastError(); /* a refused size is an answer, not an error to keep */
-    }
-    return 0;
+    return decode_cluster_size<kernels>(n_heads, kv);
 }
 
 extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_layer kv,
@@ -194,11 +176,6 @@ extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *ou
                                                      const float *q_norm, const float *k_norm, const float *rope_cos,
                                                      const float *rope_sin, float eps, int n_heads, float scale,
                                                      int cluster_size, void *stream, int use_pdl) {
-    if (!shape_supported(n_heads, kv) || (cluster_size != 8 && cluster_size != 16))
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_cluster: head_dim %d heads %d kv heads %d cluster %d",
-                         kv.head_dim, n_heads, kv.n_kv_heads, cluster_size);
-    CUDA_CHECK(dispatch(cluster_size, n_heads, kv, static_cast<cudaStream_t>(stream), use_pdl != 0, qkv, out,
-                        block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps,
-                        scale * 1.4426950408889634f, false));
-    return KITE_OK;
+    return run_decode_cluster<kernels>(qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps,
+                                       n_heads, scale, cluster_size, stream, use_pdl);
 }

@@ -161,4 +161,60 @@ static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), s
     return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 }
 
+/* The host side of a cluster decode attention, for a kernel family F with
+ *   template <int GROUP> static <kernel pointer> kernel();   template <int GROUP> static size_t smem();
+ *   static constexpr unsigned BLOCK_THREADS;   static constexpr const char *NAME;
+ * whose kernels take (qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads,
+ * scale_log2). */
+static inline bool decode_cluster_shape_supported(int n_heads, const cuda_kv_layer &kv) {
+    return kv.head_dim == DECODE_HEAD_DIM && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0;
+}
+
+template <typename F>
+cudaError_t dispatch_decode_cluster(int cluster_size, int n_heads, const cuda_kv_layer &kv, cudaStream_t stream,
+                                    bool use_pdl, bool query_only, const float *qkv, float *out,
+                                    const int32_t *block_table, const int32_t *context_len, const float *q_norm,
+                                    const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
+                                    float scale_log2) {
+    const dim3 grid = decode_cluster_grid(cluster_size, n_heads, kv);
+#define KITE_DECODE_CLUSTER_LAUNCH(G)                                                                             \
+    launch_decode_cluster(F::template kernel<G>(), F::template smem<G>(), F::BLOCK_THREADS, cluster_size, grid, stream,   \
+                          use_pdl, query_only, qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos,    \
+                          rope_sin, eps, n_heads, scale_log2)
+    switch (decode_group_size(n_heads / kv.n_kv_heads)) {
+    case 4: return KITE_DECODE_CLUSTER_LAUNCH(4);
+    case 2: return KITE_DECODE_CLUSTER_LAUNCH(2);
+    default: return KITE_DECODE_CLUSTER_LAUNCH(1);
+    }
+#undef KITE_DECODE_CLUSTER_LAUNCH
+}
+
+/* The largest cluster size (16, else 8) at which all of the grid's clusters can be resident at once; 0 where
+ * none can or the shape is not supported. */
+template <typename F>
+int decode_cluster_size(int n_heads, const cuda_kv_layer &kv) {
+    if (!decode_cluster_shape_supported(n_heads, kv)) return 0;
+    for (int size = 16; size >= 8; size /= 2) {
+        const cudaError_t e = dispatch_decode_cluster<F>(size, n_heads, kv, 0, true, true, NULL, NULL, NULL, NULL,
+                                                         NULL, NULL, NULL, NULL, 0.0f, 0.0f);
+        if (e == cudaSuccess) return size;
+        (void)cudaGetLastError(); /* a refused size is an answer, not an error to keep */
+    }
+    return 0;
+}
+
+template <typename F>
+kite_status run_decode_cluster(const float *qkv, float *out, const cuda_kv_layer &kv, const int32_t *block_table,
+                               const int32_t *context_len, const float *q_norm, const float *k_norm,
+                               const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
+                               int cluster_size, void *stream, int use_pdl) {
+    if (!decode_cluster_shape_supported(n_heads, kv) || (cluster_size != 8 && cluster_size != 16))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: head_dim %d heads %d kv heads %d cluster %d", F::NAME, kv.head_dim,
+                         n_heads, kv.n_kv_heads, cluster_size);
+    CUDA_CHECK(dispatch_decode_cluster<F>(cluster_size, n_heads, kv, static_cast<cudaStream_t>(stream), use_pdl != 0,
+                                          false, qkv, out, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin,
+                                          eps, scale * 1.4426950408889634f));
+    return KITE_OK;
+}
+
 #endif
