@@ -18,6 +18,8 @@
  * the first cache rows it will read: they do not depend on that kernel. */
 #include "backend/cuda/decode_attention.cuh"
 
+#include <stdlib.h>
+
 namespace {
 
 constexpr int HEAD_DIM = DECODE_HEAD_DIM;
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(THREADS)
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
-                            int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
+                            int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters, int prefetch_rounds) {
     __shared__ warp_partials<THREADS / 32, GROUP> partials;
     __shared__ float smem_q[GROUP][HEAD_DIM];
     __shared__ bool is_last;
@@ -140,6 +142,19 @@ __global__ void __launch_bounds__(THREADS)
 
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
     for (int round = 0; round < n_rounds; round += 2) {
+        /* Experiment (next/attention-tuning): ask the L2 for the rows prefetch_rounds rounds ahead, so the loads
+         * below hit L2 instead of HBM; lanes 0 and 4 of a stream take a row's two 128-byte lines. */
+        if (prefetch_rounds > 0 && (sub & 3) == 0) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int ahead = round + prefetch_rounds + j, p = begin + ahead * STREAMS + stream;
+                if (ahead < n_rounds && p < end && p != position) {
+                    const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
+                    prefetch_l2(cache + kv_offset(kv, block, 0, kv_head, slot) + sub * 16);
+                    prefetch_l2(cache + kv_offset(kv, block, 1, kv_head, slot) + sub * 16);
+                }
+            }
+        }
         /* Two positions per stream in flight: 8 loads of 16 bytes per lane. */
         uint4 k[2][2], v[2][2];
         bool valid[2];
@@ -224,6 +239,8 @@ extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int
 
 namespace {
 
+int split_prefetch_rounds = -1; /* experiment: env KITE_CUDA_SPLIT_PREFETCH, read at the first launch */
+
 template <typename OutT>
 kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer kv, const int32_t *block_tables,
                                     const int32_t *table_start, const int32_t *context_lens, const float *q_norm,
@@ -241,10 +258,15 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
     const float scale_log2 = scale * 1.4426950408889634f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
+    if (split_prefetch_rounds < 0) {
+        const char *env = getenv("KITE_CUDA_SPLIT_PREFETCH");
+        split_prefetch_rounds = env ? atoi(env) : 0;
+        if (split_prefetch_rounds < 0 || split_prefetch_rounds > 64) split_prefetch_rounds = 0;
+    }
 #define LAUNCH(G)                                                                                        \
     CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,      \
                              block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
-                             n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters))
+                             n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters, split_prefetch_rounds))
     switch (group) {
     case 4: LAUNCH(4); break;
     case 2: LAUNCH(2); break;

@@ -30,7 +30,10 @@ constexpr int WARPS = 8;                         /* consumer warps */
 constexpr int CONSUMERS = WARPS * 32;
 constexpr int THREADS = CONSUMERS + 32;          /* and one producer warp */
 constexpr int TILE = CONSUMERS / 8;              /* positions per tile: one per stream of 8 lanes */
-constexpr int STAGES = 8; /* tiles in flight per block (16 KB each): the whole range of a block up to 4,096 positions */
+/* Tiles in flight per block (16 KB each): a block's whole range up to 2,048 positions in clusters of 16. With 8
+ * stages (134 KB of shared memory per block) the size query gave clusters of 8 only, i.e. 64 of 132 SMs (ncu,
+ * session 4); 4 stages (68 KB) fit clusters of 16 as the cp.async kernel does. */
+constexpr int STAGES = 4;
 constexpr int ROW_BYTES = HEAD_DIM * 2;          /* one K or V row, bf16 */
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES; /* K rows then V rows */
 
