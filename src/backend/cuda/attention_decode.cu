@@ -49,7 +49,8 @@ __device__ __forceinline__ void store_out(bf16 *p, float v) { *p = __float2bfloa
 
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
  * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
-template <int GROUP, typename OutT>
+/* INFLIGHT: positions per stream whose loads are issued together (experiment: 2 on main, 4 selectable). */
+template <int GROUP, typename OutT, int INFLIGHT>
 __global__ void __launch_bounds__(THREADS)
     attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
@@ -141,12 +142,12 @@ __global__ void __launch_bounds__(THREADS)
     stream_init<GROUP>(m, l, acc);
 
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
-    for (int round = 0; round < n_rounds; round += 2) {
+    for (int round = 0; round < n_rounds; round += INFLIGHT) {
         /* Experiment (next/attention-tuning): ask the L2 for the rows prefetch_rounds rounds ahead, so the loads
          * below hit L2 instead of HBM; lanes 0 and 4 of a stream take a row's two 128-byte lines. */
         if (prefetch_rounds > 0 && (sub & 3) == 0) {
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < INFLIGHT; j++) {
                 const int ahead = round + prefetch_rounds + j, p = begin + ahead * STREAMS + stream;
                 if (ahead < n_rounds && p < end && p != position) {
                     const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
@@ -155,11 +156,11 @@ __global__ void __launch_bounds__(THREADS)
                 }
             }
         }
-        /* Two positions per stream in flight: 8 loads of 16 bytes per lane. */
-        uint4 k[2][2], v[2][2];
-        bool valid[2];
+        /* INFLIGHT positions per stream in flight: 4 * INFLIGHT loads of 16 bytes per lane. */
+        uint4 k[INFLIGHT][2], v[INFLIGHT][2];
+        bool valid[INFLIGHT];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < INFLIGHT; j++) {
             const int p = begin + (round + j) * STREAMS + stream;
             valid[j] = (round + j) < n_rounds && p < end;
             if (valid[j]) {
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(THREADS)
             }
         }
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < INFLIGHT; j++) {
             float kf[16], vf[16];
             bf16x8_to_float(k[j][0], kf);
             bf16x8_to_float(k[j][1], kf + 8);
@@ -240,6 +241,7 @@ extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int
 namespace {
 
 int split_prefetch_rounds = -1; /* experiment: env KITE_CUDA_SPLIT_PREFETCH, read at the first launch */
+int split_inflight = -1;         /* experiment: env KITE_CUDA_SPLIT_INFLIGHT (2 or 4), likewise */
 
 template <typename OutT>
 kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer kv, const int32_t *block_tables,
@@ -262,17 +264,25 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
         const char *env = getenv("KITE_CUDA_SPLIT_PREFETCH");
         split_prefetch_rounds = env ? atoi(env) : 0;
         if (split_prefetch_rounds < 0 || split_prefetch_rounds > 64) split_prefetch_rounds = 0;
+        const char *inflight = getenv("KITE_CUDA_SPLIT_INFLIGHT");
+        split_inflight = inflight && atoi(inflight) == 4 ? 4 : 2;
     }
-#define LAUNCH(G)                                                                                        \
-    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,      \
+#define LAUNCH_N(G, N)                                                                                   \
+    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT, N>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,   \
                              block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
                              n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters, split_prefetch_rounds))
+#define LAUNCH(G)                                                                                        \
+    do {                                                                                                 \
+        if (split_inflight == 4) LAUNCH_N(G, 4);                                                         \
+        else LAUNCH_N(G, 2);                                                                             \
+    } while (0)
     switch (group) {
     case 4: LAUNCH(4); break;
     case 2: LAUNCH(2); break;
     default: LAUNCH(1); break;
     }
 #undef LAUNCH
+#undef LAUNCH_N
     return KITE_OK;
 }
 
