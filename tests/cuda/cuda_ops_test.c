@@ -688,7 +688,8 @@ static void test_attention_decode_rows(void) {
     check_attention_decode_rows(16, 8, 16, 33, ctx_c, 2, 1);
 }
 
-static void check_gemm_rows(int n_rows, int rows, int cols, int epilogue, int with_norm) {
+/* x_bf16: the input uploaded as bf16 (ADD without a norm); y_bf16: the output stored as bf16 (SWIGLU). */
+static void check_gemm_rows_io(int n_rows, int rows, int cols, int epilogue, int with_norm, int x_bf16, int y_bf16) {
     const size_t wn = (size_t)rows * cols, xn = (size_t)n_rows * cols;
     const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
     const size_t yn = (size_t)n_rows * outputs;
@@ -720,18 +721,31 @@ static void check_gemm_rows(int n_rows, int rows, int cols, int epilogue, int wi
             ref[(size_t)b * outputs + o] = v;
         }
     }
+    uint16_t *x_bits = xmalloc(xn * 2);
+    for (size_t i = 0; i < xn; i++) x_bits[i] = float_to_bf16(x[i]);
     void *d_w = device_buffer(wn * 2, w_bits);
-    float *d_x = device_buffer(xn * 4, x), *d_g = device_buffer((size_t)cols * 4, g);
-    float *d_y = device_buffer(yn * 4, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
+    void *d_x = x_bf16 ? device_buffer(xn * 2, x_bits) : device_buffer(xn * 4, x);
+    float *d_g = device_buffer((size_t)cols * 4, g);
+    const size_t y_bytes = yn * (y_bf16 ? 2 : 4);
+    void *d_y = device_buffer(y_bytes, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
     void *d_ws = device_buffer(cuda_gemm_rows_argmax_workspace(), NULL);
     int32_t *d_ids = device_buffer((size_t)n_rows * 4, NULL);
-    DEVICE_CHECK(cuda_gemm_rows(d_w, d_x, with_norm ? d_g : NULL, 1e-6f, d_y, n_rows, rows, cols, epilogue, d_ws, d_ids,
-                                NULL, 1));
-    DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, yn * 4));
-    /* Near-ties in the bf16 rounding of the input aside, products agree to fp32 accumulation. */
+    DEVICE_CHECK(cuda_gemm_rows(d_w, d_x, x_bf16, with_norm ? d_g : NULL, 1e-6f, d_y, y_bf16, n_rows, rows, cols, epilogue,
+                                d_ws, d_ids, NULL, 1));
+    if (y_bf16) {
+        uint16_t *bits = xmalloc(yn * 2);
+        DEVICE_CHECK(kite_cuda_copy_to_host(bits, d_y, yn * 2));
+        bf16_to_floats(bits, y, yn);
+        free(bits);
+    } else {
+        DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, yn * 4));
+    }
+    /* Near-ties in the bf16 rounding of the input aside, products agree to fp32 accumulation (a bf16 output:
+     * to its rounding). */
     const double e = nmse(y, ref, yn);
-    CHECK_MSG(e < 1e-7, "gemm_rows %d x %d x %d epilogue %d norm %d: nmse %g", n_rows, rows, cols, epilogue, with_norm, e);
-    CHECK(guard_intact(d_y, yn * 4));
+    CHECK_MSG(e < (y_bf16 ? NMSE_BF16_OUT : 1e-7), "gemm_rows %d x %d x %d epilogue %d norm %d bf16 in %d out %d: nmse %g",
+              n_rows, rows, cols, epilogue, with_norm, x_bf16, y_bf16, e);
+    CHECK(guard_intact(d_y, y_bytes));
     if (epilogue == CUDA_GEMV_ARGMAX) {
         int32_t ids[32];
         DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, (size_t)n_rows * 4));
@@ -747,6 +761,7 @@ static void check_gemm_rows(int n_rows, int rows, int cols, int epilogue, int wi
     void *bufs[] = {d_w, d_x, d_g, d_y, d_ws, d_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
     free(w_bits);
+    free(x_bits);
     free(w);
     free(x);
     free(g);
@@ -755,6 +770,10 @@ static void check_gemm_rows(int n_rows, int rows, int cols, int epilogue, int wi
     free(ref);
     free(dots);
     free(in);
+}
+
+static void check_gemm_rows(int n_rows, int rows, int cols, int epilogue, int with_norm) {
+    check_gemm_rows_io(n_rows, rows, cols, epilogue, with_norm, 0, 0);
 }
 
 static void test_gemm_rows(void) {
@@ -774,6 +793,18 @@ static void test_gemm_rows(void) {
     check_gemm_rows(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1);
     check_gemm_rows(32, 151936, 1024, CUDA_GEMV_ARGMAX, 1);
     check_gemm_rows(21, 999, 2048, CUDA_GEMV_ARGMAX, 1);
+    /* The batched path's bf16 activations: o_proj / down inputs, the SwiGLU output. */
+    check_gemm_rows_io(8, 1024, 2048, CUDA_GEMV_ADD, 0, 1, 0);
+    check_gemm_rows_io(5, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);
+    check_gemm_rows_io(27, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);
+    check_gemm_rows_io(1, 999, 72, CUDA_GEMV_ADD, 0, 1, 0);
+    check_gemm_rows_io(8, 6144, 1024, CUDA_GEMV_SWIGLU, 1, 0, 1);
+    check_gemm_rows_io(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1, 0, 1);
+    /* Combinations the kernels do not implement are refused, not run. */
+    CHECK(cuda_gemm_rows(NULL, NULL, 1, (const float *)16, 1e-6f, NULL, 0, 8, 64, 64, CUDA_GEMV_ADD, NULL, NULL, NULL, 0) ==
+          KITE_ERROR_UNSUPPORTED);
+    CHECK(cuda_gemm_rows(NULL, NULL, 0, NULL, 0.0f, NULL, 1, 8, 64, 64, CUDA_GEMV_ADD, NULL, NULL, NULL, 0) ==
+          KITE_ERROR_UNSUPPORTED);
 }
 
 static void test_argmax_rows(void) {

@@ -31,13 +31,6 @@ constexpr int ROW_BYTES = HEAD_DIM * 2;                   /* one K or V row, bf1
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;          /* K rows then V rows */
 constexpr int PIECES_PER_THREAD = TILE_BYTES / 16 / THREADS;
 
-__device__ __forceinline__ void cp_async_16(void *smem, const void *global) {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 /* Shared memory of a block: the tile stages, then the values that outlive the loop. */
 template <int GROUP>

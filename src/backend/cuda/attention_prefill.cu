@@ -38,13 +38,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *p) 
                  : "r"(address));
 }
 
-/* 16 bytes global -> shared; bytes past src_size are zero-filled (src_size 0: nothing is read). */
-__device__ __forceinline__ void cp_async_16(bf16 *dst, const bf16 *src, int src_size) {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(src), "r"(src_size));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
 /* Gathers keys (kind 0) or values (kind 1) [tile * 64, tile * 64 + 64) into tile_smem; positions at or
  * past ctx are zero-filled. Each thread copies one 16-byte column of 8 rows. */

@@ -114,7 +114,7 @@ struct cuda_backend {
     bool use_batch;
     int32_t bat_capacity;
     void *bat_bytes;
-    float *bat_x, *bat_qkv, *bat_attention, *bat_act, *bat_logits;
+    float *bat_x, *bat_qkv, *bat_logits;
     bf16 *bat_attention16, *bat_normed, *bat_gate_up, *bat_act16;
     void *bat_attention_ws, *bat_argmax_ws;
     unsigned *bat_counters;
@@ -683,12 +683,10 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
         const size_t ws = (size_t)BUCKETS[i] * cuda_attention_decode_workspace(c->n_heads, c->head_dim, batch_splits(b, BUCKETS[i]));
         if (ws > attention_ws) attention_ws = ws;
     }
-    enum { X, QKV, ATT, ACT, LOGITS, ATT16, NORMED, GATE_UP, ACT16, ATT_WS, ARGMAX_WS, COUNTERS, IDS, N_PARTS };
+    enum { X, QKV, LOGITS, ATT16, NORMED, GATE_UP, ACT16, ATT_WS, ARGMAX_WS, COUNTERS, IDS, N_PARTS };
     size_t sizes[N_PARTS];
     sizes[X] = R * hidden * 4;
     sizes[QKV] = R * qkv_dim * 4;
-    sizes[ATT] = R * qd * 4;
-    sizes[ACT] = R * inter * 4;
     sizes[LOGITS] = R * vocab * 4;
     sizes[ATT16] = R * qd * 2;
     sizes[NORMED] = R * hidden * 2;
@@ -710,8 +708,6 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
     }
     b->bat_x = static_cast<float *>(parts[X]);
     b->bat_qkv = static_cast<float *>(parts[QKV]);
-    b->bat_attention = static_cast<float *>(parts[ATT]);
-    b->bat_act = static_cast<float *>(parts[ACT]);
     b->bat_logits = static_cast<float *>(parts[LOGITS]);
     b->bat_attention16 = static_cast<bf16 *>(parts[ATT16]);
     b->bat_normed = static_cast<bf16 *>(parts[NORMED]);
@@ -769,19 +765,21 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
         const int pdl = b->use_pdl ? 1 : 0;
         for (int l = 0; l < c->n_layers; l++) {
             const cuda_layer *L = &b->layers[l];
-            DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemm_rows(L->qkv, b->bat_x, L->input_norm, eps, b->bat_qkv, rows,
+            /* The attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input
+             * to bf16 anyway), so those two stage their input by cp.async in one round trip. */
+            DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemm_rows(L->qkv, b->bat_x, 0, L->input_norm, eps, b->bat_qkv, 0, rows,
                                                              qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention, 0, pdl));
-            DECODE_PART(CUDA_DECODE_PART_O, cuda_gemm_rows(L->o, b->bat_attention, NULL, 0.0f, b->bat_x, rows, hidden,
-                                                           qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemm_rows(L->gate_up, b->bat_x, L->post_norm, eps, b->bat_act,
-                                                                 rows, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL, NULL,
-                                                                 st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act, NULL, 0.0f, b->bat_x, rows, hidden,
-                                                              inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
+            DECODE_PART(CUDA_DECODE_PART_O, cuda_gemm_rows(L->o, b->bat_attention16, 1, NULL, 0.0f, b->bat_x, 0, rows,
+                                                           hidden, qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemm_rows(L->gate_up, b->bat_x, 0, L->post_norm, eps, b->bat_act16,
+                                                                 1, rows, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL,
+                                                                 NULL, st, pdl));
+            DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows,
+                                                              hidden, inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
         }
-        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemm_rows(b->lm_head, b->bat_x, b->final_norm, eps, b->bat_logits,
-                                                             rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws,
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits,
+                                                             0, rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws,
                                                              b->bat_ids, st, pdl));
         return KITE_OK;
     }

@@ -49,6 +49,17 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 }
 
 /* Weights are read once per step: stream them past L1 (no allocation) through the read-only path. */
+/* 16 bytes global -> shared memory without passing through registers (cp.async, cached in L2 only); bytes
+ * past src_bytes are zero-filled (0: nothing is read). cp_async_commit() closes a group of copies,
+ * cp_async_wait<N>() waits until at most N of this thread's groups are pending. */
+__device__ __forceinline__ void cp_async_16(void *smem, const void *global, int src_bytes = 16) {
+    const unsigned address = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 __device__ __forceinline__ uint4 load_weight_16(const void *address) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"

@@ -140,14 +140,16 @@ kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weig
                       int cols, int epilogue, void *workspace, int32_t *argmax_out, void *stream, int use_pdl);
 
 /* Batched decode products for n_rows <= 32 sequences (tensor cores, each weight read once per step):
- * y[b, r] = w_r . in_b with in_b = x[b, :] (fp32 (n_rows, cols)), or rmsnorm(x[b, :]) * norm_weight when
- * norm_weight is not NULL; the input is rounded to bf16. The CUDA_GEMV_* epilogues per row b: y is
- * (n_rows, rows), or (n_rows, rows / 2) for SWIGLU; ARGMAX stores the logits and argmax_out[b] (ties: the
- * lowest id) and needs cuda_gemm_rows_argmax_workspace() bytes of workspace. cols % 8 == 0. */
+ * y[b, r] = w_r . in_b with in_b = x[b, :] ((n_rows, cols), fp32, or bf16 when x_bf16), or
+ * rmsnorm(x[b, :]) * norm_weight when norm_weight is not NULL; the input is rounded to bf16. The CUDA_GEMV_*
+ * epilogues per row b: y is (n_rows, rows), or (n_rows, rows / 2) for SWIGLU, fp32, or bf16 when y_bf16;
+ * ARGMAX stores the logits and argmax_out[b] (ties: the lowest id) and needs
+ * cuda_gemm_rows_argmax_workspace() bytes of workspace. cols % 8 == 0. A bf16 input is for ADD without a norm
+ * (o_proj, down), a bf16 output for SWIGLU. */
 size_t cuda_gemm_rows_argmax_workspace(void);
-kite_status cuda_gemm_rows(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
-                           int n_rows, int rows, int cols, int epilogue, void *workspace, int32_t *argmax_out,
-                           void *stream, int use_pdl);
+kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const float *norm_weight, float eps, void *y,
+                           int y_bf16, int n_rows, int rows, int cols, int epilogue, void *workspace,
+                           int32_t *argmax_out, void *stream, int use_pdl);
 
 /* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
 kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);

@@ -11,7 +11,8 @@
  * the first mma's k 2t, 2t+1, 2t+8, 2t+9; k 8t+4..8t+7 the second's).
  *
  * A block (8 warps) stages the whole activation matrix in shared memory as bf16 (RMS-normalised and
- * scaled by the norm weight when asked, as the GEMV does), then loops over tiles of 16 weight rows.
+ * scaled by the norm weight when asked, as the GEMV does; an input that is bf16 already - o_proj's and down's
+ * in the batched path - is copied by cp.async in one round trip), then loops over tiles of 16 weight rows.
  * The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles at a time, so a
  * matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial sums meet
  * in shared memory, where the epilogue runs one output per thread. Each warp double-buffers its weight
@@ -41,11 +42,12 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
  * the 8 lanes of a 16-byte load phase (two rows, 64 bytes each) fall on distinct banks. */
 __host__ __device__ __forceinline__ int staged_stride(int cols) { return (cols + 63) / 64 * 64 + 32; }
 
-/* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_*. */
-template <int NT, int EPILOGUE>
+/* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_*. X_BF16: the input is bf16 (no norm); Y_BF16: the output
+ * is stored as bf16 (STORE / SWIGLU). */
+template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
 __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
-    gemm_rows_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight,
-                     float eps, float *y, int n_rows, int rows, int cols, int k_slices, argmax_entry *partial) {
+    gemm_rows_kernel(const bf16 *__restrict__ weight, const void *x_in, const float *__restrict__ norm_weight,
+                     float eps, void *y_out, int n_rows, int rows, int cols, int k_slices, argmax_entry *partial) {
     constexpr int BT = NT * 8; /* batch rows staged */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);
@@ -111,8 +113,22 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 
     /* Stage the activations: bf16(x * rsqrt(mean(x^2) + eps) * norm_weight), zero rows past n_rows and
      * zero columns past cols. One warp per batch row. (Issuing 4 loads per thread across the block
-     * instead measured slower: 1.218 vs 1.095 ms per step at B = 8, docs/notes-cuda.md.) */
-    for (int b = warp; b < BT; b += WARPS) {
+     * instead measured slower: 1.218 vs 1.095 ms per step at B = 8, docs/notes-cuda.md.) A bf16 input: every
+     * thread's 16-byte pieces by cp.async at once. */
+    if constexpr (X_BF16) {
+        const bf16 *x = static_cast<const bf16 *>(x_in);
+        const int pieces = stride / 8; /* per staged row; cols % 8 == 0, so a piece is wholly inside or outside */
+        for (int i = threadIdx.x; i < BT * pieces; i += THREADS) {
+            const int b = i / pieces, k = (i % pieces) * 8;
+            bf16 *dst = xs + (size_t)b * stride + k;
+            if (b < n_rows && k < cols) cp_async_16(dst, x + (size_t)b * (size_t)cols + k);
+            else *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+    }
+    const float *x = static_cast<const float *>(x_in);
+    for (int b = warp; b < (X_BF16 ? 0 : BT); b += WARPS) {
         bf16 *dst = xs + (size_t)b * stride;
         if (b >= n_rows) {
             for (int k = lane * 8; k < stride; k += 256) *reinterpret_cast<uint4 *>(dst + k) = make_uint4(0, 0, 0, 0);
@@ -204,11 +220,16 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
             }
             const int out = tile * tile_outputs + r;
             if (out >= n_outputs) continue;
-            float *dst = y + (size_t)b * (size_t)n_outputs + (size_t)out;
+            const size_t at = (size_t)b * (size_t)n_outputs + (size_t)out;
+            float *dst = static_cast<float *>(y_out) + at;
             if (EPILOGUE == CUDA_GEMV_SWIGLU) {
-                *dst = v / (1.0f + __expf(-v)) * up;
+                const float value = v / (1.0f + __expf(-v)) * up;
+                if (Y_BF16) static_cast<bf16 *>(y_out)[at] = __float2bfloat16(value);
+                else *dst = value;
             } else if (EPILOGUE == CUDA_GEMV_ADD) {
                 *dst += v;
+            } else if (Y_BF16) {
+                static_cast<bf16 *>(y_out)[at] = __float2bfloat16(v);
             } else {
                 *dst = v;
                 if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(v, out, best_value, best_index)) {
@@ -261,11 +282,25 @@ int sm_count(void) {
     return rows_sm_count;
 }
 
-template <int NT, int EPILOGUE>
-kite_status gemm_rows_launch(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
-                             int n_rows, int rows, int cols, void *workspace, int32_t *argmax_out, cudaStream_t stream,
-                             bool use_pdl) {
-    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+/* One product as cuda_gemm_rows was asked for it. */
+struct rows_call {
+    const bf16 *weight;
+    const void *x;
+    const float *norm_weight;
+    float eps;
+    void *y;
+    int n_rows, rows, cols;
+    argmax_entry *partial;
+    int32_t *argmax_out;
+    cudaStream_t stream;
+    bool pdl;
+};
+
+template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
+kite_status gemm_rows_launch(const rows_call &c) {
+    static_assert(!X_BF16 || EPILOGUE == CUDA_GEMV_ADD, "bf16 inputs: o_proj and down (residual add) only");
+    static_assert(!Y_BF16 || EPILOGUE == CUDA_GEMV_SWIGLU, "bf16 outputs: the SwiGLU product only");
+    const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? c.rows / 2 : c.rows;
     const int n_tiles = KITE_CEIL_DIV(n_outputs, EPILOGUE == CUDA_GEMV_SWIGLU ? 8 : 16);
     const int resident = BLOCKS_PER_SM * sm_count();
     /* As many warps per tile as keep the grid resident: 8 for few tiles, down to 1 for the lm_head. */
@@ -273,32 +308,27 @@ kite_status gemm_rows_launch(const void *weight, const float *x, const float *no
     while (k_slices > 1 && KITE_CEIL_DIV(n_tiles * k_slices, WARPS) > resident) k_slices /= 2;
     const int blocks_needed = KITE_CEIL_DIV(n_tiles * k_slices, WARPS);
     const int grid = blocks_needed < resident ? blocks_needed : resident;
-    const size_t smem = (size_t)(NT * 8) * (size_t)staged_stride(cols) * sizeof(bf16);
-    auto kernel = gemm_rows_kernel<NT, EPILOGUE>;
+    const size_t smem = (size_t)(NT * 8) * (size_t)staged_stride(c.cols) * sizeof(bf16);
+    auto kernel = gemm_rows_kernel<NT, EPILOGUE, X_BF16, Y_BF16>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    argmax_entry *partial = static_cast<argmax_entry *>(workspace);
-    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, stream, use_pdl,
-                             static_cast<const bf16 *>(weight), x, norm_weight, eps, y, n_rows, rows, cols, k_slices,
-                             partial));
+    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, c.stream, c.pdl, c.weight, c.x, c.norm_weight,
+                             c.eps, c.y, c.n_rows, c.rows, c.cols, k_slices, c.partial));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)
-        CUDA_CHECK(launch_kernel(argmax_rows_partials_kernel, dim3(n_rows), dim3(256), 0, stream, use_pdl,
-                                 static_cast<const argmax_entry *>(partial), grid, argmax_out));
+        CUDA_CHECK(launch_kernel(argmax_rows_partials_kernel, dim3(c.n_rows), dim3(256), 0, c.stream, c.pdl,
+                                 static_cast<const argmax_entry *>(c.partial), grid, c.argmax_out));
     return KITE_OK;
 }
 
 template <int NT>
-kite_status gemm_rows_dispatch(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
-                               int n_rows, int rows, int cols, int epilogue, void *workspace, int32_t *argmax_out,
-                               cudaStream_t s, bool pdl) {
+kite_status gemm_rows_dispatch(const rows_call &c, int epilogue, bool x_bf16, bool y_bf16) {
     switch (epilogue) {
-    case CUDA_GEMV_STORE:
-        return gemm_rows_launch<NT, CUDA_GEMV_STORE>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+    case CUDA_GEMV_STORE: return gemm_rows_launch<NT, CUDA_GEMV_STORE, false, false>(c);
     case CUDA_GEMV_ADD:
-        return gemm_rows_launch<NT, CUDA_GEMV_ADD>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+        return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ADD, true, false>(c) : gemm_rows_launch<NT, CUDA_GEMV_ADD, false, false>(c);
     case CUDA_GEMV_SWIGLU:
-        return gemm_rows_launch<NT, CUDA_GEMV_SWIGLU>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
-    case CUDA_GEMV_ARGMAX:
-        return gemm_rows_launch<NT, CUDA_GEMV_ARGMAX>(weight, x, norm_weight, eps, y, n_rows, rows, cols, workspace, argmax_out, s, pdl);
+        return y_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, true>(c)
+                      : gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, false>(c);
+    case CUDA_GEMV_ARGMAX: return gemm_rows_launch<NT, CUDA_GEMV_ARGMAX, false, false>(c);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unknown epilogue %d", epilogue);
 }
@@ -309,24 +339,24 @@ extern "C" size_t cuda_gemm_rows_argmax_workspace(void) {
     return (size_t)(BLOCKS_PER_SM * sm_count()) * MAX_ROWS * sizeof(argmax_entry);
 }
 
-extern "C" kite_status cuda_gemm_rows(const void *weight, const float *x, const float *norm_weight, float eps, float *y,
-                                      int n_rows, int rows, int cols, int epilogue, void *workspace,
+extern "C" kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const float *norm_weight, float eps,
+                                      void *y, int y_bf16, int n_rows, int rows, int cols, int epilogue, void *workspace,
                                       int32_t *argmax_out, void *stream, int use_pdl) {
     if (n_rows <= 0 || n_rows > MAX_ROWS || cols <= 0 || cols % 8 != 0 || rows <= 0 ||
         (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unsupported shape %d x %d x %d", n_rows, rows, cols);
+    if ((x_bf16 && (epilogue != CUDA_GEMV_ADD || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: bf16 input (%d) / output (%d) with epilogue %d%s", x_bf16,
+                         y_bf16, epilogue, norm_weight ? " and a norm" : "");
     const size_t staged_rows = n_rows <= 8 ? 8 : n_rows <= 16 ? 16 : 32;
     if (staged_rows * (size_t)staged_stride(cols) * sizeof(bf16) > 200 * 1024)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: %d columns do not fit in shared memory", cols);
     if (epilogue == CUDA_GEMV_ARGMAX && (!workspace || !argmax_out))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: ARGMAX needs a workspace and an output");
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (n_rows <= 8)
-        return gemm_rows_dispatch<1>(weight, x, norm_weight, eps, y, n_rows, rows, cols, epilogue, workspace, argmax_out, s,
-                                     use_pdl != 0);
-    if (n_rows > 16)
-        return gemm_rows_dispatch<4>(weight, x, norm_weight, eps, y, n_rows, rows, cols, epilogue, workspace, argmax_out, s,
-                                     use_pdl != 0);
-    return gemm_rows_dispatch<2>(weight, x, norm_weight, eps, y, n_rows, rows, cols, epilogue, workspace, argmax_out, s,
-                                 use_pdl != 0);
+    const rows_call c = {static_cast<const bf16 *>(weight), x, norm_weight, eps, y, n_rows, rows, cols,
+                         static_cast<argmax_entry *>(workspace), argmax_out, static_cast<cudaStream_t>(stream),
+                         use_pdl != 0};
+    if (n_rows <= 8) return gemm_rows_dispatch<1>(c, epilogue, x_bf16 != 0, y_bf16 != 0);
+    if (n_rows > 16) return gemm_rows_dispatch<4>(c, epilogue, x_bf16 != 0, y_bf16 != 0);
+    return gemm_rows_dispatch<2>(c, epilogue, x_bf16 != 0, y_bf16 != 0);
 }
