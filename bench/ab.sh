@@ -27,7 +27,7 @@ for round in $(seq 1 "$rounds"); do
       timeout 120 "$dir/cuda_forward_bench" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}" 2>&1 |
         grep '^tg' | sed "s/^/$name $shape /" >>"$raw"
     done
-    timeout 120 "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch 8,32 2>&1 |
+    timeout 120 "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch 8,16,32 2>&1 |
       grep '^tg' | sed "s/^/$name qwen3-0.6b-base /" >>"$raw"
   done
 done

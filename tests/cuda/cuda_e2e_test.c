@@ -7,7 +7,8 @@
  *   sequences) equals the same work done separately; the decode graph equals the general path;
  * - the persistent decode kernel equals the per-kernel graph path (short and long contexts);
  * - the cluster decode attention equals the split-K one (short and long contexts);
- * - batched decode of 3, 8 and 33 sequences with mixed contexts against the CPU and against B = 1. */
+ * - batched decode of 3, 8 and 33 sequences with mixed contexts against the CPU and against B = 1 (bulk-fed
+ *   and split-K batched attention). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -354,9 +355,19 @@ static void test_batched_decode_n(int n) {
 }
 
 static void test_batched_decode(void) {
+    /* Buckets up to batch_bulk_max_rows take the bulk-fed cluster attention where it fits, larger ones (and
+     * B = 8 once more, below) the split-K kernel. */
+    printf("  batched attention: bulk-fed cluster size B=3 %d, B=8 %d, B=33 %d (0: split-K)\n",
+           cuda_backend_batch_bulk_cluster(gpu, 3), cuda_backend_batch_bulk_cluster(gpu, 8),
+           cuda_backend_batch_bulk_cluster(gpu, 33));
     test_batched_decode_n(3);
     test_batched_decode_n(8);
     test_batched_decode_n(33);
+    const int32_t bulk_max_rows = cuda_backend_batch_bulk_max_rows(gpu);
+    TRY(cuda_backend_set_batch_bulk_max_rows(gpu, 0));
+    printf("  batched attention: split-K at every B\n");
+    test_batched_decode_n(8);
+    TRY(cuda_backend_set_batch_bulk_max_rows(gpu, bulk_max_rows));
 }
 
 int main(void) {

@@ -568,8 +568,10 @@ static void test_gemv(void) {
 
 /* ---- batched decode: attention over B sequences, products of B rows ------------------------------- */
 
+/* The split-K kernel with n_splits (bulk_cluster 0), or the bulk-fed cluster kernel with clusters of
+ * bulk_cluster blocks, against the reference: output and the cache after the appends. */
 static void check_attention_decode_rows(int n_heads, int n_kv, int bs, int n_seqs, const int *ctx, int n_splits,
-                                        int out_bf16) {
+                                        int out_bf16, int bulk_cluster) {
     const int D = 128, half = 64;
     int max_ctx = 0, total_blocks = 0;
     int32_t *table_start = xmalloc((size_t)n_seqs * 4), *ctx32 = xmalloc((size_t)n_seqs * 4);
@@ -629,9 +631,14 @@ static void check_attention_decode_rows(int n_heads, int n_kv, int bs, int n_seq
     cuda_kv_layer kv = {c.device, bs, n_kv, D};
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, out_bytes));
-        DEVICE_CHECK(cuda_attention_decode_rows(d_qkv, d_out, out_bf16, kv, d_tables, d_start, d_ctx, d_qn, d_kn, d_cos,
-                                                d_sin, 1e-6f, n_heads, 1.0f / sqrtf((float)D), n_seqs, n_splits, d_ws,
-                                                d_counters, NULL, run));
+        if (bulk_cluster)
+            DEVICE_CHECK(cuda_attention_decode_bulk_rows(d_qkv, d_out, out_bf16, kv, d_tables, d_start, d_ctx, d_qn, d_kn,
+                                                         d_cos, d_sin, 1e-6f, n_heads, 1.0f / sqrtf((float)D), n_seqs,
+                                                         bulk_cluster, NULL, run));
+        else
+            DEVICE_CHECK(cuda_attention_decode_rows(d_qkv, d_out, out_bf16, kv, d_tables, d_start, d_ctx, d_qn, d_kn,
+                                                    d_cos, d_sin, 1e-6f, n_heads, 1.0f / sqrtf((float)D), n_seqs,
+                                                    n_splits, d_ws, d_counters, NULL, run));
         if (out_bf16) {
             uint16_t *bits = xmalloc((size_t)n_seqs * qn * 2);
             DEVICE_CHECK(kite_cuda_copy_to_host(bits, d_out, (size_t)n_seqs * qn * 2));
@@ -641,8 +648,9 @@ static void check_attention_decode_rows(int n_heads, int n_kv, int bs, int n_seq
             DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, (size_t)n_seqs * qn * 4));
         }
         const double e = nmse(out, ref, (size_t)n_seqs * qn);
-        CHECK_MSG(e < (out_bf16 ? NMSE_BF16_OUT : 1e-8), "batched decode attention heads %d/%d seqs %d splits %d bf16 %d run %d: nmse %g",
-                  n_heads, n_kv, n_seqs, n_splits, out_bf16, run, e);
+        CHECK_MSG(e < (out_bf16 ? NMSE_BF16_OUT : 1e-8),
+                  "batched decode attention heads %d/%d seqs %d splits %d bulk cluster %d bf16 %d run %d: nmse %g", n_heads,
+                  n_kv, n_seqs, n_splits, bulk_cluster, out_bf16, run, e);
     }
     const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
     uint16_t *got = xmalloc(cache_n * 2);
@@ -678,14 +686,35 @@ static void check_attention_decode_rows(int n_heads, int n_kv, int bs, int n_seq
 
 static void test_attention_decode_rows(void) {
     const int ctx_a[3] = {1, 300, 37};
-    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 8, 0);
-    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 1, 1);
+    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 8, 0, 0);
+    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 1, 1, 0);
     const int ctx_b[8] = {256, 257, 300, 16, 17, 1000, 2, 333};
-    check_attention_decode_rows(16, 8, 16, 8, ctx_b, 8, 0);
-    check_attention_decode_rows(8, 2, 32, 8, ctx_b, 3, 1); /* group of 4 */
+    check_attention_decode_rows(16, 8, 16, 8, ctx_b, 8, 0, 0);
+    check_attention_decode_rows(8, 2, 32, 8, ctx_b, 3, 1, 0); /* group of 4 */
     int ctx_c[33];
     for (int s = 0; s < 33; s++) ctx_c[s] = 1 + (int)(rng_next() % 700);
-    check_attention_decode_rows(16, 8, 16, 33, ctx_c, 2, 1);
+    check_attention_decode_rows(16, 8, 16, 33, ctx_c, 2, 1, 0);
+}
+
+/* The bulk-fed cluster kernel over B sequences: clusters of 1 .. 16 blocks (ranges longer than the producer's
+ * 32-entry window of the block table at cluster 1), groups of 1, 2 and 4 heads, both outputs, and its size query. */
+static void test_attention_decode_bulk_rows(void) {
+    const int ctx_a[3] = {1, 300, 37};
+    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 0, 1, 16);
+    check_attention_decode_rows(16, 8, 16, 3, ctx_a, 0, 0, 8);
+    const int ctx_b[8] = {256, 257, 300, 16, 17, 1000, 2, 333};
+    check_attention_decode_rows(16, 8, 16, 8, ctx_b, 0, 1, 4);
+    check_attention_decode_rows(16, 8, 16, 8, ctx_b, 0, 0, 1);
+    check_attention_decode_rows(8, 2, 32, 8, ctx_b, 0, 1, 2); /* group of 4 */
+    check_attention_decode_rows(6, 6, 8, 8, ctx_b, 0, 1, 1);  /* group of 1, blocks of 8 positions */
+    int ctx_c[33];
+    for (int s = 0; s < 33; s++) ctx_c[s] = 1 + (int)(rng_next() % 2500);
+    check_attention_decode_rows(16, 8, 16, 33, ctx_c, 0, 1, 1);
+    check_attention_decode_rows(16, 8, 16, 33, ctx_c, 0, 1, 2);
+    const cuda_kv_layer shape = {NULL, 16, 8, 128};
+    const int size8 = cuda_attention_decode_bulk_rows_size(16, shape, 8);
+    CHECK_MSG(size8 >= 1 && size8 <= 16 && (size8 & (size8 - 1)) == 0, "bulk rows cluster size for 8 sequences: %d", size8);
+    CHECK_MSG(cuda_attention_decode_bulk_rows_size(16, shape, 16) <= size8, "more sequences, larger clusters");
 }
 
 /* x_bf16: the input uploaded as bf16 (ADD without a norm); y_bf16: the output stored as bf16 (SWIGLU). */
@@ -891,6 +920,7 @@ int main(void) {
     TEST_RUN(test_attention_decode_bulk);
     TEST_RUN(test_gemv);
     TEST_RUN(test_attention_decode_rows);
+    TEST_RUN(test_attention_decode_bulk_rows);
     TEST_RUN(test_gemm_rows);
     TEST_RUN(test_argmax_rows);
     TEST_RUN(test_gemm);

@@ -18,8 +18,6 @@
  * the first cache rows it will read: they do not depend on that kernel. */
 #include "backend/cuda/decode_attention.cuh"
 
-#include <stdlib.h>
-
 namespace {
 
 constexpr int HEAD_DIM = DECODE_HEAD_DIM;
@@ -44,19 +42,16 @@ __device__ __forceinline__ void norm_rope_head(const float *src, const float w[4
                    eps, out);
 }
 
-__device__ __forceinline__ void store_out(float *p, float v) { *p = v; }
-__device__ __forceinline__ void store_out(bf16 *p, float v) { *p = __float2bfloat16(v); }
 
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
  * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
-/* INFLIGHT: positions per stream whose loads are issued together (experiment: 2 on main, 4 selectable). */
-template <int GROUP, typename OutT, int INFLIGHT>
+template <int GROUP, typename OutT>
 __global__ void __launch_bounds__(THREADS)
     attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
-                            int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters, int prefetch_rounds) {
+                            int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
     __shared__ warp_partials<THREADS / 32, GROUP> partials;
     __shared__ float smem_q[GROUP][HEAD_DIM];
     __shared__ bool is_last;
@@ -142,25 +137,12 @@ __global__ void __launch_bounds__(THREADS)
     stream_init<GROUP>(m, l, acc);
 
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
-    for (int round = 0; round < n_rounds; round += INFLIGHT) {
-        /* Experiment (next/attention-tuning): ask the L2 for the rows prefetch_rounds rounds ahead, so the loads
-         * below hit L2 instead of HBM; lanes 0 and 4 of a stream take a row's two 128-byte lines. */
-        if (prefetch_rounds > 0 && (sub & 3) == 0) {
+    for (int round = 0; round < n_rounds; round += 2) {
+        /* Two positions per stream in flight: 8 loads of 16 bytes per lane. */
+        uint4 k[2][2], v[2][2];
+        bool valid[2];
 #pragma unroll
-            for (int j = 0; j < INFLIGHT; j++) {
-                const int ahead = round + prefetch_rounds + j, p = begin + ahead * STREAMS + stream;
-                if (ahead < n_rounds && p < end && p != position) {
-                    const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
-                    prefetch_l2(cache + kv_offset(kv, block, 0, kv_head, slot) + sub * 16);
-                    prefetch_l2(cache + kv_offset(kv, block, 1, kv_head, slot) + sub * 16);
-                }
-            }
-        }
-        /* INFLIGHT positions per stream in flight: 4 * INFLIGHT loads of 16 bytes per lane. */
-        uint4 k[INFLIGHT][2], v[INFLIGHT][2];
-        bool valid[INFLIGHT];
-#pragma unroll
-        for (int j = 0; j < INFLIGHT; j++) {
+        for (int j = 0; j < 2; j++) {
             const int p = begin + (round + j) * STREAMS + stream;
             valid[j] = (round + j) < n_rounds && p < end;
             if (valid[j]) {
@@ -172,7 +154,7 @@ __global__ void __launch_bounds__(THREADS)
             }
         }
 #pragma unroll
-        for (int j = 0; j < INFLIGHT; j++) {
+        for (int j = 0; j < 2; j++) {
             float kf[16], vf[16];
             bf16x8_to_float(k[j][0], kf);
             bf16x8_to_float(k[j][1], kf + 8);
@@ -196,7 +178,7 @@ __global__ void __launch_bounds__(THREADS)
         float m_all, l_all, a_all;
         partials.merge(g, d, m_all, l_all, a_all);
         if (n_used == 1) { /* the only split: this is the result */
-            store_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
+            store_decode_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
             continue;
         }
         const size_t index = (seq_heads + (size_t)(first_head + g)) * (size_t)n_splits + (size_t)split;
@@ -227,7 +209,7 @@ __global__ void __launch_bounds__(THREADS)
             l_all += st.y * f;
             a_all += __ldcg(&ws_acc[(base + sp) * HEAD_DIM + d]) * f;
         }
-        store_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
+        store_decode_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
     }
     if (threadIdx.x == 0) counters[counter_index] = 0;
 }
@@ -239,9 +221,6 @@ extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int
 }
 
 namespace {
-
-int split_prefetch_rounds = -1; /* experiment: env KITE_CUDA_SPLIT_PREFETCH, read at the first launch */
-int split_inflight = -1;         /* experiment: env KITE_CUDA_SPLIT_INFLIGHT (2 or 4), likewise */
 
 template <typename OutT>
 kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer kv, const int32_t *block_tables,
@@ -260,29 +239,16 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
     const float scale_log2 = scale * 1.4426950408889634f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
-    if (split_prefetch_rounds < 0) {
-        const char *env = getenv("KITE_CUDA_SPLIT_PREFETCH");
-        split_prefetch_rounds = env ? atoi(env) : 0;
-        if (split_prefetch_rounds < 0 || split_prefetch_rounds > 64) split_prefetch_rounds = 0;
-        const char *inflight = getenv("KITE_CUDA_SPLIT_INFLIGHT");
-        split_inflight = inflight && atoi(inflight) == 4 ? 4 : 2;
-    }
-#define LAUNCH_N(G, N)                                                                                   \
-    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT, N>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,   \
-                             block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
-                             n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters, split_prefetch_rounds))
 #define LAUNCH(G)                                                                                        \
-    do {                                                                                                 \
-        if (split_inflight == 4) LAUNCH_N(G, 4);                                                         \
-        else LAUNCH_N(G, 2);                                                                             \
-    } while (0)
+    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,      \
+                             block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
+                             n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters))
     switch (group) {
     case 4: LAUNCH(4); break;
     case 2: LAUNCH(2); break;
     default: LAUNCH(1); break;
     }
 #undef LAUNCH
-#undef LAUNCH_N
     return KITE_OK;
 }
 

@@ -1,6 +1,8 @@
-/* Single-stream decode attention for short contexts: the cluster kernel of attention_decode_cluster.cu (the
- * splits of a kv head are the CS = 8 or 16 blocks of a thread-block cluster, their partial results combined
- * through distributed shared memory), with the K/V tiles fed by bulk copies from a producer warp.
+/* Decode attention for short contexts: the cluster kernel of attention_decode_cluster.cu (the splits of a kv
+ * head are the CS blocks of a thread-block cluster, their partial results combined through distributed shared
+ * memory), with the K/V tiles fed by bulk copies from a producer warp. Single stream: CS = 8 or 16. Batched
+ * decode (cuda_attention_decode_bulk_rows): B sequences in one launch, CS = 1 .. 16 per (sequence, kv head)
+ * so that all clusters are resident at once (decode_cluster.cuh).
  *
  * K/V rows reach shared memory in tiles of TILE positions by bulk copies (the copy engine; the rows of one
  * kv head inside a cache block are contiguous, so a tile is a few copies), STAGES tiles in flight. The
@@ -17,7 +19,7 @@
  * slower at 4,096 (1.010 vs 0.948) and far slower at 16,384 (2.14 vs 1.42 ms with split-K): the backend runs it
  * up to 2,048 positions (cuda_backend.cu, bulk_max_context).
  *
- * Grid (CS, kv_heads, head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
+ * Grid (CS, kv_heads, sequences x head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
  * block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds dims
  * stream_dim(j, 0 .. 15) (decode_attention.cuh). */
 #include "backend/cuda/bulk_copy.cuh"
@@ -48,37 +50,77 @@ struct cluster_smem {
     decode_cluster_state<GROUP> st;
 };
 
-/* The producer (one lane): copies the cached K and V rows of tile `tile` into its stage - positions
- * [first, last) of the block's range, the new position excluded - as runs of positions inside one cache
- * block (contiguous rows), and announces the bytes on the stage's `full` mbarrier. */
-template <int GROUP>
+/* The batched producer's view of a block table: lane i of the producer warp holds entry base + i of a window
+ * of 32 entries, and the next window is loaded while this one is in use, so a block's range of many cache
+ * blocks (batched clusters of 1 or 2 blocks: 10-20 per block at depth 256) costs one L2 round trip instead of
+ * one per cache block in the serial producer loop. Every lane calls entry() with the same index (a shuffle);
+ * indices only grow. The single stream keeps one lane reading the table directly: with the window, measured
+ * slower at depths 256 and 1,024 (0.664 / 0.764 vs 0.648 / 0.709 ms per 0.6B token) and with the bulk kernel
+ * forced to long contexts (2.92 vs 2.15 ms at 16,384), for reasons not yet understood (session 5). */
+struct table_window {
+    const int32_t *table;
+    int n_entries, base;
+    int32_t current, next;
+
+    __device__ __forceinline__ int32_t load(int index, int lane) const {
+        return index + lane < n_entries ? table[index + lane] : -1;
+    }
+    __device__ __forceinline__ void init(const int32_t *table_, int n_entries_, int first, int lane) {
+        table = table_;
+        n_entries = n_entries_;
+        base = first;
+        current = load(base, lane);
+        next = load(base + 32, lane);
+    }
+    __device__ __forceinline__ int32_t entry(int index, int lane) {
+        while (index >= base + 32) {
+            base += 32;
+            current = next;
+            next = load(base + 32, lane);
+        }
+        return __shfl_sync(0xffffffffu, current, index - base);
+    }
+};
+
+/* The producer: copies the cached K and V rows of tile `tile` into its stage - positions [first, last) of the
+ * block's range, the new position excluded - as runs of positions inside one cache block (contiguous rows);
+ * lane 0 announces the bytes on the stage's `full` mbarrier and issues the copies. block_of(i) gives block-table
+ * entry i (every calling lane asks for the same entries). */
+template <int GROUP, typename BlockOf>
 __device__ __forceinline__ void produce_tile(cluster_smem<GROUP> &sm, int tile, int begin, int end, int position,
-                                             const cuda_kv_layer &kv, const int32_t *block_table, int kv_head) {
+                                             const cuda_kv_layer &kv, BlockOf &&block_of, int kv_head, int lane) {
     const int stage = tile % STAGES;
     const int first = begin + tile * TILE;
     int last = min(end, first + TILE);
     if (position >= first && position < last) last = position; /* the new position is the range's last */
     const unsigned bytes = last > first ? 2u * (unsigned)(last - first) * ROW_BYTES : 0u;
-    mbar_expect_tx(&sm.full[stage], bytes); /* before the copies can complete; no bytes: the phase completes now */
+    if (lane == 0) mbar_expect_tx(&sm.full[stage], bytes); /* before the copies; no bytes: the phase completes now */
     const bf16 *cache = static_cast<const bf16 *>(kv.base);
     for (int p = first; p < last;) {
-        const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
+        const int32_t block = block_of(p / kv.block_size), slot = p % kv.block_size;
         const int run_end = min(last, (p / kv.block_size + 1) * kv.block_size);
-        const unsigned run_bytes = (unsigned)(run_end - p) * ROW_BYTES;
-        unsigned char *dst = sm.stages[stage] + (p - first) * ROW_BYTES;
-        bulk_copy_to_smem(dst, cache + kv_offset(kv, block, 0, kv_head, slot), run_bytes, &sm.full[stage]);
-        bulk_copy_to_smem(dst + TILE * ROW_BYTES, cache + kv_offset(kv, block, 1, kv_head, slot), run_bytes,
-                          &sm.full[stage]);
+        if (lane == 0) {
+            const unsigned run_bytes = (unsigned)(run_end - p) * ROW_BYTES;
+            unsigned char *dst = sm.stages[stage] + (p - first) * ROW_BYTES;
+            bulk_copy_to_smem(dst, cache + kv_offset(kv, block, 0, kv_head, slot), run_bytes, &sm.full[stage]);
+            bulk_copy_to_smem(dst + TILE * ROW_BYTES, cache + kv_offset(kv, block, 1, kv_head, slot), run_bytes,
+                              &sm.full[stage]);
+        }
         p = run_end;
     }
 }
 
-template <int GROUP>
-__global__ void __launch_bounds__(THREADS, 1)
-    attention_decode_bulk_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                                    const int32_t *context_len, const float *__restrict__ q_norm,
-                                    const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
-                                    const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2) {
+/* MIN_BLOCKS: blocks per SM the registers must allow. The batched path asks for 2 where that costs no spills
+ * (GROUP <= 2: 96 registers instead of 123; GROUP 4 would spill), so twice as many sequences' clusters run at
+ * once. The single stream keeps 1: with two blocks per SM possible, its clusters of 16 were placed two blocks
+ * to an SM, on half the SMs (measured: 0.687 vs 0.647 ms per 0.6B token at depth 256, session 5). */
+template <int GROUP, typename OutT, int MIN_BLOCKS, bool TABLE_WINDOW>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+    attention_decode_bulk_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
+                                 const int32_t *table_start, const int32_t *context_lens,
+                                 const float *__restrict__ q_norm, const float *__restrict__ k_norm,
+                                 const float *__restrict__ rope_cos, const float *__restrict__ rope_sin, float eps,
+                                 int n_heads, float scale_log2) {
     using merge_scratch = warp_partials<WARPS, GROUP>; /* reuses the stages once every tile is consumed */
     static_assert(sizeof(merge_scratch) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -86,12 +128,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
 
     const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
-    const int kv_head = blockIdx.y;
-    const int first_head = kv_head * (n_heads / kv.n_kv_heads) + (int)blockIdx.z * GROUP;
+    const decode_cluster_target<OutT> target =
+        locate_cluster_target<GROUP>(qkv_rows, out_rows, kv, block_tables, table_start, context_lens, n_heads);
+    const int kv_head = target.kv_head;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
 
-    /* The step's context length and block table were copied before the graph ran. */
-    const int ctx = context_len[0], position = ctx - 1;
+    const int ctx = target.ctx, position = ctx - 1;
     const int chunk = (ctx + n_ranks - 1) / n_ranks;
     const int begin = min(ctx, rank * chunk), end = min(ctx, begin + chunk);
     const int n_tiles = (end - begin + TILE - 1) / TILE;
@@ -106,11 +148,18 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
 
     if (warp == WARPS) { /* the producer warp */
-        if (lane == 0) {
+        auto produce = [&](auto &&block_of, int producer_lane) {
             for (int tile = 0; tile < n_tiles; tile++) {
                 if (tile >= STAGES) mbar_wait(&sm.empty[tile % STAGES], (unsigned)((tile / STAGES - 1) & 1));
-                produce_tile(sm, tile, begin, end, position, kv, block_table, kv_head);
+                produce_tile(sm, tile, begin, end, position, kv, block_of, kv_head, producer_lane);
             }
+        };
+        if (TABLE_WINDOW) {
+            table_window table;
+            table.init(target.block_table, (ctx + kv.block_size - 1) / kv.block_size, begin / kv.block_size, lane);
+            produce([&](int i) { return table.entry(i, lane); }, lane);
+        } else if (lane == 0) {
+            produce([&](int i) { return target.block_table[i]; }, 0);
         }
         __syncwarp();
         pdl_launch_dependents();
@@ -119,9 +168,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         const decode_rope_lane rope = load_rope_lane(q_norm, k_norm, rope_cos, rope_sin, position, lane);
         pdl_wait();
         pdl_launch_dependents();
-        prepare_query_and_new_kv<GROUP>(sm.st, rope, qkv, kv, block_table, position,
-                                        begin <= position && position < end, blockIdx.z == 0, n_heads, first_head,
-                                        kv_head, eps, scale_log2, warp, WARPS);
+        prepare_query_and_new_kv<GROUP>(sm.st, rope, target.qkv, kv, target.block_table, position,
+                                        begin <= position && position < end, target.head_group_0, n_heads,
+                                        target.first_head, kv_head, eps, scale_log2, warp, WARPS);
         consumers_sync();
 
         const int stream = warp * 4 + (lane >> 3);
@@ -167,15 +216,21 @@ __global__ void __launch_bounds__(THREADS, 1)
         consumers_sync();
         store_block_partial<GROUP>(sm.st, ms, threadIdx.x, CONSUMERS);
     }
-    combine_cluster_partials<GROUP>(sm.st, out, first_head, threadIdx.x, THREADS);
+    combine_cluster_partials<GROUP>(sm.st, target.out, target.first_head, threadIdx.x, THREADS);
 }
 
-/* The kernel family, for the host side in decode_cluster.cuh. */
+/* The kernel families, for the host side in decode_cluster.cuh: single stream, and batched (two blocks per
+ * SM where GROUP allows, see MIN_BLOCKS; the producer's table window). */
+template <bool BATCHED>
 struct kernels {
     static constexpr unsigned BLOCK_THREADS = THREADS;
-    static constexpr const char *NAME = "cuda_attention_decode_bulk";
+    static constexpr const char *NAME = BATCHED ? "cuda_attention_decode_bulk_rows" : "cuda_attention_decode_bulk";
     template <int GROUP>
-    static decltype(&attention_decode_bulk_kernel<GROUP>) kernel() { return attention_decode_bulk_kernel<GROUP>; }
+    static constexpr int min_blocks() { return BATCHED && GROUP <= 2 ? 2 : 1; }
+    template <int GROUP, typename OutT>
+    static decltype(&attention_decode_bulk_kernel<GROUP, OutT, min_blocks<GROUP>(), BATCHED>) kernel() {
+        return attention_decode_bulk_kernel<GROUP, OutT, min_blocks<GROUP>(), BATCHED>;
+    }
     template <int GROUP>
     static size_t smem() { return sizeof(cluster_smem<GROUP>); }
 };
@@ -183,7 +238,7 @@ struct kernels {
 } // namespace
 
 extern "C" int cuda_attention_decode_bulk_size(int n_heads, cuda_kv_layer kv) {
-    return decode_cluster_size<kernels>(n_heads, kv);
+    return decode_cluster_size<kernels<false>, float>(n_heads, kv, 1, 8);
 }
 
 extern "C" kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_layer kv,
@@ -191,6 +246,27 @@ extern "C" kite_status cuda_attention_decode_bulk(const float *qkv, float *out, 
                                                   const float *q_norm, const float *k_norm, const float *rope_cos,
                                                   const float *rope_sin, float eps, int n_heads, float scale,
                                                   int cluster_size, void *stream, int use_pdl) {
-    return run_decode_cluster<kernels>(qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps,
-                                       n_heads, scale, cluster_size, stream, use_pdl);
+    if (cluster_size != 8 && cluster_size != 16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_bulk: cluster size %d", cluster_size);
+    return run_decode_cluster<kernels<false>>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos, rope_sin,
+                                       eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
+}
+
+extern "C" int cuda_attention_decode_bulk_rows_size(int n_heads, cuda_kv_layer kv, int n_seqs) {
+    return decode_cluster_size<kernels<true>, bf16>(n_heads, kv, n_seqs, 1);
+}
+
+extern "C" kite_status cuda_attention_decode_bulk_rows(const float *qkv, void *out, int out_bf16, cuda_kv_layer kv,
+                                                       const int32_t *block_tables, const int32_t *table_start,
+                                                       const int32_t *context_lens, const float *q_norm,
+                                                       const float *k_norm, const float *rope_cos,
+                                                       const float *rope_sin, float eps, int n_heads, float scale,
+                                                       int n_seqs, int cluster_size, void *stream, int use_pdl) {
+    if (out_bf16)
+        return run_decode_cluster<kernels<true>>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start, context_lens,
+                                           q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs,
+                                           cluster_size, stream, use_pdl);
+    return run_decode_cluster<kernels<true>>(qkv, static_cast<float *>(out), kv, block_tables, table_start, context_lens,
+                                       q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs, cluster_size,
+                                       stream, use_pdl);
 }

@@ -12,8 +12,8 @@
  * block normalises and rotates its query heads (and, in the block that owns the new position, the new K
  * and appends K/V to the cache, keeping them in shared memory for its own use).
  *
- * Grid (CS, kv_heads, head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
- * block 32 streams of 8 lanes take one position of a tile each; lane j of a stream holds dims
+ * Grid (CS, kv_heads, head_groups), decode_cluster.cuh; GROUP query heads per cluster share each K/V row they
+ * read. Inside a block 32 streams of 8 lanes take one position of a tile each; lane j of a stream holds dims
  * stream_dim(j, 0 .. 15) (decode_attention.cuh). */
 #include "backend/cuda/decode_cluster.cuh"
 
@@ -39,10 +39,11 @@ struct cluster_smem {
     decode_cluster_state<GROUP> st;
 };
 
-template <int GROUP>
+template <int GROUP, typename OutT>
 __global__ void __launch_bounds__(THREADS, 1)
-    attention_decode_cluster_kernel(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                                    const int32_t *context_len, const float *__restrict__ q_norm,
+    attention_decode_cluster_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv,
+                                    const int32_t *block_tables, const int32_t *table_start,
+                                    const int32_t *context_lens, const float *__restrict__ q_norm,
                                     const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                                     const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2) {
     using merge_scratch = warp_partials<WARPS, GROUP>; /* reuses the stages once the loop is done */
@@ -51,14 +52,15 @@ __global__ void __launch_bounds__(THREADS, 1)
     cluster_smem<GROUP> &sm = *reinterpret_cast<cluster_smem<GROUP> *>(smem_raw);
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
-    const int kv_head = blockIdx.y;
-    const int first_head = kv_head * (n_heads / kv.n_kv_heads) + (int)blockIdx.z * GROUP;
+    const decode_cluster_target<OutT> target =
+        locate_cluster_target<GROUP>(qkv_rows, out_rows, kv, block_tables, table_start, context_lens, n_heads);
+    const int kv_head = target.kv_head;
+    const int32_t *block_table = target.block_table;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
     const int stream = warp * 4 + (lane >> 3);
     const bf16 *cache = static_cast<const bf16 *>(kv.base);
 
-    /* The step's context length and block table were copied before the graph ran. */
-    const int ctx = context_len[0], position = ctx - 1;
+    const int ctx = target.ctx, position = ctx - 1;
     const int chunk = (ctx + n_ranks - 1) / n_ranks;
     const int begin = min(ctx, rank * chunk), end = min(ctx, begin + chunk);
     const int n_tiles = (end - begin + TILE - 1) / TILE;
@@ -99,8 +101,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     const decode_rope_lane rope = load_rope_lane(q_norm, k_norm, rope_cos, rope_sin, position, lane);
     pdl_wait();
     pdl_launch_dependents();
-    prepare_query_and_new_kv<GROUP>(sm.st, rope, qkv, kv, block_table, position, begin <= position && position < end,
-                                    blockIdx.z == 0, n_heads, first_head, kv_head, eps, scale_log2, warp, WARPS);
+    prepare_query_and_new_kv<GROUP>(sm.st, rope, target.qkv, kv, block_table, position,
+                                    begin <= position && position < end, target.head_group_0, n_heads,
+                                    target.first_head, kv_head, eps, scale_log2, warp, WARPS);
     __syncthreads();
 
     float qr[GROUP][16];
@@ -145,15 +148,17 @@ __global__ void __launch_bounds__(THREADS, 1)
     ms.template store<GROUP>(warp, lane, m, l, acc);
     __syncthreads();
     store_block_partial<GROUP>(sm.st, ms, threadIdx.x, THREADS);
-    combine_cluster_partials<GROUP>(sm.st, out, first_head, threadIdx.x, THREADS);
+    combine_cluster_partials<GROUP>(sm.st, target.out, target.first_head, threadIdx.x, THREADS);
 }
 
 /* The kernel family, for the host side in decode_cluster.cuh. */
 struct kernels {
     static constexpr unsigned BLOCK_THREADS = THREADS;
     static constexpr const char *NAME = "cuda_attention_decode_cluster";
-    template <int GROUP>
-    static decltype(&attention_decode_cluster_kernel<GROUP>) kernel() { return attention_decode_cluster_kernel<GROUP>; }
+    template <int GROUP, typename OutT>
+    static decltype(&attention_decode_cluster_kernel<GROUP, OutT>) kernel() {
+        return attention_decode_cluster_kernel<GROUP, OutT>;
+    }
     template <int GROUP>
     static size_t smem() { return sizeof(cluster_smem<GROUP>); }
 };
@@ -161,7 +166,7 @@ struct kernels {
 } // namespace
 
 extern "C" int cuda_attention_decode_cluster_size(int n_heads, cuda_kv_layer kv) {
-    return decode_cluster_size<kernels>(n_heads, kv);
+    return decode_cluster_size<kernels, float>(n_heads, kv, 1, 8);
 }
 
 extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_layer kv,
@@ -169,6 +174,8 @@ extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *ou
                                                      const float *q_norm, const float *k_norm, const float *rope_cos,
                                                      const float *rope_sin, float eps, int n_heads, float scale,
                                                      int cluster_size, void *stream, int use_pdl) {
-    return run_decode_cluster<kernels>(qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps,
-                                       n_heads, scale, cluster_size, stream, use_pdl);
+    if (cluster_size != 8 && cluster_size != 16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_cluster: cluster size %d", cluster_size);
+    return run_decode_cluster<kernels>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos, rope_sin,
+                                       eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
 }

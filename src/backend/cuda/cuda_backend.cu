@@ -59,7 +59,7 @@ struct cuda_backend {
     qwen3_config config;
     int device, sm_count;
     char device_name[256];
-    char decode_path[512]; /* cuda_decode_path's report */
+    char decode_path[640]; /* cuda_decode_path's report */
     cudaStream_t stream;
     cuda_gemm *gemm;
     bool use_graph, use_pdl;
@@ -111,6 +111,8 @@ struct cuda_backend {
     /* Batched decode path (2..BATCH_MAX sequences, one token each): buffers for bat_capacity rows. */
     int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
     int rows_max;          /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
+    int batch_bulk_max_rows; /* buckets up to this many rows take the bulk-fed cluster attention, where it fits */
+    int bat_bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
     bool use_batch;
     int32_t bat_capacity;
     void *bat_bytes;
@@ -739,14 +741,27 @@ kite_status ensure_batch_step(cuda_backend *b, size_t table_ints) {
     return KITE_OK;
 }
 
-/* The batched split-K attention of one layer (Q/K norm, RoPE and the K/V append fused). Measured and dropped:
- * the cluster kernel with a sequence dimension (docs/notes-cuda.md, session 4). */
+/* The cluster size of the bulk-fed attention for a bucket of `rows` rows, 0 for the split-K kernel: buckets
+ * up to batch_bulk_max_rows whose clusters (of 1 to 16 blocks per sequence and kv head) all fit at once. */
+int batch_bulk_cluster(const cuda_backend *b, int32_t rows) {
+    int bucket = 0;
+    while (bucket < N_BUCKETS - 1 && BUCKETS[bucket] < rows) bucket++;
+    return rows <= b->batch_bulk_max_rows ? b->bat_bulk_cluster[bucket] : 0;
+}
+
+/* The batched attention of one layer (Q/K norm, RoPE and the K/V append fused): the bulk-fed cluster kernel
+ * where batch_bulk_cluster() allows, else split-K. */
 kite_status batch_attention(cuda_backend *b, int layer, int32_t rows, void *out, int out_bf16, int pdl) {
     const qwen3_config *c = &b->config;
     const cuda_layer *L = &b->layers[layer];
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     const int32_t *step = b->bat_step_device;
     const int32_t *context = step + BATCH_CONTEXT, *table_start = step + BATCH_TABLE_START, *tables = step + BATCH_TABLES;
+    const int cluster = batch_bulk_cluster(b, rows);
+    if (cluster > 0)
+        return cuda_attention_decode_bulk_rows(b->bat_qkv, out, out_bf16, kv_layer(b, layer), tables, table_start,
+                                               context, L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps,
+                                               c->n_heads, scale, rows, cluster, b->stream, pdl);
     return cuda_attention_decode_rows(b->bat_qkv, out, out_bf16, kv_layer(b, layer), tables, table_start, context,
                                       L->q_norm, L->k_norm, b->rope_cos, b->rope_sin, eps, c->n_heads, scale, rows,
                                       batch_splits(b, rows), b->bat_attention_ws, b->bat_counters, b->stream, pdl);
@@ -1042,7 +1057,7 @@ const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name;
  * settings in effect then (env switches at creation, the bench's setters since). */
 const char *cuda_decode_path(backend *self) {
     cuda_backend *b = as_cuda(self);
-    char single[320], batched[160];
+    char single[320], batched[176];
     if (b->use_persistent) {
         snprintf(single, sizeof single, "persistent kernel");
     } else {
@@ -1060,7 +1075,8 @@ const char *cuda_decode_path(backend *self) {
                  attention);
     }
     if (b->use_batch)
-        snprintf(batched, sizeof batched, "gemm_rows up to %d rows, cuBLASLt beyond, split-K attention", b->rows_max);
+        snprintf(batched, sizeof batched, "gemm_rows up to %d rows, cuBLASLt beyond; attention: bulk-fed clusters up to %d rows, split-K beyond",
+                 b->rows_max, b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
     snprintf(b->decode_path, sizeof b->decode_path, "single stream: %s; batched: %s", single, batched);
@@ -1141,6 +1157,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
     if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
     if (b->rows_max > 32) b->rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
+    b->batch_bulk_max_rows = 32; /* to be measured */
+    if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
 
     kite_status status = KITE_OK;
 #define STEP(expr)                                                                                       \
@@ -1203,6 +1221,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
         b->attention_cluster = cuda_attention_decode_cluster_size(c->n_heads, shape);
         b->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
+        for (int i = 0; i < N_BUCKETS; i++)
+            b->bat_bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
         const char *size = getenv("KITE_CUDA_ATTENTION_CLUSTER_SIZE"); /* 8 or 16, for measurements */
         if (size && b->attention_cluster > 0) {
             const int asked = atoi(size);
@@ -1256,6 +1276,20 @@ extern "C" kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t 
 extern "C" int32_t cuda_backend_bulk_max_context(backend *self) { return as_cuda(self)->bulk_max_context; }
 
 extern "C" int cuda_backend_attention_bulk(backend *self) { return as_cuda(self)->attention_bulk; }
+
+extern "C" kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32_t max_rows) {
+    cuda_backend *b = as_cuda(self);
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    KITE_TRY(destroy_batch_graphs(b)); /* each bucket's graph holds its attention kernel */
+    b->batch_bulk_max_rows = max_rows;
+    return KITE_OK;
+}
+
+extern "C" int32_t cuda_backend_batch_bulk_max_rows(backend *self) { return as_cuda(self)->batch_bulk_max_rows; }
+
+extern "C" int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows) {
+    return batch_bulk_cluster(as_cuda(self), rows);
+}
 
 extern "C" int cuda_backend_attention_cluster(backend *self) { return as_cuda(self)->attention_cluster; }
 

@@ -30,6 +30,13 @@ int cuda_backend_attention_cluster(backend *self);
 kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_bulk_max_context(backend *self);
 int cuda_backend_attention_bulk(backend *self);
+/* Batched decode: buckets of up to max_rows rows take the bulk-fed cluster attention where all its clusters
+ * fit at once, larger ones the split-K kernel (env KITE_CUDA_BATCH_BULK_MAX_ROWS at creation). Drops the
+ * captured batch graphs. cuda_backend_batch_bulk_cluster gives the cluster size a step of `rows` rows uses,
+ * 0 for split-K. */
+kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32_t max_rows);
+int32_t cuda_backend_batch_bulk_max_rows(backend *self);
+int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows);
 /* Parts of the decode graphs (single-stream, and batched up to 32 rows), for the bench's anatomy mode. */
 enum {
     CUDA_DECODE_PART_EMBED = 1,

@@ -110,6 +110,16 @@ kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_lay
                                        const int32_t *context_len, const float *q_norm, const float *k_norm,
                                        const float *rope_cos, const float *rope_sin, float eps, int n_heads,
                                        float scale, int cluster_size, void *stream, int use_pdl);
+/* The bulk-copy fed kernel for the n_seqs sequences of a batched decode step, inputs and output as
+ * cuda_attention_decode_rows (below), no workspace: a cluster of cluster_size blocks (1, 2, 4, 8 or 16) per
+ * (sequence, kv head, head group). cuda_attention_decode_bulk_rows_size() gives the largest size at which all
+ * clusters of n_seqs sequences are resident at once (bf16 output), 0 where none is. */
+int cuda_attention_decode_bulk_rows_size(int n_heads, cuda_kv_layer kv, int n_seqs);
+kite_status cuda_attention_decode_bulk_rows(const float *qkv, void *out, int out_bf16, cuda_kv_layer kv,
+                                            const int32_t *block_tables, const int32_t *table_start,
+                                            const int32_t *context_lens, const float *q_norm, const float *k_norm,
+                                            const float *rope_cos, const float *rope_sin, float eps, int n_heads,
+                                            float scale, int n_seqs, int cluster_size, void *stream, int use_pdl);
 /* cuda_attention_decode for B sequences of a batched decode step (n_seqs <= 256): sequence s reads QKV row s of
  * qkv (n_seqs, (n_heads + 2 n_kv_heads) * head_dim), its context length context_lens[s] and its block
  * table at block_tables + table_start[s], and writes output row s of out (n_seqs, n_heads * head_dim),

@@ -42,6 +42,10 @@ __device__ __forceinline__ void norm_rope_lane(float2 lo, float2 hi, const float
     out[3] = hi.y * c.y + lo.y * s.y;
 }
 
+/* An attention output value, fp32 or bf16 (the batched path's o_proj stages bf16 input). */
+__device__ __forceinline__ void store_decode_out(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_decode_out(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
 /* A stream's empty state: no position seen (max NO_SCORE, sum 0, accumulator 0). */
 constexpr float DECODE_NO_SCORE = -1.0e30f; /* finite, so exp2(NO_SCORE - NO_SCORE) stays 1, never NaN */
 template <int GROUP>

@@ -3,7 +3,10 @@
  * over the CS blocks of a thread-block cluster; they differ only in how K/V tiles reach shared memory.
  * Shared here: the per-block state that outlives the tile loop, the query / new-K/V preparation after the
  * PDL wait, the block's partial result, its combine by the cluster's rank 0 through distributed shared
- * memory, and the host-side launch (cluster dimension, PDL, the co-residency query). */
+ * memory, and the host-side launch (cluster dimension, PDL, the co-residency query).
+ * Grid (CS, kv heads, sequences x head groups): a cluster serves one (sequence, kv head, head group). Single
+ * stream: one sequence, CS = 8 or 16. Batched decode: B sequences, each with its own context length and block
+ * table, CS = 1 .. 16 chosen so that all clusters are resident at once. */
 #ifndef KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
 #define KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
 
@@ -19,6 +22,38 @@ struct decode_cluster_state {
     float part_acc[GROUP][DECODE_HEAD_DIM]; /* this block's partial result, read by the cluster's rank 0 */
     float part_m[GROUP], part_l[GROUP];
 };
+
+/* The (sequence, kv head, head group) a block's cluster serves: blockIdx.y is the kv head, blockIdx.z the
+ * sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row s and takes its
+ * block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
+template <typename OutT>
+struct decode_cluster_target {
+    const float *qkv;           /* this sequence's QKV row: query heads, then K heads, then V heads */
+    OutT *out;                  /* its attention output row */
+    const int32_t *block_table; /* its block table */
+    int ctx;                    /* its context length, the new position included */
+    int kv_head, first_head;
+    bool head_group_0; /* the group that appends the new K/V (one writer) */
+};
+
+template <int GROUP, typename OutT>
+__device__ __forceinline__ decode_cluster_target<OutT> locate_cluster_target(const float *qkv_rows, OutT *out_rows,
+                                                                            const cuda_kv_layer &kv,
+                                                                            const int32_t *block_tables,
+                                                                            const int32_t *table_start,
+                                                                            const int32_t *context_lens, int n_heads) {
+    const int group_heads = n_heads / kv.n_kv_heads, head_groups = group_heads / GROUP;
+    const int seq = (int)blockIdx.z / head_groups, head_group = (int)blockIdx.z % head_groups;
+    decode_cluster_target<OutT> t;
+    t.qkv = qkv_rows + (size_t)seq * (size_t)(n_heads + 2 * kv.n_kv_heads) * DECODE_HEAD_DIM;
+    t.out = out_rows + (size_t)seq * (size_t)n_heads * DECODE_HEAD_DIM;
+    t.block_table = block_tables + (table_start ? table_start[seq] : 0);
+    t.ctx = context_lens[seq]; /* the step's lengths and tables were copied before the graph ran */
+    t.kv_head = (int)blockIdx.y;
+    t.first_head = t.kv_head * group_heads + head_group * GROUP;
+    t.head_group_0 = head_group == 0;
+    return t;
+}
 
 /* A lane's Q/K norm weights and RoPE angles for the new position (dims 2l, 2l + 1, 64 + 2l, 65 + 2l): they do
  * not depend on the previous kernel, so they are loaded before the PDL wait. */
@@ -100,8 +135,8 @@ __device__ __forceinline__ void store_block_partial(decode_cluster_state<GROUP> 
 
 /* Every block of the cluster calls it after store_block_partial: rank 0 combines the blocks' partials (read
  * through distributed shared memory) into out, by threads thread, thread + n_threads, ... */
-template <int GROUP>
-__device__ __forceinline__ void combine_cluster_partials(decode_cluster_state<GROUP> &st, float *out, int first_head,
+template <int GROUP, typename OutT>
+__device__ __forceinline__ void combine_cluster_partials(decode_cluster_state<GROUP> &st, OutT *out, int first_head,
                                                          int thread, int n_threads) {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int n_ranks = (int)cluster.num_blocks();
@@ -118,16 +153,17 @@ __device__ __forceinline__ void combine_cluster_partials(decode_cluster_state<GR
                 l_all += other->part_l[g] * f;
                 a_all += other->part_acc[g][d] * f;
             }
-            out[(size_t)(first_head + g) * DECODE_HEAD_DIM + d] = a_all / l_all;
+            store_decode_out(&out[(size_t)(first_head + g) * DECODE_HEAD_DIM + d], a_all / l_all);
         }
     }
     cluster.sync(); /* rank 0 is done reading the others' shared memory before they exit */
 }
 
-/* Grid (cluster_size, kv heads, head groups) of a cluster decode attention. */
-static inline dim3 decode_cluster_grid(int cluster_size, int n_heads, const cuda_kv_layer &kv) {
+/* Grid (cluster_size, kv heads, sequences x head groups) of a cluster decode attention. */
+static inline dim3 decode_cluster_grid(int cluster_size, int n_heads, const cuda_kv_layer &kv, int n_seqs) {
     const int group_heads = n_heads / kv.n_kv_heads;
-    return dim3((unsigned)cluster_size, (unsigned)kv.n_kv_heads, (unsigned)(group_heads / decode_group_size(group_heads)));
+    return dim3((unsigned)cluster_size, (unsigned)kv.n_kv_heads,
+                (unsigned)(group_heads / decode_group_size(group_heads) * n_seqs));
 }
 
 /* Launches kernel over grid in clusters of cluster_size along x (PDL when asked); query_only: instead, whether
@@ -162,25 +198,25 @@ static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), s
 }
 
 /* The host side of a cluster decode attention, for a kernel family F with
- *   template <int GROUP> static <kernel pointer> kernel();   template <int GROUP> static size_t smem();
+ *   template <int GROUP, typename OutT> static <kernel pointer> kernel();   template <int GROUP> static size_t smem();
  *   static constexpr unsigned BLOCK_THREADS;   static constexpr const char *NAME;
- * whose kernels take (qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads,
- * scale_log2). */
+ * whose kernels take (qkv_rows, out_rows, kv, block_tables, table_start, context_lens, q_norm, k_norm, rope_cos,
+ * rope_sin, eps, n_heads, scale_log2). */
 static inline bool decode_cluster_shape_supported(int n_heads, const cuda_kv_layer &kv) {
     return kv.head_dim == DECODE_HEAD_DIM && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0;
 }
 
-template <typename F>
-cudaError_t dispatch_decode_cluster(int cluster_size, int n_heads, const cuda_kv_layer &kv, cudaStream_t stream,
-                                    bool use_pdl, bool query_only, const float *qkv, float *out,
-                                    const int32_t *block_table, const int32_t *context_len, const float *q_norm,
-                                    const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
-                                    float scale_log2) {
-    const dim3 grid = decode_cluster_grid(cluster_size, n_heads, kv);
+template <typename F, typename OutT>
+cudaError_t dispatch_decode_cluster(int cluster_size, int n_heads, const cuda_kv_layer &kv, int n_seqs,
+                                    cudaStream_t stream, bool use_pdl, bool query_only, const float *qkv, OutT *out,
+                                    const int32_t *block_tables, const int32_t *table_start,
+                                    const int32_t *context_lens, const float *q_norm, const float *k_norm,
+                                    const float *rope_cos, const float *rope_sin, float eps, float scale_log2) {
+    const dim3 grid = decode_cluster_grid(cluster_size, n_heads, kv, n_seqs);
 #define KITE_DECODE_CLUSTER_LAUNCH(G)                                                                             \
-    launch_decode_cluster(F::template kernel<G>(), F::template smem<G>(), F::BLOCK_THREADS, cluster_size, grid, stream,   \
-                          use_pdl, query_only, qkv, out, kv, block_table, context_len, q_norm, k_norm, rope_cos,    \
-                          rope_sin, eps, n_heads, scale_log2)
+    launch_decode_cluster(F::template kernel<G, OutT>(), F::template smem<G>(), F::BLOCK_THREADS, cluster_size, grid, \
+                          stream, use_pdl, query_only, qkv, out, kv, block_tables, table_start, context_lens, q_norm, \
+                          k_norm, rope_cos, rope_sin, eps, n_heads, scale_log2)
     switch (decode_group_size(n_heads / kv.n_kv_heads)) {
     case 4: return KITE_DECODE_CLUSTER_LAUNCH(4);
     case 2: return KITE_DECODE_CLUSTER_LAUNCH(2);
@@ -189,31 +225,35 @@ cudaError_t dispatch_decode_cluster(int cluster_size, int n_heads, const cuda_kv
 #undef KITE_DECODE_CLUSTER_LAUNCH
 }
 
-/* The largest cluster size (16, else 8) at which all of the grid's clusters can be resident at once; 0 where
- * none can or the shape is not supported. */
-template <typename F>
-int decode_cluster_size(int n_heads, const cuda_kv_layer &kv) {
-    if (!decode_cluster_shape_supported(n_heads, kv)) return 0;
-    for (int size = 16; size >= 8; size /= 2) {
-        const cudaError_t e = dispatch_decode_cluster<F>(size, n_heads, kv, 0, true, true, NULL, NULL, NULL, NULL,
-                                                         NULL, NULL, NULL, NULL, 0.0f, 0.0f);
+/* The largest cluster size from 16 down to smallest at which all of the grid's clusters for n_seqs sequences
+ * can be resident at once; 0 where none can or the shape is not supported. */
+template <typename F, typename OutT>
+int decode_cluster_size(int n_heads, const cuda_kv_layer &kv, int n_seqs, int smallest) {
+    if (!decode_cluster_shape_supported(n_heads, kv) || n_seqs <= 0) return 0;
+    for (int size = 16; size >= smallest; size /= 2) {
+        const cudaError_t e = dispatch_decode_cluster<F, OutT>(size, n_heads, kv, n_seqs, 0, true, true, NULL, NULL,
+                                                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f, 0.0f);
         if (e == cudaSuccess) return size;
         (void)cudaGetLastError(); /* a refused size is an answer, not an error to keep */
     }
     return 0;
 }
 
-template <typename F>
-kite_status run_decode_cluster(const float *qkv, float *out, const cuda_kv_layer &kv, const int32_t *block_table,
-                               const int32_t *context_len, const float *q_norm, const float *k_norm,
-                               const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
-                               int cluster_size, void *stream, int use_pdl) {
-    if (!decode_cluster_shape_supported(n_heads, kv) || (cluster_size != 8 && cluster_size != 16))
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: head_dim %d heads %d kv heads %d cluster %d", F::NAME, kv.head_dim,
-                         n_heads, kv.n_kv_heads, cluster_size);
-    CUDA_CHECK(dispatch_decode_cluster<F>(cluster_size, n_heads, kv, static_cast<cudaStream_t>(stream), use_pdl != 0,
-                                          false, qkv, out, block_table, context_len, q_norm, k_norm, rope_cos, rope_sin,
-                                          eps, scale * 1.4426950408889634f));
+/* One launch for n_seqs sequences (table_start NULL: one sequence, its table at block_tables). */
+template <typename F, typename OutT>
+kite_status run_decode_cluster(const float *qkv, OutT *out, const cuda_kv_layer &kv, const int32_t *block_tables,
+                               const int32_t *table_start, const int32_t *context_lens, const float *q_norm,
+                               const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
+                               int n_heads, float scale, int n_seqs, int cluster_size, void *stream, int use_pdl) {
+    const bool size_ok = cluster_size >= 1 && cluster_size <= 16 && (cluster_size & (cluster_size - 1)) == 0;
+    if (!decode_cluster_shape_supported(n_heads, kv) || !size_ok || n_seqs <= 0 || (n_seqs > 1 && !table_start))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: head_dim %d heads %d kv heads %d sequences %d cluster %d", F::NAME,
+                         kv.head_dim, n_heads, kv.n_kv_heads, n_seqs, cluster_size);
+    const cudaError_t e = dispatch_decode_cluster<F, OutT>(cluster_size, n_heads, kv, n_seqs,
+                                                           static_cast<cudaStream_t>(stream), use_pdl != 0, false, qkv,
+                                                           out, block_tables, table_start, context_lens, q_norm, k_norm,
+                                                           rope_cos, rope_sin, eps, scale * 1.4426950408889634f);
+    CUDA_CHECK(e);
     return KITE_OK;
 }
 
