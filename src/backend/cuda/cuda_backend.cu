@@ -59,7 +59,7 @@ struct cuda_backend {
     qwen3_config config;
     int device, sm_count;
     char device_name[256];
-    char decode_path[720]; /* cuda_decode_path's report */
+    char decode_path[640]; /* cuda_decode_path's report */
     cudaStream_t stream;
     cuda_gemm *gemm;
     bool use_graph, use_pdl;
@@ -110,8 +110,7 @@ struct cuda_backend {
 
     /* Batched decode path (2..BATCH_MAX sequences, one token each): buffers for bat_capacity rows. */
     int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
-    int rows_max;          /* buckets up to this many rows: gemm_rows with the RMSNorm fused (batch_products) */
-    int rows_normed_max;   /* up to this many: gemm_rows after a separate RMSNorm; larger ones cuBLASLt */
+    int rows_max;          /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
     int batch_bulk_max_rows; /* buckets up to this many rows take the bulk-fed cluster attention, where it fits */
     int bat_bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
     bool use_batch;
@@ -449,19 +448,19 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const cuda_kv_layer kv = kv_layer(b, l);
-        KITE_TRY(cuda_rmsnorm(b->x, L->input_norm, b->normed, NULL, T, hidden, eps, st, 0));
+        KITE_TRY(cuda_rmsnorm(b->x, L->input_norm, b->normed, NULL, T, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(b->gemm, b->normed, L->qkv, b->qkv, 0, 0.0f, T, qkv_dim, hidden, st));
         KITE_TRY(cuda_qk_norm_rope_kv(b->qkv, b->q, 0, d_positions, d_slots, L->q_norm, L->k_norm, b->rope_cos,
                                       b->rope_sin, kv, T, c->n_heads, eps, st, 0));
         KITE_TRY(cuda_attention_prefill(b->q, b->attention, kv, seqs, c->n_heads, scale, st));
         KITE_TRY(cuda_gemm_bf16(b->gemm, b->attention, L->o, b->x, 1, 1.0f, T, hidden, qd, st));
-        KITE_TRY(cuda_rmsnorm(b->x, L->post_norm, b->normed, NULL, T, hidden, eps, st, 0));
+        KITE_TRY(cuda_rmsnorm(b->x, L->post_norm, b->normed, NULL, T, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(b->gemm, b->normed, L->gate_up, b->gate_up, 0, 0.0f, T, 2 * inter, hidden, st));
         KITE_TRY(cuda_swiglu(b->gate_up, b->act, T, inter, st));
         KITE_TRY(cuda_gemm_bf16(b->gemm, b->act, L->down, b->x, 1, 1.0f, T, hidden, inter, st));
     }
     if (rows > 0) {
-        KITE_TRY(cuda_rmsnorm(b->x, b->final_norm, b->normed, d_logit_rows, rows, hidden, eps, st, 0));
+        KITE_TRY(cuda_rmsnorm(b->x, b->final_norm, b->normed, d_logit_rows, rows, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(b->gemm, b->normed, b->lm_head, b->logits, 1, 0.0f, rows, c->vocab_size, hidden, st));
     }
     b->kept_logits = b->logits;
@@ -768,35 +767,14 @@ kite_status batch_attention(cuda_backend *b, int layer, int32_t rows, void *out,
                                       batch_splits(b, rows), b->bat_attention_ws, b->bat_counters, b->stream, pdl);
 }
 
-/* How a bucket of `rows` rows runs its products: gemm_rows with the RMSNorm fused into each block's staging (up
- * to rows_max rows), gemm_rows after a separate RMSNorm kernel into bf16 (up to rows_normed_max: there each of a
- * product's blocks stages every row, and fp32 rows with their norm computed per block cost 4x the L2 reads of
- * bf16 ones), or cuBLASLt (beyond, and wherever gemm_rows cannot stage the rows in shared memory). */
-enum { BATCH_ROWS_FUSED_NORM, BATCH_ROWS_SEPARATE_NORM, BATCH_CUBLASLT };
-
-int batch_products(const cuda_backend *b, int32_t rows) {
+/* Whether a bucket of `rows` rows runs its products through gemm_rows (up to rows_max rows, where every
+ * product's input rows fit its shared memory; e.g. a 14B model's 17,408-column down projection does not at 8
+ * rows) rather than cuBLASLt. Measured and dropped (session 5): gemm_rows for 9-32 rows after a separate
+ * RMSNorm kernel, 1.644 vs 1.399 ms per step at B=32 through cuBLASLt. */
+bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
-    const bool fits = cuda_gemm_rows_fits(rows, c->hidden_size) && cuda_gemm_rows_fits(rows, c->n_heads * c->head_dim) &&
-                      cuda_gemm_rows_fits(rows, c->intermediate_size);
-    if (fits && rows <= b->rows_max) return BATCH_ROWS_FUSED_NORM;
-    if (fits && rows <= b->rows_normed_max) return BATCH_ROWS_SEPARATE_NORM;
-    return BATCH_CUBLASLT;
-}
-
-/* A gemm_rows product of the batched path on rmsnorm(x) * norm_weight: the norm fused into the product, or
- * first by a separate kernel into bat_normed (bf16). */
-kite_status batch_normed_product(cuda_backend *b, int32_t rows, bool separate_norm, const void *weight,
-                                 const float *norm_weight, void *y, int y_bf16, int n_out, int epilogue, void *workspace,
-                                 int32_t *ids, int pdl) {
-    const qwen3_config *c = &b->config;
-    const float eps = (float)c->rms_norm_eps;
-    const int hidden = c->hidden_size;
-    if (!separate_norm)
-        return cuda_gemm_rows(weight, b->bat_x, 0, norm_weight, eps, y, y_bf16, rows, n_out, hidden, epilogue, workspace,
-                              ids, b->stream, pdl);
-    KITE_TRY(cuda_rmsnorm(b->bat_x, norm_weight, b->bat_normed, NULL, rows, hidden, eps, b->stream, pdl));
-    return cuda_gemm_rows(weight, b->bat_normed, 1, NULL, 0.0f, y, y_bf16, rows, n_out, hidden, epilogue, workspace, ids,
-                          b->stream, pdl);
+    return rows <= b->rows_max && cuda_gemm_rows_fits(rows, c->hidden_size) &&
+           cuda_gemm_rows_fits(rows, c->n_heads * c->head_dim) && cuda_gemm_rows_fits(rows, c->intermediate_size);
 }
 
 kite_status batch_launches(cuda_backend *b, int32_t rows) {
@@ -807,44 +785,41 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
     const float eps = (float)c->rms_norm_eps;
     const int32_t *tokens = b->bat_step_device + BATCH_TOKENS;
     DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, tokens, b->bat_x, rows, hidden, st, 0));
-    const int products = batch_products(b, rows);
-    if (products != BATCH_CUBLASLT) {
-        /* Tensor-core gemm_rows kernels, chained by programmatic dependent launch (5 per layer as B = 1, and
-         * 2 RMSNorm kernels more with the separate norm). */
+    if (batch_gemm_rows(b, rows)) {
+        /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). */
         const int pdl = b->use_pdl ? 1 : 0;
-        const bool separate = products == BATCH_ROWS_SEPARATE_NORM;
         for (int l = 0; l < c->n_layers; l++) {
             const cuda_layer *L = &b->layers[l];
             /* The attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input
              * to bf16 anyway), so those two stage their input by cp.async in one round trip. */
-            DECODE_PART(CUDA_DECODE_PART_QKV, batch_normed_product(b, rows, separate, L->qkv, L->input_norm, b->bat_qkv,
-                                                                   0, qkv_dim, CUDA_GEMV_STORE, NULL, NULL, pdl));
+            DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemm_rows(L->qkv, b->bat_x, 0, L->input_norm, eps, b->bat_qkv, 0, rows,
+                                                             qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st, pdl));
             DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
             DECODE_PART(CUDA_DECODE_PART_O, cuda_gemm_rows(L->o, b->bat_attention16, 1, NULL, 0.0f, b->bat_x, 0, rows,
                                                            hidden, qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_GATE_UP,
-                        batch_normed_product(b, rows, separate, L->gate_up, L->post_norm, b->bat_act16, 1, 2 * inter,
-                                             CUDA_GEMV_SWIGLU, NULL, NULL, pdl));
+            DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemm_rows(L->gate_up, b->bat_x, 0, L->post_norm, eps, b->bat_act16,
+                                                                 1, rows, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL,
+                                                                 NULL, st, pdl));
             DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows,
                                                               hidden, inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
         }
-        DECODE_PART(CUDA_DECODE_PART_LM_HEAD,
-                    batch_normed_product(b, rows, separate, b->lm_head, b->final_norm, b->bat_logits, 0, vocab,
-                                         CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, pdl));
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits,
+                                                             0, rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws,
+                                                             b->bat_ids, st, pdl));
         return KITE_OK;
     }
     /* Larger buckets: cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the same batched attention. */
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         DECODE_PART(CUDA_DECODE_PART_QKV, [&]() -> kite_status {
-            KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st, 0));
+            KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
             return cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st);
         }());
         DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, 0));
         DECODE_PART(CUDA_DECODE_PART_O,
                     cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
         DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
-            KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st, 0));
+            KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
             KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter,
                                     hidden, st));
             return cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st);
@@ -853,7 +828,7 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
                     cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
     }
     DECODE_PART(CUDA_DECODE_PART_LM_HEAD, [&]() -> kite_status {
-        KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st, 0));
+        KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
         return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
     }());
@@ -1092,7 +1067,7 @@ const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name;
  * settings in effect then (env switches at creation, the bench's setters since). */
 const char *cuda_decode_path(backend *self) {
     cuda_backend *b = as_cuda(self);
-    char single[320], batched[200];
+    char single[320], batched[176];
     if (b->use_persistent) {
         snprintf(single, sizeof single, "persistent kernel");
     } else {
@@ -1110,9 +1085,8 @@ const char *cuda_decode_path(backend *self) {
                  attention);
     }
     if (b->use_batch)
-        snprintf(batched, sizeof batched,
-                 "gemm_rows up to %d rows (norm fused), %d (norm apart), cuBLASLt beyond; attention: bulk-fed clusters up to %d rows, split-K beyond",
-                 b->rows_max, b->rows_normed_max, b->batch_bulk_max_rows);
+        snprintf(batched, sizeof batched, "gemm_rows up to %d rows, cuBLASLt beyond; attention: bulk-fed clusters up to %d rows, split-K beyond",
+                 b->rows_max, b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
     snprintf(b->decode_path, sizeof b->decode_path, "single stream: %s; batched: %s", single, batched);
@@ -1193,9 +1167,6 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
     if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
     if (b->rows_max > 32) b->rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
-    b->rows_normed_max = 32; /* to be measured against cuBLASLt (session 5) */
-    if (getenv("KITE_CUDA_ROWS_NORMED_MAX")) b->rows_normed_max = atoi(getenv("KITE_CUDA_ROWS_NORMED_MAX"));
-    if (b->rows_normed_max > 32) b->rows_normed_max = 32;
     b->batch_bulk_max_rows = 32; /* to be measured */
     if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
 

@@ -55,10 +55,9 @@ kite_status cuda_embed(const void *table, const int32_t *ids, float *x, int n_to
                        void *stream, int use_pdl);
 
 /* out[r, :] = bf16(x[src, :] * rsqrt(mean(x[src, :]^2) + eps) * weight), src = row_index ? row_index[r] : r.
- * x fp32 (rows, dim); weight fp32 (dim); out bf16 (n_rows, dim). dim % 4 == 0. use_pdl: launched as a
- * programmatic dependent of the previous kernel (the decode graphs). */
+ * x fp32 (rows, dim); weight fp32 (dim); out bf16 (n_rows, dim). dim % 4 == 0. */
 kite_status cuda_rmsnorm(const float *x, const float *weight, void *out, const int32_t *row_index, int n_rows,
-                         int dim, float eps, void *stream, int use_pdl);
+                         int dim, float eps, void *stream);
 
 /* out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]; bf16 in and out; intermediate % 8 == 0. */
 kite_status cuda_swiglu(const void *gate_up, void *out, int n_tokens, int intermediate, void *stream);
@@ -155,8 +154,9 @@ kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weig
  * rmsnorm(x[b, :]) * norm_weight when norm_weight is not NULL; the input is rounded to bf16. The CUDA_GEMV_*
  * epilogues per row b: y is (n_rows, rows), or (n_rows, rows / 2) for SWIGLU, fp32, or bf16 when y_bf16;
  * ARGMAX stores the logits and argmax_out[b] (ties: the lowest id) and needs
- * cuda_gemm_rows_argmax_workspace() bytes of workspace. cols % 8 == 0. A bf16 input takes no norm, a bf16
- * output is for SWIGLU. The staged input must fit in shared memory: cuda_gemm_rows_fits(n_rows, cols). */
+ * cuda_gemm_rows_argmax_workspace() bytes of workspace. cols % 8 == 0. A bf16 input is for ADD without a norm
+ * (o_proj, down), a bf16 output for SWIGLU. The staged input must fit in shared memory:
+ * cuda_gemm_rows_fits(n_rows, cols). */
 size_t cuda_gemm_rows_argmax_workspace(void);
 int cuda_gemm_rows_fits(int n_rows, int cols);
 kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const float *norm_weight, float eps, void *y,

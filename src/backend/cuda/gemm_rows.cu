@@ -12,8 +12,7 @@
  *
  * A block (8 warps) stages the whole activation matrix in shared memory as bf16 (RMS-normalised and
  * scaled by the norm weight when asked, as the GEMV does; an input that is bf16 already - o_proj's and down's
- * in the batched path, and above 8 rows every input, normalised by a separate RMSNorm kernel - is copied by
- * cp.async in one round trip), then loops over tiles of 16 weight rows.
+ * in the batched path - is copied by cp.async in one round trip), then loops over tiles of 16 weight rows.
  * The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles at a time, so a
  * matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial sums meet
  * in shared memory, where the epilogue runs one output per thread. Each warp double-buffers its weight
@@ -299,6 +298,7 @@ struct rows_call {
 
 template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
 kite_status gemm_rows_launch(const rows_call &c) {
+    static_assert(!X_BF16 || EPILOGUE == CUDA_GEMV_ADD, "bf16 inputs: o_proj and down (residual add) only");
     static_assert(!Y_BF16 || EPILOGUE == CUDA_GEMV_SWIGLU, "bf16 outputs: the SwiGLU product only");
     const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? c.rows / 2 : c.rows;
     const int n_tiles = KITE_CEIL_DIV(n_outputs, EPILOGUE == CUDA_GEMV_SWIGLU ? 8 : 16);
@@ -322,24 +322,16 @@ kite_status gemm_rows_launch(const rows_call &c) {
 template <int NT>
 kite_status gemm_rows_dispatch(const rows_call &c, int epilogue, bool x_bf16, bool y_bf16) {
     switch (epilogue) {
-    case CUDA_GEMV_STORE:
-        return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_STORE, true, false>(c)
-                      : gemm_rows_launch<NT, CUDA_GEMV_STORE, false, false>(c);
+    case CUDA_GEMV_STORE: return gemm_rows_launch<NT, CUDA_GEMV_STORE, false, false>(c);
     case CUDA_GEMV_ADD:
         return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ADD, true, false>(c) : gemm_rows_launch<NT, CUDA_GEMV_ADD, false, false>(c);
     case CUDA_GEMV_SWIGLU:
-        if (x_bf16)
-            return y_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, true, true>(c)
-                          : gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, true, false>(c);
         return y_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, true>(c)
                       : gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, false>(c);
-    case CUDA_GEMV_ARGMAX:
-        return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ARGMAX, true, false>(c)
-                      : gemm_rows_launch<NT, CUDA_GEMV_ARGMAX, false, false>(c);
+    case CUDA_GEMV_ARGMAX: return gemm_rows_launch<NT, CUDA_GEMV_ARGMAX, false, false>(c);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unknown epilogue %d", epilogue);
 }
-
 
 /* The activations of n_rows rows (staged as 8, 16 or 32) of cols columns in shared memory, bf16. */
 size_t staged_bytes(int n_rows, int cols) {
@@ -364,7 +356,7 @@ extern "C" kite_status cuda_gemm_rows(const void *weight, const void *x, int x_b
     if (n_rows <= 0 || n_rows > MAX_ROWS || cols <= 0 || cols % 8 != 0 || rows <= 0 ||
         (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unsupported shape %d x %d x %d", n_rows, rows, cols);
-    if ((x_bf16 && norm_weight != NULL) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
+    if ((x_bf16 && (epilogue != CUDA_GEMV_ADD || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: bf16 input (%d) / output (%d) with epilogue %d%s", x_bf16,
                          y_bf16, epilogue, norm_weight ? " and a norm" : "");
     if (!cuda_gemm_rows_fits(n_rows, cols))

@@ -7,8 +7,6 @@ namespace {
 __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ weight, bf16 *out,
                                const int32_t *row_index, int dim, float eps) {
     __shared__ float scratch[32];
-    pdl_wait(); /* x is the previous kernel's output (a no-op when not launched with PDL) */
-    pdl_launch_dependents();
     const size_t row = blockIdx.x;
     const size_t src = row_index ? (size_t)row_index[row] : row;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + src * (size_t)dim);
@@ -31,10 +29,11 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
 } // namespace
 
 extern "C" kite_status cuda_rmsnorm(const float *x, const float *weight, void *out, const int32_t *row_index,
-                                    int n_rows, int dim, float eps, void *stream, int use_pdl) {
+                                    int n_rows, int dim, float eps, void *stream) {
     if (dim % 4 != 0 || n_rows <= 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_rmsnorm: rows %d dim %d", n_rows, dim);
-    CUDA_CHECK(launch_kernel(rmsnorm_kernel, dim3(n_rows), dim3(256), 0, static_cast<cudaStream_t>(stream), use_pdl != 0,
-                             x, weight, static_cast<bf16 *>(out), row_index, dim, eps));
+    rmsnorm_kernel<<<n_rows, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, weight, static_cast<bf16 *>(out),
+                                                                         row_index, dim, eps);
+    CUDA_CHECK_LAUNCH();
     return KITE_OK;
 }
