@@ -189,6 +189,10 @@ int main(int argc, char **argv) {
     TRY(dummy_model_create(&config, 42, &model));
     backend_params params = {.n_threads = 0, .device = 0};
     TRY(cuda_backend_create(&config, dummy_model_weights(model), &params, &gpu));
+    {
+        char report[512];
+        printf("# %s\n# %s\n", gpu->ops->decode_path(gpu), cuda_backend_cluster_report(gpu, report, sizeof report));
+    }
 
     int max_ctx = 0;
     for (int i = 0; i < n_prompts; i++) max_ctx = prompts[i] > max_ctx ? prompts[i] : max_ctx;

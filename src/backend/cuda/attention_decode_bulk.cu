@@ -252,6 +252,14 @@ extern "C" kite_status cuda_attention_decode_bulk(const float *qkv, float *out, 
                                        eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
 }
 
+extern "C" void cuda_attention_decode_bulk_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int batched,
+                                                    int *clusters, int *blocks_per_sm) {
+    const decode_cluster_capacity c = batched ? decode_cluster_query<kernels<true>, bf16>(cluster_size, n_heads, kv, 1)
+                                              : decode_cluster_query<kernels<false>, float>(cluster_size, n_heads, kv, 1);
+    *clusters = c.clusters;
+    *blocks_per_sm = c.blocks_per_sm;
+}
+
 extern "C" int cuda_attention_decode_bulk_rows_size(int n_heads, cuda_kv_layer kv, int n_seqs) {
     return decode_cluster_size<kernels<true>, bf16>(n_heads, kv, n_seqs, 1);
 }

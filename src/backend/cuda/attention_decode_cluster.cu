@@ -169,6 +169,13 @@ extern "C" int cuda_attention_decode_cluster_size(int n_heads, cuda_kv_layer kv)
     return decode_cluster_size<kernels, float>(n_heads, kv, 1, 8);
 }
 
+extern "C" void cuda_attention_decode_cluster_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int *clusters,
+                                                       int *blocks_per_sm) {
+    const decode_cluster_capacity c = decode_cluster_query<kernels, float>(cluster_size, n_heads, kv, 1);
+    *clusters = c.clusters;
+    *blocks_per_sm = c.blocks_per_sm;
+}
+
 extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_layer kv,
                                                      const int32_t *block_table, const int32_t *context_len,
                                                      const float *q_norm, const float *k_norm, const float *rope_cos,

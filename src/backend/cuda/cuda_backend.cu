@@ -1295,6 +1295,25 @@ extern "C" kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32
     return KITE_OK;
 }
 
+extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, size_t capacity) {
+    const cuda_backend *b = as_cuda(self);
+    const qwen3_config *c = &b->config;
+    const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
+    const int needed = c->n_kv_heads * (c->n_heads / c->n_kv_heads / decode_group_size(c->n_heads / c->n_kv_heads));
+    size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
+                                 needed);
+    for (int kind = 0; kind < 3 && at < capacity; kind++) {
+        at += (size_t)snprintf(buffer + at, capacity - at, " %s", kind == 0 ? "cp.async" : kind == 1 ? "bulk" : "bulk batched");
+        for (int size = 8; size <= 16 && at < capacity; size *= 2) {
+            int clusters = 0, per_sm = 0;
+            if (kind == 0) cuda_attention_decode_cluster_capacity(c->n_heads, shape, size, &clusters, &per_sm);
+            else cuda_attention_decode_bulk_capacity(c->n_heads, shape, size, kind == 2, &clusters, &per_sm);
+            at += (size_t)snprintf(buffer + at, capacity - at, " %d: %d, %d;", size, clusters, per_sm);
+        }
+    }
+    return buffer;
+}
+
 extern "C" int32_t cuda_backend_batch_bulk_max_rows(backend *self) { return as_cuda(self)->batch_bulk_max_rows; }
 
 extern "C" int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows) {

@@ -37,6 +37,9 @@ int cuda_backend_attention_bulk(backend *self);
 kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32_t max_rows);
 int32_t cuda_backend_batch_bulk_max_rows(backend *self);
 int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows);
+/* Diagnostics for the bench: what the device holds at once of each cluster attention kernel, sizes 8 and 16
+ * (cudaOccupancyMaxActiveClusters and blocks per SM), written into buffer. */
+const char *cuda_backend_cluster_report(backend *self, char *buffer, size_t capacity);
 /* Parts of the decode graphs (single-stream, and batched up to 32 rows), for the bench's anatomy mode. */
 enum {
     CUDA_DECODE_PART_EMBED = 1,

@@ -110,6 +110,12 @@ kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_lay
                                        const int32_t *context_len, const float *q_norm, const float *k_norm,
                                        const float *rope_cos, const float *rope_sin, float eps, int n_heads,
                                        float scale, int cluster_size, void *stream, int use_pdl);
+/* Diagnostics: how many clusters of cluster_size blocks of the cp.async / bulk-fed kernel (batched: its batched
+ * variant) the device holds at once, and how many blocks per SM (cudaOccupancy*; 0 where the size is refused). */
+void cuda_attention_decode_cluster_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int *clusters,
+                                            int *blocks_per_sm);
+void cuda_attention_decode_bulk_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int batched, int *clusters,
+                                         int *blocks_per_sm);
 /* The bulk-copy fed kernel for the n_seqs sequences of a batched decode step, inputs and output as
  * cuda_attention_decode_rows (below), no workspace: a cluster of cluster_size blocks (1, 2, 4, 8 or 16) per
  * (sequence, kv head, head group). cuda_attention_decode_bulk_rows_size() gives the largest size at which all

@@ -166,12 +166,17 @@ static inline dim3 decode_cluster_grid(int cluster_size, int n_heads, const cuda
                 (unsigned)(group_heads / decode_group_size(group_heads) * n_seqs));
 }
 
-/* Launches kernel over grid in clusters of cluster_size along x (PDL when asked); query_only: instead, whether
- * all of the grid's clusters can be resident at once (cudaErrorInvalidConfiguration when not). */
+/* What the device can hold of a cluster kernel at once: clusters of the asked size, and blocks per SM. */
+struct decode_cluster_capacity {
+    int clusters, blocks_per_sm;
+};
+
+/* Launches kernel over grid in clusters of cluster_size along x (PDL when asked); query not NULL: instead,
+ * fills *query (nothing runs). */
 template <typename... KernelArgs, typename... Args>
 static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), size_t smem, unsigned threads,
                                                 int cluster_size, dim3 grid, cudaStream_t stream, bool use_pdl,
-                                                bool query_only, Args... args) {
+                                                decode_cluster_capacity *query, Args... args) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e == cudaSuccess && cluster_size > 8) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e != cudaSuccess) return e;
@@ -189,10 +194,10 @@ static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), s
     attribute[1].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attribute;
     config.numAttrs = use_pdl ? 2 : 1;
-    if (query_only) {
-        int clusters = 0;
-        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-        return e != cudaSuccess ? e : clusters >= (int)(grid.y * grid.z) ? cudaSuccess : cudaErrorInvalidConfiguration;
+    if (query) {
+        e = cudaOccupancyMaxActiveClusters(&query->clusters, kernel, &config);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&query->blocks_per_sm, kernel, (int)threads, smem);
+        return e;
     }
     return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 }
@@ -208,14 +213,15 @@ static inline bool decode_cluster_shape_supported(int n_heads, const cuda_kv_lay
 
 template <typename F, typename OutT>
 cudaError_t dispatch_decode_cluster(int cluster_size, int n_heads, const cuda_kv_layer &kv, int n_seqs,
-                                    cudaStream_t stream, bool use_pdl, bool query_only, const float *qkv, OutT *out,
+                                    cudaStream_t stream, bool use_pdl, decode_cluster_capacity *query,
+                                    const float *qkv, OutT *out,
                                     const int32_t *block_tables, const int32_t *table_start,
                                     const int32_t *context_lens, const float *q_norm, const float *k_norm,
                                     const float *rope_cos, const float *rope_sin, float eps, float scale_log2) {
     const dim3 grid = decode_cluster_grid(cluster_size, n_heads, kv, n_seqs);
 #define KITE_DECODE_CLUSTER_LAUNCH(G)                                                                             \
     launch_decode_cluster(F::template kernel<G, OutT>(), F::template smem<G>(), F::BLOCK_THREADS, cluster_size, grid, \
-                          stream, use_pdl, query_only, qkv, out, kv, block_tables, table_start, context_lens, q_norm, \
+                          stream, use_pdl, query, qkv, out, kv, block_tables, table_start, context_lens, q_norm,      \
                           k_norm, rope_cos, rope_sin, eps, n_heads, scale_log2)
     switch (decode_group_size(n_heads / kv.n_kv_heads)) {
     case 4: return KITE_DECODE_CLUSTER_LAUNCH(4);
@@ -228,13 +234,24 @@ cudaError_t dispatch_decode_cluster(int cluster_size, int n_heads, const cuda_kv
 /* The largest cluster size from 16 down to smallest at which all of the grid's clusters for n_seqs sequences
  * can be resident at once; 0 where none can or the shape is not supported. */
 template <typename F, typename OutT>
+decode_cluster_capacity decode_cluster_query(int cluster_size, int n_heads, const cuda_kv_layer &kv, int n_seqs) {
+    decode_cluster_capacity capacity = {0, 0};
+    if (!decode_cluster_shape_supported(n_heads, kv) || n_seqs <= 0) return capacity;
+    const cudaError_t e = dispatch_decode_cluster<F, OutT>(cluster_size, n_heads, kv, n_seqs, 0, true, &capacity, NULL,
+                                                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f, 0.0f);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* a refused size is an answer (none fit), not an error to keep */
+        capacity.clusters = capacity.blocks_per_sm = 0;
+    }
+    return capacity;
+}
+
+template <typename F, typename OutT>
 int decode_cluster_size(int n_heads, const cuda_kv_layer &kv, int n_seqs, int smallest) {
     if (!decode_cluster_shape_supported(n_heads, kv) || n_seqs <= 0) return 0;
     for (int size = 16; size >= smallest; size /= 2) {
-        const cudaError_t e = dispatch_decode_cluster<F, OutT>(size, n_heads, kv, n_seqs, 0, true, true, NULL, NULL,
-                                                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f, 0.0f);
-        if (e == cudaSuccess) return size;
-        (void)cudaGetLastError(); /* a refused size is an answer, not an error to keep */
+        const dim3 grid = decode_cluster_grid(size, n_heads, kv, n_seqs);
+        if (decode_cluster_query<F, OutT>(size, n_heads, kv, n_seqs).clusters >= (int)(grid.y * grid.z)) return size;
     }
     return 0;
 }
@@ -250,7 +267,7 @@ kite_status run_decode_cluster(const float *qkv, OutT *out, const cuda_kv_layer 
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: head_dim %d heads %d kv heads %d sequences %d cluster %d", F::NAME,
                          kv.head_dim, n_heads, kv.n_kv_heads, n_seqs, cluster_size);
     const cudaError_t e = dispatch_decode_cluster<F, OutT>(cluster_size, n_heads, kv, n_seqs,
-                                                           static_cast<cudaStream_t>(stream), use_pdl != 0, false, qkv,
+                                                           static_cast<cudaStream_t>(stream), use_pdl != 0, NULL, qkv,
                                                            out, block_tables, table_start, context_lens, q_norm, k_norm,
                                                            rope_cos, rope_sin, eps, scale * 1.4426950408889634f);
     CUDA_CHECK(e);
