@@ -196,8 +196,12 @@ static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), s
     config.numAttrs = use_pdl ? 2 : 1;
     if (query) {
         e = cudaOccupancyMaxActiveClusters(&query->clusters, kernel, &config);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&query->blocks_per_sm, kernel, (int)threads, smem);
-        return e;
+        if (e != cudaSuccess) return e;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&query->blocks_per_sm, kernel, (int)threads, smem) != cudaSuccess) {
+            (void)cudaGetLastError(); /* blocks per SM is a diagnostic: its failure does not refuse the size */
+            query->blocks_per_sm = 0;
+        }
+        return cudaSuccess;
     }
     return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 }
