@@ -364,7 +364,6 @@ static void norm_rope_ref(const float *src, const float *w, const float *cos_t, 
     }
 }
 
-/* cluster 0: the split-K kernel with n_splits; 8 or 16: the cluster kernel of that size (n_splits unused). */
 /* cluster 0: the split-K kernel with n_splits; else a cluster kernel with clusters of that many blocks, the
  * bulk-copy fed one when bulk is set. */
 static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster, int bulk) {
