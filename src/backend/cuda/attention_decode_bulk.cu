@@ -19,9 +19,9 @@
  * slower at 4,096 (1.010 vs 0.948) and far slower at 16,384 (2.14 vs 1.42 ms with split-K): the backend runs it
  * up to 2,048 positions (cuda_backend.cu, bulk_max_context).
  *
- * Grid (CS, kv_heads, sequences x head_groups); GROUP query heads per cluster share each K/V row they read. Inside a
- * block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds dims
- * stream_dim(j, 0 .. 15) (decode_attention.cuh). */
+ * Grid (CS, kv_heads, sequences x head_groups); GROUP query heads per cluster share each K/V row they read.
+ * Inside a block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds
+ * dims stream_dim(j, 0 .. 15) (decode_attention.cuh). */
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/decode_cluster.cuh"
 
@@ -32,9 +32,9 @@ constexpr int WARPS = 8;                         /* consumer warps */
 constexpr int CONSUMERS = WARPS * 32;
 constexpr int THREADS = CONSUMERS + 32;          /* and one producer warp */
 constexpr int TILE = CONSUMERS / 8;              /* positions per tile: one per stream of 8 lanes */
-/* Tiles in flight per block (16 KB each): a block's whole range up to 2,048 positions in clusters of 16. With 8
- * stages (134 KB of shared memory per block) the size query gave clusters of 8 only, i.e. 64 of 132 SMs (ncu,
- * session 4); 4 stages (68 KB) fit clusters of 16 as the cp.async kernel does. */
+/* Tiles in flight per block (16 KB each). 4 stages (68 KB) instead of 8 were meant to let clusters of 16 fit
+ * (ncu, session 4: clusters of 8, 64 of 132 SMs); the size query still refuses 16 at one block per SM (session
+ * 5), but 4 stages measured faster at short context all the same (0.648 vs 0.658 ms per 0.6B token at 256). */
 constexpr int STAGES = 4;
 constexpr int ROW_BYTES = HEAD_DIM * 2;          /* one K or V row, bf16 */
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES; /* K rows then V rows */
@@ -248,14 +248,15 @@ extern "C" kite_status cuda_attention_decode_bulk(const float *qkv, float *out, 
                                                   int cluster_size, void *stream, int use_pdl) {
     if (cluster_size != 8 && cluster_size != 16)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_bulk: cluster size %d", cluster_size);
-    return run_decode_cluster<kernels<false>>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos, rope_sin,
-                                       eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
+    return run_decode_cluster<kernels<false>>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos,
+                                              rope_sin, eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
 }
 
 extern "C" void cuda_attention_decode_bulk_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int batched,
                                                     int *clusters, int *blocks_per_sm) {
-    const decode_cluster_capacity c = batched ? decode_cluster_query<kernels<true>, bf16>(cluster_size, n_heads, kv, 1)
-                                              : decode_cluster_query<kernels<false>, float>(cluster_size, n_heads, kv, 1);
+    const decode_cluster_capacity c = batched
+                                          ? decode_cluster_query<kernels<true>, bf16>(cluster_size, n_heads, kv, 1)
+                                          : decode_cluster_query<kernels<false>, float>(cluster_size, n_heads, kv, 1);
     *clusters = c.clusters;
     *blocks_per_sm = c.blocks_per_sm;
 }
@@ -271,10 +272,10 @@ extern "C" kite_status cuda_attention_decode_bulk_rows(const float *qkv, void *o
                                                        const float *rope_sin, float eps, int n_heads, float scale,
                                                        int n_seqs, int cluster_size, void *stream, int use_pdl) {
     if (out_bf16)
-        return run_decode_cluster<kernels<true>>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start, context_lens,
-                                           q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs,
-                                           cluster_size, stream, use_pdl);
-    return run_decode_cluster<kernels<true>>(qkv, static_cast<float *>(out), kv, block_tables, table_start, context_lens,
-                                       q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs, cluster_size,
-                                       stream, use_pdl);
+        return run_decode_cluster<kernels<true>>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start,
+                                                 context_lens, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale,
+                                                 n_seqs, cluster_size, stream, use_pdl);
+    return run_decode_cluster<kernels<true>>(qkv, static_cast<float *>(out), kv, block_tables, table_start,
+                                             context_lens, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale,
+                                             n_seqs, cluster_size, stream, use_pdl);
 }

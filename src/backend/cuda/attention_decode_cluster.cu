@@ -183,6 +183,6 @@ extern "C" kite_status cuda_attention_decode_cluster(const float *qkv, float *ou
                                                      int cluster_size, void *stream, int use_pdl) {
     if (cluster_size != 8 && cluster_size != 16)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_cluster: cluster size %d", cluster_size);
-    return run_decode_cluster<kernels>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos, rope_sin,
-                                       eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
+    return run_decode_cluster<kernels>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos,
+                                       rope_sin, eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
 }

@@ -1085,7 +1085,8 @@ const char *cuda_decode_path(backend *self) {
                  attention);
     }
     if (b->use_batch)
-        snprintf(batched, sizeof batched, "gemm_rows up to %d rows, cuBLASLt beyond; attention: bulk-fed clusters up to %d rows, split-K beyond",
+        snprintf(batched, sizeof batched,
+                 "gemm_rows up to %d rows, cuBLASLt beyond; attention: bulk-fed clusters up to %d rows, split-K beyond",
                  b->rows_max, b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
@@ -1303,7 +1304,8 @@ extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, 
     size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
                                  needed);
     for (int kind = 0; kind < 3 && at < capacity; kind++) {
-        at += (size_t)snprintf(buffer + at, capacity - at, " %s", kind == 0 ? "cp.async" : kind == 1 ? "bulk" : "bulk batched");
+        const char *name = kind == 0 ? "cp.async" : kind == 1 ? "bulk" : "bulk batched";
+        at += (size_t)snprintf(buffer + at, capacity - at, " %s", name);
         for (int size = 8; size <= 16 && at < capacity; size *= 2) {
             int clusters = 0, per_sm = 0;
             if (kind == 0) cuda_attention_decode_cluster_capacity(c->n_heads, shape, size, &clusters, &per_sm);

@@ -197,7 +197,9 @@ static inline cudaError_t launch_decode_cluster(void (*kernel)(KernelArgs...), s
     if (query) {
         e = cudaOccupancyMaxActiveClusters(&query->clusters, kernel, &config);
         if (e != cudaSuccess) return e;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&query->blocks_per_sm, kernel, (int)threads, smem) != cudaSuccess) {
+        const cudaError_t per_sm =
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&query->blocks_per_sm, kernel, (int)threads, smem);
+        if (per_sm != cudaSuccess) {
             (void)cudaGetLastError(); /* blocks per SM is a diagnostic: its failure does not refuse the size */
             query->blocks_per_sm = 0;
         }
@@ -268,8 +270,8 @@ kite_status run_decode_cluster(const float *qkv, OutT *out, const cuda_kv_layer 
                                int n_heads, float scale, int n_seqs, int cluster_size, void *stream, int use_pdl) {
     const bool size_ok = cluster_size >= 1 && cluster_size <= 16 && (cluster_size & (cluster_size - 1)) == 0;
     if (!decode_cluster_shape_supported(n_heads, kv) || !size_ok || n_seqs <= 0 || (n_seqs > 1 && !table_start))
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: head_dim %d heads %d kv heads %d sequences %d cluster %d", F::NAME,
-                         kv.head_dim, n_heads, kv.n_kv_heads, n_seqs, cluster_size);
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: head_dim %d heads %d kv heads %d sequences %d cluster %d",
+                         F::NAME, kv.head_dim, n_heads, kv.n_kv_heads, n_seqs, cluster_size);
     const cudaError_t e = dispatch_decode_cluster<F, OutT>(cluster_size, n_heads, kv, n_seqs,
                                                            static_cast<cudaStream_t>(stream), use_pdl != 0, NULL, qkv,
                                                            out, block_tables, table_start, context_lens, q_norm, k_norm,
