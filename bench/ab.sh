@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Same-machine A/B of builds on the GPU machine (a diagnostic: cuda_forward_bench has no correctness gate; run
 # each build's cuda_ops_test / cuda_e2e_test before trusting its numbers).
-#   AB="main:DIR_A tune:DIR_B ..." [ROUNDS=2] [SHAPES="qwen3-0.6b-base qwen3-1.7b-base"] bash bench/ab.sh
-# Each DIR holds a cuda_forward_bench binary. The builds run interleaved, round after round, so the drift of
-# one lent machine (up to ~3% between calls, docs/BENCHMARKS.md) falls on all of them alike: single-stream
-# decode at depths 256 .. 16,384 (0.6B) and 256 (other shapes), batched decode B=8 and B=32 at depth 256.
+#   AB="main:DIR_A tune:DIR_B long:DIR_B:KITE_X=1,KITE_Y=2 ..." [ROUNDS=2] [SHAPES="..."] bash bench/ab.sh
+# Each DIR holds a cuda_forward_bench binary; an optional third field sets environment variables for that entry
+# (comma-separated), so one binary can be compared under its env switches. The entries run interleaved, round
+# after round, so the drift of one lent machine (up to ~3% between calls, docs/BENCHMARKS.md) falls on all of
+# them alike: single-stream decode at depths 256 .. 16,384 (0.6B) and 256 (other shapes), batched decode B=8,
+# 16 and 32 at depth 256.
 # Writes ${OUT:-/tmp/kite-out}/ab.txt (every row of every round) and ab-summary.txt (ms per step, the mean of
 # the rounds, per build, and each build's change against the first).
 set -uo pipefail
@@ -17,17 +19,19 @@ raw="$out/ab.txt"
 : >"$raw"
 for round in $(seq 1 "$rounds"); do
   for pair in $AB; do
-    name=${pair%%:*} dir=${pair#*:}
+    IFS=: read -r name dir vars <<<"$pair"
+    env_args=(KITE_AB_ENTRY="$name") # env needs one assignment at least
+    [ -n "$vars" ] && IFS=, read -r -a more <<<"$vars" && env_args+=("${more[@]}")
     for shape in $shapes; do
       if [ "$shape" = qwen3-0.6b-base ]; then
         args=(--depth 256,1024,2048,4096,16384 --batch 1)
       else
         args=(--depth 256 --batch 1)
       fi
-      timeout 120 "$dir/cuda_forward_bench" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}" 2>&1 |
+      timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}" 2>&1 |
         grep '^tg' | sed "s/^/$name $shape /" >>"$raw"
     done
-    timeout 120 "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch 8,16,32 2>&1 |
+    timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch 8,16,32 2>&1 |
       grep '^tg' | sed "s/^/$name qwen3-0.6b-base /" >>"$raw"
   done
 done
