@@ -174,35 +174,14 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         consumers_sync();
 
         const int stream = warp * 4 + (lane >> 3);
-        float qr[GROUP][16];
-#pragma unroll
-        for (int g = 0; g < GROUP; g++)
-#pragma unroll
-            for (int i = 0; i < 16; i++) qr[g][i] = sm.st.q[g][stream_dim(sub, i)];
-        float m[GROUP], l[GROUP], acc[GROUP][16];
-        stream_init<GROUP>(m, l, acc);
+        float qr[GROUP][16], m[GROUP], l[GROUP], acc[GROUP][16];
+        stream_start<GROUP>(sm.st, sub, qr, m, l, acc);
 
         for (int tile = 0; tile < n_tiles; tile++) {
             const int stage = tile % STAGES;
             mbar_wait(&sm.full[stage], (unsigned)((tile / STAGES) & 1));
-            /* Every stream computes its score, also past the range end (stale shared memory, discarded), so
-             * the shuffles see whole warps. */
-            const int p = begin + tile * TILE + stream;
-            const unsigned char *rows = sm.stages[stage];
-            const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(sm.st.new_kv[0])
-                                               : reinterpret_cast<const uint4 *>(rows + stream * ROW_BYTES);
-            const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.st.new_kv[1])
-                                               : reinterpret_cast<const uint4 *>(rows + (TILE + stream) * ROW_BYTES);
-            float kf[16], vf[16];
-            bf16x8_to_float(k_row[sub], kf);
-            bf16x8_to_float(k_row[sub + 8], kf + 8);
-            float s[GROUP];
-            stream_scores<GROUP>(qr, kf, s);
-            if (p < end) {
-                bf16x8_to_float(v_row[sub], vf);
-                bf16x8_to_float(v_row[sub + 8], vf + 8);
-                online_softmax_add<GROUP>(m, l, acc, s, vf);
-            }
+            stream_add_staged<GROUP, TILE>(sm.st, sm.stages[stage], stream, sub, begin + tile * TILE + stream,
+                                           position, end, qr, m, l, acc);
             __syncwarp();
             if (lane == 0) mbar_arrive(&sm.empty[stage]); /* this warp is done with the stage */
         }

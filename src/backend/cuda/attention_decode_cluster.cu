@@ -106,36 +106,15 @@ __global__ void __launch_bounds__(THREADS, 1)
                                     target.first_head, kv_head, eps, scale_log2, warp, WARPS);
     __syncthreads();
 
-    float qr[GROUP][16];
-#pragma unroll
-    for (int g = 0; g < GROUP; g++)
-#pragma unroll
-        for (int i = 0; i < 16; i++) qr[g][i] = sm.st.q[g][stream_dim(sub, i)];
-    float m[GROUP], l[GROUP], acc[GROUP][16];
-    stream_init<GROUP>(m, l, acc);
+    float qr[GROUP][16], m[GROUP], l[GROUP], acc[GROUP][16];
+    stream_start<GROUP>(sm.st, sub, qr, m, l, acc);
 
     for (int tile = 0; tile < n_tiles; tile++) {
         const int32_t refill_block = table_block(tile + STAGES); /* used after this tile's math */
         cp_async_wait<STAGES - 1>(); /* this thread's pieces of `tile` have landed */
         __syncthreads();             /* ... and everyone's */
-        /* Every stream computes its score, also past the range end (stale shared memory, discarded), so the
-         * shuffles see whole warps. */
-        const int p = begin + tile * TILE + stream;
-        const unsigned char *stage = sm.stages[tile % STAGES];
-        const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(sm.st.new_kv[0])
-                                           : reinterpret_cast<const uint4 *>(stage + stream * ROW_BYTES);
-        const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(sm.st.new_kv[1])
-                                           : reinterpret_cast<const uint4 *>(stage + (TILE + stream) * ROW_BYTES);
-        float kf[16], vf[16];
-        bf16x8_to_float(k_row[sub], kf);
-        bf16x8_to_float(k_row[sub + 8], kf + 8);
-        float s[GROUP];
-        stream_scores<GROUP>(qr, kf, s);
-        if (p < end) {
-            bf16x8_to_float(v_row[sub], vf);
-            bf16x8_to_float(v_row[sub + 8], vf + 8);
-            online_softmax_add<GROUP>(m, l, acc, s, vf);
-        }
+        stream_add_staged<GROUP, TILE>(sm.st, sm.stages[tile % STAGES], stream, sub, begin + tile * TILE + stream,
+                                       position, end, qr, m, l, acc);
         __syncthreads(); /* the stage is free again */
         issue_tile(tile + STAGES, refill_block);
     }

@@ -52,7 +52,15 @@ enum { DECODE_ATTENTION_BULK = 0, DECODE_ATTENTION_CLUSTER = 1, DECODE_ATTENTION
 constexpr int N_BUCKETS = 8;
 constexpr int32_t BUCKETS[N_BUCKETS] = {2, 4, 8, 16, 32, 64, 128, 256};
 constexpr int32_t BATCH_MAX = 256;
+
 enum { BATCH_TOKENS = 0, BATCH_CONTEXT = BATCH_MAX, BATCH_TABLE_START = 2 * BATCH_MAX, BATCH_TABLES = 3 * BATCH_MAX };
+
+/* The smallest bucket holding `rows` rows (rows <= BATCH_MAX). */
+int bucket_index(int32_t rows) {
+    int bucket = 0;
+    while (bucket < N_BUCKETS - 1 && BUCKETS[bucket] < rows) bucket++;
+    return bucket;
+}
 
 struct cuda_backend {
     backend base; /* first: a cuda_backend * is a backend * */
@@ -744,9 +752,7 @@ kite_status ensure_batch_step(cuda_backend *b, size_t table_ints) {
 /* The cluster size of the bulk-fed attention for a bucket of `rows` rows, 0 for the split-K kernel: buckets
  * up to batch_bulk_max_rows whose clusters (of 1 to 16 blocks per sequence and kv head) all fit at once. */
 int batch_bulk_cluster(const cuda_backend *b, int32_t rows) {
-    int bucket = 0;
-    while (bucket < N_BUCKETS - 1 && BUCKETS[bucket] < rows) bucket++;
-    return rows <= b->batch_bulk_max_rows ? b->bat_bulk_cluster[bucket] : 0;
+    return rows <= b->batch_bulk_max_rows ? b->bat_bulk_cluster[bucket_index(rows)] : 0;
 }
 
 /* The batched attention of one layer (Q/K norm, RoPE and the K/V append fused): the bulk-fed cluster kernel
@@ -860,8 +866,7 @@ kite_status capture_batch_graph(cuda_backend *b, int bucket) {
 
 kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
     const int32_t n = batch->n_seqs, bs = b->kv_block_size;
-    int bucket = 0;
-    while (BUCKETS[bucket] < n) bucket++;
+    const int bucket = bucket_index(n);
     const int32_t rows = BUCKETS[bucket];
     size_t table_ints = 1; /* entry 0: the scratch block of the dummy rows */
     for (int32_t s = 0; s < n; s++) table_ints += (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
@@ -1302,7 +1307,7 @@ extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, 
     const cuda_backend *b = as_cuda(self);
     const qwen3_config *c = &b->config;
     const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
-    const int needed = c->n_kv_heads * (c->n_heads / c->n_kv_heads / decode_group_size(c->n_heads / c->n_kv_heads));
+    const int needed = c->n_kv_heads * b->head_groups;
     size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
                                  needed);
     for (int kind = 0; kind < 3 && at < capacity; kind++) {

@@ -116,6 +116,42 @@ __device__ __forceinline__ void prepare_query_and_new_kv(decode_cluster_state<GR
     }
 }
 
+/* A stream's query values for its lanes' dims (stream_dim order) from st.q, and its empty softmax state. */
+template <int GROUP>
+__device__ __forceinline__ void stream_start(const decode_cluster_state<GROUP> &st, int sub, float qr[GROUP][16],
+                                             float m[GROUP], float l[GROUP], float acc[GROUP][16]) {
+#pragma unroll
+    for (int g = 0; g < GROUP; g++)
+#pragma unroll
+        for (int i = 0; i < 16; i++) qr[g][i] = st.q[g][stream_dim(sub, i)];
+    stream_init<GROUP>(m, l, acc);
+}
+
+/* Folds position p of a tile staged in shared memory into a stream: `rows` holds the tile's TILE K rows, then its
+ * TILE V rows, the stream's at slot `stream`; the new position's K and V come from st.new_kv instead. Every stream
+ * computes its score, also past the range end (stale shared memory, discarded), so the shuffles see whole warps. */
+template <int GROUP, int TILE>
+__device__ __forceinline__ void stream_add_staged(const decode_cluster_state<GROUP> &st, const unsigned char *rows,
+                                                  int stream, int sub, int p, int position, int end,
+                                                  const float qr[GROUP][16], float m[GROUP], float l[GROUP],
+                                                  float acc[GROUP][16]) {
+    constexpr int ROW_BYTES = DECODE_HEAD_DIM * 2;
+    const uint4 *k_row = p == position ? reinterpret_cast<const uint4 *>(st.new_kv[0])
+                                       : reinterpret_cast<const uint4 *>(rows + stream * ROW_BYTES);
+    const uint4 *v_row = p == position ? reinterpret_cast<const uint4 *>(st.new_kv[1])
+                                       : reinterpret_cast<const uint4 *>(rows + (TILE + stream) * ROW_BYTES);
+    float kf[16], vf[16];
+    bf16x8_to_float(k_row[sub], kf);
+    bf16x8_to_float(k_row[sub + 8], kf + 8);
+    float s[GROUP];
+    stream_scores<GROUP>(qr, kf, s);
+    if (p < end) {
+        bf16x8_to_float(v_row[sub], vf);
+        bf16x8_to_float(v_row[sub + 8], vf + 8);
+        online_softmax_add<GROUP>(m, l, acc, s, vf);
+    }
+}
+
 /* The block's partial result (its warps' results merged, in ms) into st.part_*, by threads
  * thread, thread + n_threads, ... */
 template <int GROUP, int WARPS>

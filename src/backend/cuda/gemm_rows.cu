@@ -43,7 +43,7 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
 __host__ __device__ __forceinline__ int staged_stride(int cols) { return (cols + 63) / 64 * 64 + 32; }
 
 /* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_*. X_BF16: the input is bf16 (no norm); Y_BF16: the output
- * is stored as bf16 (STORE / SWIGLU). */
+ * is stored as bf16 (SWIGLU only). */
 template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
 __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     gemm_rows_kernel(const bf16 *__restrict__ weight, const void *x_in, const float *__restrict__ norm_weight,
@@ -228,8 +228,6 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
                 else *dst = value;
             } else if (EPILOGUE == CUDA_GEMV_ADD) {
                 *dst += v;
-            } else if (Y_BF16) {
-                static_cast<bf16 *>(y_out)[at] = __float2bfloat16(v);
             } else {
                 *dst = v;
                 if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(v, out, best_value, best_index)) {
