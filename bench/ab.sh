@@ -6,7 +6,7 @@
 # (comma-separated), so one binary can be compared under its env switches. The entries run interleaved, round
 # after round, so the drift of one lent machine (up to ~3% between calls, docs/BENCHMARKS.md) falls on all of
 # them alike: single-stream decode at depths 256 .. 16,384 (0.6B) and 256 (other shapes), batched decode B=8,
-# 16 and 32 at depth 256.
+# 16 and 32 at depth 256. SINGLE=0 leaves out the single-stream rows; BATCHES="8,16,32" picks the batch sizes.
 # Writes ${OUT:-/tmp/kite-out}/ab.txt (every row of every round) and ab-summary.txt (ms per step, the mean of
 # the rounds, per build, and each build's change against the first).
 set -uo pipefail
@@ -14,6 +14,8 @@ out=${OUT:-/tmp/kite-out}
 mkdir -p "$out"
 rounds=${ROUNDS:-2}
 shapes=${SHAPES:-"qwen3-0.6b-base qwen3-1.7b-base"}
+batches=${BATCHES:-8,16,32}
+[ "${SINGLE:-1}" = 0 ] && shapes=""
 [ -n "${AB:-}" ] || { echo "AB=\"name:dir name:dir ...\" is required" >&2; exit 2; }
 raw="$out/ab.txt"
 : >"$raw"
@@ -31,7 +33,7 @@ for round in $(seq 1 "$rounds"); do
       timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}" 2>&1 |
         grep '^tg' | sed "s/^/$name $shape /" >>"$raw"
     done
-    timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch 8,16,32 2>&1 |
+    timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch "$batches" 2>&1 |
       grep '^tg' | sed "s/^/$name qwen3-0.6b-base /" >>"$raw"
   done
 done

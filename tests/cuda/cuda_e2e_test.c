@@ -7,8 +7,9 @@
  *   sequences) equals the same work done separately; the decode graph equals the general path;
  * - the persistent decode kernel equals the per-kernel graph path (short and long contexts);
  * - the cluster decode attention equals the split-K one (short and long contexts);
- * - batched decode of 3, 8 and 33 sequences with mixed contexts against the CPU and against B = 1 (bulk-fed
- *   and split-K batched attention). */
+ * - batched decode of 3, 8, 13, 20 and 33 sequences with mixed contexts against the CPU and against B = 1
+ *   (bulk-fed and split-K batched attention; B=13 runs cuBLASLt products and the gemm_rows lm_head, B=20 and 33
+ *   cuBLASLt throughout). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -362,6 +363,8 @@ static void test_batched_decode(void) {
            cuda_backend_batch_bulk_cluster(gpu, 33));
     test_batched_decode_n(3);
     test_batched_decode_n(8);
+    test_batched_decode_n(13);
+    test_batched_decode_n(20);
     test_batched_decode_n(33);
     const int32_t bulk_max_rows = cuda_backend_batch_bulk_max_rows(gpu);
     TRY(cuda_backend_set_batch_bulk_max_rows(gpu, 0));

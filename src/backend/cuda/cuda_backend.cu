@@ -775,29 +775,46 @@ kite_status batch_attention(cuda_backend *b, int layer, int32_t rows, void *out,
 
 /* Whether a bucket of `rows` rows runs its products through gemm_rows (up to rows_max rows, where every
  * product's input rows fit its shared memory; e.g. a 14B model's 17,408-column down projection does not at 8
- * rows) rather than cuBLASLt. Measured and dropped (session 5): gemm_rows for 9-32 rows after a separate
- * RMSNorm kernel, 1.644 vs 1.399 ms per step at B=32 through cuBLASLt. */
+ * rows) rather than cuBLASLt. Measured and dropped: gemm_rows for 9-32 rows after a separate RMSNorm kernel
+ * (session 5: 1.644 vs 1.399 ms per step at B=32 through cuBLASLt), for single products at 32 rows (session 6:
+ * each one slower), and gemm_split, which stages only a k slice per block (branch next/gemm-split, session 6:
+ * B=32 1.655 ms). */
 bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     return rows <= b->rows_max && cuda_gemm_rows_fits(rows, c->hidden_size) &&
            cuda_gemm_rows_fits(rows, c->n_heads * c->head_dim) && cuda_gemm_rows_fits(rows, c->intermediate_size);
 }
 
+/* The lm_head (final norm, logits, argmax) through gemm_rows up to 16 rows where its input fits (measured:
+ * B=16 -2.5% per step against cuBLASLt; at 32 rows gemm_rows was +1-2% slower), else cuBLASLt. */
+kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl) {
+    const qwen3_config *c = &b->config;
+    const int hidden = c->hidden_size, vocab = c->vocab_size;
+    const float eps = (float)c->rms_norm_eps;
+    void *st = b->stream;
+    if (rows <= 16 && cuda_gemm_rows_fits(rows, hidden))
+        return cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits, 0, rows, vocab, hidden,
+                              CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
+    KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+    KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
+    return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
+}
+
 kite_status batch_launches(cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     void *st = b->stream;
-    const int hidden = c->hidden_size, inter = c->intermediate_size, vocab = c->vocab_size;
+    const int hidden = c->hidden_size, inter = c->intermediate_size;
     const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
     const int32_t *tokens = b->bat_step_device + BATCH_TOKENS;
+    const int pdl = b->use_pdl ? 1 : 0;
     DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, tokens, b->bat_x, rows, hidden, st, 0));
     if (batch_gemm_rows(b, rows)) {
-        /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). */
-        const int pdl = b->use_pdl ? 1 : 0;
+        /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). The
+         * attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input to bf16
+         * anyway), so those two stage their input by cp.async in one round trip. */
         for (int l = 0; l < c->n_layers; l++) {
             const cuda_layer *L = &b->layers[l];
-            /* The attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input
-             * to bf16 anyway), so those two stage their input by cp.async in one round trip. */
             DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemm_rows(L->qkv, b->bat_x, 0, L->input_norm, eps, b->bat_qkv, 0, rows,
                                                              qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st, pdl));
             DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
@@ -809,19 +826,17 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
             DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows,
                                                               hidden, inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
         }
-        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits,
-                                                             0, rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws,
-                                                             b->bat_ids, st, pdl));
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
         return KITE_OK;
     }
-    /* Larger buckets: cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the same batched attention. */
+    /* cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the same batched attention. */
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         DECODE_PART(CUDA_DECODE_PART_QKV, [&]() -> kite_status {
             KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
             return cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st);
         }());
-        DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, 0));
+        DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
         DECODE_PART(CUDA_DECODE_PART_O,
                     cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
         DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
@@ -833,11 +848,7 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
         DECODE_PART(CUDA_DECODE_PART_DOWN,
                     cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
     }
-    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, [&]() -> kite_status {
-        KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
-        return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
-    }());
+    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
     return KITE_OK;
 }
 #undef DECODE_PART
@@ -1073,7 +1084,7 @@ const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name;
  * bench's setters since). */
 const char *cuda_decode_path(backend *self) {
     cuda_backend *b = as_cuda(self);
-    char single[320], batched[176];
+    char single[320], batched[224];
     if (b->use_persistent) {
         snprintf(single, sizeof single, "persistent kernel");
     } else {
@@ -1092,7 +1103,8 @@ const char *cuda_decode_path(backend *self) {
     }
     if (b->use_batch)
         snprintf(batched, sizeof batched,
-                 "gemm_rows up to %d rows, cuBLASLt beyond; attention: bulk-fed clusters up to %d rows, split-K beyond",
+                 "gemm_rows up to %d rows (lm_head up to 16), cuBLASLt beyond; attention: bulk-fed clusters up to %d "
+                 "rows, split-K beyond",
                  b->rows_max, b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
