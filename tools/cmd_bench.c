@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "kite.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 static const char bench_usage[] =
@@ -30,6 +31,9 @@ static const char bench_usage[] =
     "  --backend auto|cpu|cuda   (default auto)   --threads N (CPU threads)\n"
     "  -o md|jsonl       output format (default md)\n"
     "  --seed S          seed of the dummy weights and the random prompts (default 0)\n"
+    "  --temperature T   tg rows sample each token on the host as the engine does for T > 0 (full logits rows\n"
+    "                    read back, one sampler per sequence, rows in parallel); default 0: greedy on the device\n"
+    "  --top-k K  --top-p P   the sampled rows' filters (default 0 = off, 1 = off)\n"
     "Every row is first checked against the CPU backend (docs/BENCHMARKS.md); a failed check prints FAILED.\n";
 
 #define GATE_MAX_PREFILL 1024 /* tokens of a pp row the CPU reference recomputes */
@@ -339,20 +343,54 @@ static kite_status time_prefill(bench_context *b, int32_t n_seqs, int32_t n, int
     return status;
 }
 
+/* The next token of every sequence: the device's argmax, or (sampling) the full logits rows read back and
+ * each sampled by its own sampler on the host, rows in parallel, as the engine's sample_rows does. */
+static kite_status next_tokens(bench_context *b, int32_t n_seqs, sampler **samplers, float *logits, int32_t *ids) {
+    if (!samplers) return b->target->ops->argmax(b->target, ids, n_seqs);
+    KITE_TRY(b->target->ops->read_logits(b->target, logits, n_seqs));
+    const size_t vocab = (size_t)b->config->vocab_size;
+    kite_status first_error = KITE_OK;
+    char message[512] = "";
+#pragma omp parallel for schedule(dynamic, 1) if (n_seqs > 1)
+    for (int32_t s = 0; s < n_seqs; s++) {
+        const kite_status status = sampler_sample(samplers[s], logits + (size_t)s * vocab, &ids[s], NULL);
+        if (status != KITE_OK) {
+#pragma omp critical(kite_bench_sample_error)
+            if (first_error == KITE_OK) { /* the message lives in this thread's error slot */
+                first_error = status;
+                snprintf(message, sizeof message, "%s", kite_last_error());
+            }
+        }
+    }
+    return first_error == KITE_OK ? KITE_OK : kite_fail(first_error, "bench: sampling: %s", message);
+}
+
 static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth, int reps,
-                               row_result *out) {
+                               const sampler_params *sampling, row_result *out) {
     double *tok_s = calloc((size_t)reps, sizeof(double)), *secs = calloc((size_t)reps, sizeof(double));
     int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t)), *ids = malloc((size_t)n_seqs * sizeof(int32_t));
+    sampler **samplers = NULL;
+    float *logits = NULL;
     kite_status status = tok_s && secs && tokens && ids ? KITE_OK
                                                         : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+    if (status == KITE_OK && sampling) {
+        samplers = calloc((size_t)n_seqs, sizeof(sampler *));
+        logits = malloc((size_t)n_seqs * (size_t)b->config->vocab_size * sizeof(float));
+        if (!samplers || !logits) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+        for (int32_t s = 0; s < n_seqs && status == KITE_OK; s++) {
+            sampler_params p = *sampling;
+            p.seed += (uint64_t)s;
+            status = sampler_create(&p, b->config->vocab_size, &samplers[s]);
+        }
+    }
     if (status == KITE_OK && depth > 0) status = fill_context(b, b->target, b->tables, n_seqs, depth, NULL);
     for (int rep = -1; rep < reps && status == KITE_OK; rep++) {
         random_tokens(b, tokens, (size_t)n_seqs);
         double t0 = seconds_now();
         for (int32_t step = 0; step < n_steps && status == KITE_OK; step++) {
             status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step, true);
-            if (status == KITE_OK) status = b->target->ops->argmax(b->target, ids, n_seqs);
-            memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* greedy: feed back what was chosen */
+            if (status == KITE_OK) status = next_tokens(b, n_seqs, samplers, logits, ids);
+            memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* feed back what was chosen */
         }
         double t = seconds_now() - t0;
         if (rep >= 0) {
@@ -361,6 +399,9 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         }
     }
     if (status == KITE_OK) summarize(tok_s, reps, (double)n_steps, secs, out);
+    for (int32_t s = 0; samplers && s < n_seqs; s++) sampler_free(samplers[s]);
+    free(samplers);
+    free(logits);
     free(tok_s);
     free(secs);
     free(tokens);
@@ -388,6 +429,8 @@ typedef struct bench_options {
     bool jsonl;
     uint64_t seed;
     kite_load_params load;
+    bool sample;             /* tg rows sample on the host (--temperature > 0) */
+    sampler_params sampling; /* their parameters; the seed is the bench's, plus the sequence index */
 } bench_options;
 
 static void print_row(const bench_options *o, bench_context *b, const char *test, int32_t n_seqs, int32_t depth,
@@ -413,6 +456,9 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
             printf(",\"decode_path\":");
             json_write_string(stdout, path, strlen(path));
         }
+        if (o->sample && strncmp(test, "tg", 2) == 0)
+            printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g}", o->sampling.temperature,
+                   o->sampling.top_k, o->sampling.top_p);
         printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_bf16_budget\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,\"commit\":\"%s\",\"date\":\"%s\"}\n",
                !b->reference ? "oracle" : g->passed ? "pass" : "FAILED", g->worst_rel_l2, g->worst_bf16_budget, g->near_ties, o->reps, KITE_GIT_COMMIT, date);
     } else if (g->passed) {
@@ -489,6 +535,9 @@ static int run_bench(const bench_options *o) {
         printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n", KITE_VERSION_STRING,
                KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
         if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
+        if (o->sample)
+            printf("tg rows sample on the host: temperature %g, top-k %d, top-p %g (full logits rows read back)\n",
+                   o->sampling.temperature, o->sampling.top_k, o->sampling.top_p);
         printf("\n");
         printf("| test     |   B |  depth |        tok/s | min-max tok/s     |   ms/step | floor | gate |\n");
         printf("|----------|-----|--------|--------------|-------------------|-----------|-------|------|\n");
@@ -518,7 +567,8 @@ static int run_bench(const bench_options *o) {
                 gate_result g;
                 row_result r = {0};
                 status = gate_decode(&b, seqs, depth, ref_tables, &g);
-                if (status == KITE_OK && g.passed) status = time_decode(&b, n, seqs, depth, o->reps, &r);
+                if (status == KITE_OK && g.passed)
+                    status = time_decode(&b, n, seqs, depth, o->reps, o->sample ? &o->sampling : NULL, &r);
                 if (status != KITE_OK) {
                     exit_code = cli_report("bench", status);
                     break;
@@ -549,7 +599,9 @@ done:
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_options o = {.reps = 5, .load = kite_load_params_default()};
+    bench_options o = {.reps = 5, .load = kite_load_params_default(), .sampling = sampler_params_default()};
+    o.sampling.temperature = 0.0f; /* greedy on the device unless --temperature asks for sampling */
+    double dv;
     const char *prefill = "256,2048", *decode = "128", *batch = "1", *depth = "256";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -588,6 +640,15 @@ int cmd_bench(int argc, char **argv) {
         } else if (strcmp(a, "--seed") == 0) {
             if (!cli_parse_int(a, v, 0, INT64_MAX, &iv)) return 2;
             o.seed = (uint64_t)iv;
+        } else if (strcmp(a, "--temperature") == 0) {
+            if (!cli_parse_float(a, v, 0.0, 100.0, &dv)) return 2;
+            o.sampling.temperature = (float)dv;
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (!cli_parse_int(a, v, 0, INT32_MAX, &iv)) return 2;
+            o.sampling.top_k = (int32_t)iv;
+        } else if (strcmp(a, "--top-p") == 0) {
+            if (!cli_parse_float(a, v, 0.0, 1.0, &dv)) return 2;
+            o.sampling.top_p = (float)dv;
         } else {
             fprintf(stderr, "kite bench: unknown option '%s'\n%s", a, bench_usage);
             return 2;
@@ -597,6 +658,8 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kite bench: give exactly one of --model DIR or --dummy SHAPE\n%s", bench_usage);
         return 2;
     }
+    o.sample = o.sampling.temperature > 0.0f;
+    o.sampling.seed = o.seed;
     int exit_code = 2;
     bool ok = true;
     if (strcmp(prefill, "0") != 0) ok = cli_parse_int_list("-p", prefill, 1, 1 << 20, &o.prefill, &o.n_prefill);

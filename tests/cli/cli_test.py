@@ -171,6 +171,22 @@ def bench_rows_as_json_lines():
 
 
 @case
+def bench_sampled_decode_rows():
+    # tg rows that sample on the host (as the engine does for temperature > 0) say so in the row
+    p = run("bench", "--dummy", "tiny", "--backend", "cpu", "-p", "0", "-n", "3", "-b", "1,3", "--depth", "4",
+            "-r", "1", "--temperature", "0.8", "--top-k", "5", "--top-p", "0.9", "-o", "jsonl", check_exit=0)
+    rows = [json.loads(l) for l in p.stdout.decode().strip().split("\n")]
+    assert [(r["test"], r["batch"]) for r in rows] == [("tg3", 1), ("tg3", 3)], rows
+    for r in rows:
+        assert r["tok_s"] > 0 and r["sampling"] == {"temperature": 0.8, "top_k": 5, "top_p": 0.9}, r
+    greedy = run("bench", "--dummy", "tiny", "--backend", "cpu", "-p", "0", "-n", "2", "--depth", "4", "-r", "1",
+                 "-o", "jsonl", check_exit=0)
+    assert "sampling" not in json.loads(greedy.stdout.decode().strip()), greedy.stdout
+    assert run("bench", "--dummy", "tiny", "--temperature", "-1").returncode == 2
+    assert run("bench", "--dummy", "tiny", "--top-p", "1.5").returncode == 2
+
+
+@case
 def info_names_the_backends():
     out = run("info", check_exit=0).stdout.decode()
     assert "cpu" in out and "cuda" in out
