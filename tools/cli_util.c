@@ -109,6 +109,30 @@ cli_option_result cli_parse_engine_option(const char *option, const char *value,
     return CLI_OPTION_TAKEN;
 }
 
+cli_option_result cli_parse_sampling_option(const char *option, const char *value, kite_sampling *sampling) {
+    long long iv;
+    double fv;
+    if (strcmp(option, "--temperature") == 0) {
+        if (!cli_parse_float(option, value, 0.0, 100.0, &fv)) return CLI_OPTION_BAD;
+        sampling->temperature = (float)fv;
+    } else if (strcmp(option, "--top-k") == 0) {
+        if (!cli_parse_int(option, value, 0, INT32_MAX, &iv)) return CLI_OPTION_BAD;
+        sampling->top_k = (int32_t)iv;
+    } else if (strcmp(option, "--top-p") == 0) {
+        if (!cli_parse_float(option, value, 0.0, 1.0, &fv)) return CLI_OPTION_BAD;
+        sampling->top_p = (float)fv;
+    } else if (strcmp(option, "--min-p") == 0) {
+        if (!cli_parse_float(option, value, 0.0, 1.0, &fv)) return CLI_OPTION_BAD;
+        sampling->min_p = (float)fv;
+    } else if (strcmp(option, "--repeat-penalty") == 0) {
+        if (!cli_parse_float(option, value, 0.01, 100.0, &fv)) return CLI_OPTION_BAD;
+        sampling->repetition_penalty = (float)fv;
+    } else {
+        return CLI_OPTION_OTHER;
+    }
+    return CLI_OPTION_TAKEN;
+}
+
 void json_write_string(FILE *out, const char *text, size_t length) {
     fputc('"', out);
     for (size_t i = 0; i < length; i++) {

@@ -26,6 +26,10 @@ typedef enum cli_option_result { CLI_OPTION_OTHER, CLI_OPTION_TAKEN, CLI_OPTION_
 cli_option_result cli_parse_engine_option(const char *option, const char *value, kite_load_params *load,
                                           kite_engine_params *engine);
 
+/* The sampling options `kite run` and `kite bench` share (--temperature, --top-k, --top-p, --min-p,
+ * --repeat-penalty; not --seed, which means the prompts' seed to the bench). Results as cli_parse_engine_option. */
+cli_option_result cli_parse_sampling_option(const char *option, const char *value, kite_sampling *sampling);
+
 /* Writes text as a JSON string literal (with quotes), escaping as RFC 8259 requires. */
 void json_write_string(FILE *out, const char *text, size_t length);
 

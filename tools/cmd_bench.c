@@ -33,7 +33,7 @@ static const char bench_usage[] =
     "  --seed S          seed of the dummy weights and the random prompts (default 0)\n"
     "  --temperature T   tg rows sample each token on the host as the engine does for T > 0 (full logits rows\n"
     "                    read back, one sampler per sequence, rows in parallel); default 0: greedy on the device\n"
-    "  --top-k K  --top-p P   the sampled rows' filters (default 0 = off, 1 = off)\n"
+    "  --top-k K  --top-p P  --min-p P  --repeat-penalty R   the sampled rows' filters, as kite run's\n"
     "Every row is first checked against the CPU backend (docs/BENCHMARKS.md); a failed check prints FAILED.\n";
 
 #define GATE_MAX_PREFILL 1024 /* tokens of a pp row the CPU reference recomputes */
@@ -365,8 +365,9 @@ static kite_status next_tokens(bench_context *b, int32_t n_seqs, sampler **sampl
     return first_error == KITE_OK ? KITE_OK : kite_fail(first_error, "bench: sampling: %s", message);
 }
 
+/* sampling NULL: greedy on the device; else the samplers' parameters (seeds: its seed plus the sequence index). */
 static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth, int reps,
-                               const sampler_params *sampling, row_result *out) {
+                               const kite_sampling *sampling, row_result *out) {
     double *tok_s = calloc((size_t)reps, sizeof(double)), *secs = calloc((size_t)reps, sizeof(double));
     int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t)), *ids = malloc((size_t)n_seqs * sizeof(int32_t));
     sampler **samplers = NULL;
@@ -378,7 +379,7 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         logits = malloc((size_t)n_seqs * (size_t)b->config->vocab_size * sizeof(float));
         if (!samplers || !logits) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
         for (int32_t s = 0; s < n_seqs && status == KITE_OK; s++) {
-            sampler_params p = *sampling;
+            sampler_params p = sampler_params_from(sampling);
             p.seed += (uint64_t)s;
             status = sampler_create(&p, b->config->vocab_size, &samplers[s]);
         }
@@ -429,9 +430,10 @@ typedef struct bench_options {
     bool jsonl;
     uint64_t seed;
     kite_load_params load;
-    bool sample;             /* tg rows sample on the host (--temperature > 0) */
-    sampler_params sampling; /* their parameters; the seed is the bench's, plus the sequence index */
+    kite_sampling sampling; /* tg rows sample on the host when temperature > 0; the seed is the bench's */
 } bench_options;
+
+static bool samples(const bench_options *o) { return o->sampling.temperature > 0.0f; }
 
 static void print_row(const bench_options *o, bench_context *b, const char *test, int32_t n_seqs, int32_t depth,
                       const row_result *r, const gate_result *g, double floor_fraction) {
@@ -456,9 +458,10 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
             printf(",\"decode_path\":");
             json_write_string(stdout, path, strlen(path));
         }
-        if (o->sample && strncmp(test, "tg", 2) == 0)
-            printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g}", o->sampling.temperature,
-                   o->sampling.top_k, o->sampling.top_p);
+        if (samples(o) && strncmp(test, "tg", 2) == 0)
+            printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,\"repetition_penalty\":%g}",
+                   o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
+                   o->sampling.repetition_penalty);
         printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_bf16_budget\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,\"commit\":\"%s\",\"date\":\"%s\"}\n",
                !b->reference ? "oracle" : g->passed ? "pass" : "FAILED", g->worst_rel_l2, g->worst_bf16_budget, g->near_ties, o->reps, KITE_GIT_COMMIT, date);
     } else if (g->passed) {
@@ -535,9 +538,11 @@ static int run_bench(const bench_options *o) {
         printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n", KITE_VERSION_STRING,
                KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
         if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
-        if (o->sample)
-            printf("tg rows sample on the host: temperature %g, top-k %d, top-p %g (full logits rows read back)\n",
-                   o->sampling.temperature, o->sampling.top_k, o->sampling.top_p);
+        if (samples(o))
+            printf("tg rows sample on the host: temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g "
+                   "(full logits rows read back)\n",
+                   o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
+                   o->sampling.repetition_penalty);
         printf("\n");
         printf("| test     |   B |  depth |        tok/s | min-max tok/s     |   ms/step | floor | gate |\n");
         printf("|----------|-----|--------|--------------|-------------------|-----------|-------|------|\n");
@@ -568,7 +573,7 @@ static int run_bench(const bench_options *o) {
                 row_result r = {0};
                 status = gate_decode(&b, seqs, depth, ref_tables, &g);
                 if (status == KITE_OK && g.passed)
-                    status = time_decode(&b, n, seqs, depth, o->reps, o->sample ? &o->sampling : NULL, &r);
+                    status = time_decode(&b, n, seqs, depth, o->reps, samples(o) ? &o->sampling : NULL, &r);
                 if (status != KITE_OK) {
                     exit_code = cli_report("bench", status);
                     break;
@@ -599,9 +604,8 @@ done:
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_options o = {.reps = 5, .load = kite_load_params_default(), .sampling = sampler_params_default()};
-    o.sampling.temperature = 0.0f; /* greedy on the device unless --temperature asks for sampling */
-    double dv;
+    bench_options o = {.reps = 5, .load = kite_load_params_default(), .sampling = kite_sampling_default()};
+    cli_option_result sampling_option;
     const char *prefill = "256,2048", *decode = "128", *batch = "1", *depth = "256";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -640,15 +644,8 @@ int cmd_bench(int argc, char **argv) {
         } else if (strcmp(a, "--seed") == 0) {
             if (!cli_parse_int(a, v, 0, INT64_MAX, &iv)) return 2;
             o.seed = (uint64_t)iv;
-        } else if (strcmp(a, "--temperature") == 0) {
-            if (!cli_parse_float(a, v, 0.0, 100.0, &dv)) return 2;
-            o.sampling.temperature = (float)dv;
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (!cli_parse_int(a, v, 0, INT32_MAX, &iv)) return 2;
-            o.sampling.top_k = (int32_t)iv;
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (!cli_parse_float(a, v, 0.0, 1.0, &dv)) return 2;
-            o.sampling.top_p = (float)dv;
+        } else if ((sampling_option = cli_parse_sampling_option(a, v, &o.sampling)) != CLI_OPTION_OTHER) {
+            if (sampling_option == CLI_OPTION_BAD) return 2;
         } else {
             fprintf(stderr, "kite bench: unknown option '%s'\n%s", a, bench_usage);
             return 2;
@@ -658,7 +655,6 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kite bench: give exactly one of --model DIR or --dummy SHAPE\n%s", bench_usage);
         return 2;
     }
-    o.sample = o.sampling.temperature > 0.0f;
     o.sampling.seed = o.seed;
     int exit_code = 2;
     bool ok = true;

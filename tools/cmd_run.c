@@ -186,7 +186,6 @@ int cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         long long iv;
-        double fv;
         cli_option_result shared;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(run_usage, stdout);
@@ -210,21 +209,8 @@ int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--max-tokens") == 0 || strcmp(a, "-n") == 0) {
             if (!cli_parse_int(a, v, 0, INT32_MAX, &iv)) return 2;
             request.max_tokens = (int32_t)iv;
-        } else if (strcmp(a, "--temperature") == 0) {
-            if (!cli_parse_float(a, v, 0.0, 100.0, &fv)) return 2;
-            request.sampling.temperature = (float)fv;
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (!cli_parse_int(a, v, 0, INT32_MAX, &iv)) return 2;
-            request.sampling.top_k = (int32_t)iv;
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (!cli_parse_float(a, v, 0.0, 1.0, &fv)) return 2;
-            request.sampling.top_p = (float)fv;
-        } else if (strcmp(a, "--min-p") == 0) {
-            if (!cli_parse_float(a, v, 0.0, 1.0, &fv)) return 2;
-            request.sampling.min_p = (float)fv;
-        } else if (strcmp(a, "--repeat-penalty") == 0) {
-            if (!cli_parse_float(a, v, 0.01, 100.0, &fv)) return 2;
-            request.sampling.repetition_penalty = (float)fv;
+        } else if ((shared = cli_parse_sampling_option(a, v, &request.sampling)) != CLI_OPTION_OTHER) {
+            if (shared == CLI_OPTION_BAD) return 2;
         } else if (strcmp(a, "--seed") == 0) {
             if (!cli_parse_int(a, v, 0, INT64_MAX, &iv)) return 2;
             request.sampling.seed = (uint64_t)iv;

@@ -49,8 +49,7 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     r->user_data = desc->user_data;
 
     const kite_sampling *s = &desc->sampling;
-    sampler_params sp = {.temperature = s->temperature, .top_k = s->top_k, .top_p = s->top_p, .min_p = s->min_p,
-                         .repetition_penalty = s->repetition_penalty, .seed = s->seed};
+    const sampler_params sp = sampler_params_from(s);
     kite_status status = sampler_create(&sp, vocab_size, &r->sampler);
     if (status != KITE_OK) {
         request_free(r);

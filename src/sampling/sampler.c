@@ -167,6 +167,11 @@ static double log_sum_exp_shifted(const float *logits, int32_t n, float max_logi
 
 /* ---- parameters and lifetime ------------------------------------------------------------------- */
 
+sampler_params sampler_params_from(const kite_sampling *s) {
+    return (sampler_params){.temperature = s->temperature, .top_k = s->top_k, .top_p = s->top_p, .min_p = s->min_p,
+                            .repetition_penalty = s->repetition_penalty, .seed = s->seed};
+}
+
 sampler_params sampler_params_default(void) {
     sampler_params p;
     p.temperature = 1.0f;

@@ -55,6 +55,9 @@ typedef struct sampler_params {
 /* temperature 1, top_k 0, top_p 1, min_p 0, repetition_penalty 1, seed 0: plain softmax sampling. */
 sampler_params sampler_params_default(void);
 
+/* The same parameters as the public API spells them (kite_sampling, kite.h). */
+sampler_params sampler_params_from(const kite_sampling *s);
+
 typedef struct sampler sampler;
 
 /* Validates the parameters (KITE_ERROR_INVALID_ARGUMENT naming the field) and allocates the
