@@ -840,25 +840,33 @@ static void test_gemm_rows(void) {
           KITE_ERROR_UNSUPPORTED);
 }
 
-static void test_argmax_rows(void) {
-    const int rows = 3, vocab = 151936;
+/* vocab % 4 == 0 takes the kernel's 16-byte loads, other sizes its scalar loop. */
+static void check_argmax_rows(int vocab) {
+    const int rows = 4;
     float *logits = xmalloc((size_t)rows * vocab * 4);
     random_f32(logits, (size_t)rows * vocab, 1.0f);
     logits[77] = 50.0f;
-    logits[5000] = 50.0f; /* tie: the lowest id wins */
+    logits[vocab - 5] = 50.0f; /* tie: the lowest id wins */
     logits[(size_t)vocab + vocab - 1] = 60.0f;
     logits[2 * (size_t)vocab + 3] = NAN; /* NaN never wins */
     logits[2 * (size_t)vocab + 100] = 40.0f;
+    for (int i = 0; i < vocab; i++) logits[3 * (size_t)vocab + i] = NAN; /* all NaN: id 0 */
     float *d_logits = device_buffer((size_t)rows * vocab * 4, logits);
     int32_t *d_ids = device_buffer(rows * 4, NULL);
     DEVICE_CHECK(cuda_argmax_rows(d_logits, d_ids, rows, vocab, NULL));
-    int32_t ids[3];
+    int32_t ids[4];
     DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, sizeof ids));
-    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == 100, "argmax %d %d %d", ids[0], ids[1], ids[2]);
+    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == 100 && ids[3] == 0, "argmax (vocab %d) %d %d %d %d", vocab,
+              ids[0], ids[1], ids[2], ids[3]);
     CHECK(guard_intact(d_ids, rows * 4));
     kite_cuda_free(d_logits);
     kite_cuda_free(d_ids);
     free(logits);
+}
+
+static void test_argmax_rows(void) {
+    check_argmax_rows(151936);
+    check_argmax_rows(1003);
 }
 
 static void check_gemm(cuda_gemm *gemm, int n, int m, int k, int out_f32, float beta) {
