@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         float scale = 1.0f;
         if (norm_weight != nullptr) {
             float sum_sq = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
             for (int i = lane; i < cols / 4; i += 32) {
                 const float4 v = src[i];
                 sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
