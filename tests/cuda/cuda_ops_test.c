@@ -745,7 +745,7 @@ static void check_gemm_rows_io(int n_rows, int rows, int cols, int epilogue, int
         for (int o = 0; o < outputs; o++) {
             double v = dots[o];
             if (epilogue == CUDA_GEMV_SWIGLU) v = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
-            else if (epilogue == CUDA_GEMV_ADD) v += y0[(size_t)b * outputs + o];
+            else if (epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED) v += y0[(size_t)b * outputs + o];
             ref[(size_t)b * outputs + o] = v;
         }
     }
@@ -755,7 +755,7 @@ static void check_gemm_rows_io(int n_rows, int rows, int cols, int epilogue, int
     void *d_x = x_bf16 ? device_buffer(xn * 2, x_bits) : device_buffer(xn * 4, x);
     float *d_g = device_buffer((size_t)cols * 4, g);
     const size_t y_bytes = yn * (y_bf16 ? 2 : 4);
-    void *d_y = device_buffer(y_bytes, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
+    void *d_y = device_buffer(y_bytes, epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED ? y0 : NULL);
     void *d_ws = device_buffer(cuda_gemm_rows_argmax_workspace(), NULL);
     int32_t *d_ids = device_buffer((size_t)n_rows * 4, NULL);
     DEVICE_CHECK(cuda_gemm_rows(d_w, d_x, x_bf16, with_norm ? d_g : NULL, 1e-6f, d_y, y_bf16, n_rows, rows, cols, epilogue,
@@ -826,6 +826,13 @@ static void test_gemm_rows(void) {
     check_gemm_rows_io(5, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);
     check_gemm_rows_io(27, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);
     check_gemm_rows_io(1, 999, 72, CUDA_GEMV_ADD, 0, 1, 0);
+    /* ADD_SETTLED (old outputs of a block's first iteration read before the PDL wait): one output per thread
+     * (8 rows), more than SETTLED_PER_THREAD (27 rows, 20,000 outputs), fp32 input, several iterations. */
+    check_gemm_rows_io(8, 1024, 2048, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_io(5, 1000, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_io(16, 1000, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_io(27, 20000, 1024, CUDA_GEMV_ADD_SETTLED, 0, 0, 0);
+    check_gemm_rows_io(9, 80000, 72, CUDA_GEMV_ADD_SETTLED, 0, 0, 0); /* several iterations per block */
     check_gemm_rows_io(8, 6144, 1024, CUDA_GEMV_SWIGLU, 1, 0, 1);
     check_gemm_rows_io(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1, 0, 1);
     /* What fits shared memory: 32 rows of 3,072 columns do, of 6,144 not (refused, not run). */
