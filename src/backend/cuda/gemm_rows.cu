@@ -29,7 +29,7 @@ constexpr int WARPS = THREADS / 32;
 constexpr int BLOCKS_PER_SM = 2;
 constexpr int GROUP_CHUNKS = 4; /* chunks of 32 k per warp in flight (x2 double buffered) */
 constexpr int MAX_ROWS = 32;
-constexpr int SETTLED_PER_THREAD = 4; /* ADD_SETTLED: old outputs read before the wait, per thread */
+constexpr int SETTLED_PER_THREAD = 2; /* ADD_SETTLED: old outputs read before the wait, per thread */
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
@@ -110,6 +110,13 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         tile_rows(0, row_lo, row_hi);
         load_group(row_lo, row_hi, 0, cur_lo, cur_hi); /* weights do not depend on the previous kernel */
     }
+    /* A bf16 input is staged by cp.async (no registers), so there the second group is requested before the
+     * wait too: at B = 8, o_proj and down have 2 and 3 groups per warp, whose second one otherwise left only
+     * after the staging. (The normed staging holds 8 float4 per lane; qkv has one group per warp there.) One
+     * n-tile only: with 2 or 4 the accumulators leave no room (ptxas: 56 / 132 bytes of spills; 12 at one). */
+    uint4 next_lo[GROUP_CHUNKS], next_hi[GROUP_CHUNKS]; /* the group after the one being computed */
+    const bool early = X_BF16 && NT == 1 && n_iters > 0 && groups > 1;
+    if (early) load_group(row_lo, row_hi, 1, next_lo, next_hi);
     /* ADD_SETTLED: y was last written before the kernel launched just before this one, so the old values of
      * the first iteration's outputs (thread o's: o, o + THREADS, ...) are read now, not after the products
      * (one round trip to L2 less at the end; the rule is cuda_gemv's, cuda_ops.h). */
@@ -188,8 +195,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
         for (int group = 0; group < groups; group++) {
             /* Request the next group (this tile's, or the next tile's first) before computing this one. */
-            uint4 next_lo[GROUP_CHUNKS], next_hi[GROUP_CHUNKS];
-            if (group + 1 < groups) {
+            if (early && it == 0 && group == 0) {
+                /* requested before the wait */
+            } else if (group + 1 < groups) {
                 load_group(row_lo, row_hi, group + 1, next_lo, next_hi);
             } else if (it + 1 < n_iters) {
                 tile_rows(it + 1, row_lo, row_hi);
