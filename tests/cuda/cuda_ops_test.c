@@ -745,7 +745,7 @@ static void check_gemm_rows_io(int n_rows, int rows, int cols, int epilogue, int
         for (int o = 0; o < outputs; o++) {
             double v = dots[o];
             if (epilogue == CUDA_GEMV_SWIGLU) v = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
-            else if (epilogue == CUDA_GEMV_ADD) v += y0[(size_t)b * outputs + o];
+            else if (epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED) v += y0[(size_t)b * outputs + o];
             ref[(size_t)b * outputs + o] = v;
         }
     }
@@ -755,7 +755,7 @@ static void check_gemm_rows_io(int n_rows, int rows, int cols, int epilogue, int
     void *d_x = x_bf16 ? device_buffer(xn * 2, x_bits) : device_buffer(xn * 4, x);
     float *d_g = device_buffer((size_t)cols * 4, g);
     const size_t y_bytes = yn * (y_bf16 ? 2 : 4);
-    void *d_y = device_buffer(y_bytes, epilogue == CUDA_GEMV_ADD ? y0 : NULL);
+    void *d_y = device_buffer(y_bytes, epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED ? y0 : NULL);
     void *d_ws = device_buffer(cuda_gemm_rows_argmax_workspace(), NULL);
     int32_t *d_ids = device_buffer((size_t)n_rows * 4, NULL);
     DEVICE_CHECK(cuda_gemm_rows(d_w, d_x, x_bf16, with_norm ? d_g : NULL, 1e-6f, d_y, y_bf16, n_rows, rows, cols, epilogue,
@@ -826,6 +826,13 @@ static void test_gemm_rows(void) {
     check_gemm_rows_io(5, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);
     check_gemm_rows_io(27, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);
     check_gemm_rows_io(1, 999, 72, CUDA_GEMV_ADD, 0, 1, 0);
+    /* ADD_SETTLED (old outputs of a block's first iteration read before the PDL wait): one output per thread
+     * (8 rows), more than SETTLED_PER_THREAD (27 rows, 20,000 outputs), fp32 input, several iterations. */
+    check_gemm_rows_io(8, 1024, 2048, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_io(5, 1000, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_io(16, 1000, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_io(27, 20000, 1024, CUDA_GEMV_ADD_SETTLED, 0, 0, 0);
+    check_gemm_rows_io(9, 80000, 72, CUDA_GEMV_ADD_SETTLED, 0, 0, 0); /* several iterations per block */
     check_gemm_rows_io(8, 6144, 1024, CUDA_GEMV_SWIGLU, 1, 0, 1);
     check_gemm_rows_io(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1, 0, 1);
     /* What fits shared memory: 32 rows of 3,072 columns do, of 6,144 not (refused, not run). */
@@ -840,25 +847,33 @@ static void test_gemm_rows(void) {
           KITE_ERROR_UNSUPPORTED);
 }
 
-static void test_argmax_rows(void) {
-    const int rows = 3, vocab = 151936;
+/* vocab % 4 == 0 takes the kernel's 16-byte loads, other sizes its scalar loop. */
+static void check_argmax_rows(int vocab) {
+    const int rows = 4;
     float *logits = xmalloc((size_t)rows * vocab * 4);
     random_f32(logits, (size_t)rows * vocab, 1.0f);
     logits[77] = 50.0f;
-    logits[5000] = 50.0f; /* tie: the lowest id wins */
+    logits[vocab - 5] = 50.0f; /* tie: the lowest id wins */
     logits[(size_t)vocab + vocab - 1] = 60.0f;
     logits[2 * (size_t)vocab + 3] = NAN; /* NaN never wins */
     logits[2 * (size_t)vocab + 100] = 40.0f;
+    for (int i = 0; i < vocab; i++) logits[3 * (size_t)vocab + i] = NAN; /* all NaN: id 0 */
     float *d_logits = device_buffer((size_t)rows * vocab * 4, logits);
     int32_t *d_ids = device_buffer(rows * 4, NULL);
     DEVICE_CHECK(cuda_argmax_rows(d_logits, d_ids, rows, vocab, NULL));
-    int32_t ids[3];
+    int32_t ids[4];
     DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, sizeof ids));
-    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == 100, "argmax %d %d %d", ids[0], ids[1], ids[2]);
+    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == 100 && ids[3] == 0, "argmax (vocab %d) %d %d %d %d", vocab,
+              ids[0], ids[1], ids[2], ids[3]);
     CHECK(guard_intact(d_ids, rows * 4));
     kite_cuda_free(d_logits);
     kite_cuda_free(d_ids);
     free(logits);
+}
+
+static void test_argmax_rows(void) {
+    check_argmax_rows(151936);
+    check_argmax_rows(1003);
 }
 
 static void check_gemm(cuda_gemm *gemm, int n, int m, int k, int out_f32, float beta) {

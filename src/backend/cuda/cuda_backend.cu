@@ -821,12 +821,12 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
                                                              qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st, pdl));
             DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
             DECODE_PART(CUDA_DECODE_PART_O, cuda_gemm_rows(L->o, b->bat_attention16, 1, NULL, 0.0f, b->bat_x, 0, rows,
-                                                           hidden, qd, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+                                                           hidden, qd, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
             DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemm_rows(L->gate_up, b->bat_x, 0, L->post_norm, eps, b->bat_act16,
                                                                  1, rows, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL,
                                                                  NULL, st, pdl));
             DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows,
-                                                              hidden, inter, CUDA_GEMV_ADD, NULL, NULL, st, pdl));
+                                                              hidden, inter, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
         }
         DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
         return KITE_OK;

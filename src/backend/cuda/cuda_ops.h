@@ -148,7 +148,7 @@ kite_status cuda_attention_decode_rows(const float *qkv, void *out, int out_bf16
  *   ADD_SETTLED  as ADD, for a y last written before the kernel launched just before this one: under PDL
  *           the old y is read before waiting on that kernel (one memory round trip less at the end).
  *           (When kernel N runs at all, kernel N - 2 is complete: N - 1 signals its dependents only after
- *           its own wait on N - 2.) cuda_gemv only.
+ *           its own wait on N - 2.) cuda_gemv and cuda_gemm_rows.
  * cols % 8 == 0. ARGMAX needs cuda_gemv_argmax_workspace(rows) bytes of workspace. */
 enum { CUDA_GEMV_STORE = 0, CUDA_GEMV_ADD = 1, CUDA_GEMV_SWIGLU = 2, CUDA_GEMV_ARGMAX = 3, CUDA_GEMV_ADD_SETTLED = 4 };
 size_t cuda_gemv_argmax_workspace(int rows);

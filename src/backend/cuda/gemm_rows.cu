@@ -29,6 +29,7 @@ constexpr int WARPS = THREADS / 32;
 constexpr int BLOCKS_PER_SM = 2;
 constexpr int GROUP_CHUNKS = 4; /* chunks of 32 k per warp in flight (x2 double buffered) */
 constexpr int MAX_ROWS = 32;
+constexpr int SETTLED_PER_THREAD = 2; /* ADD_SETTLED: old outputs read before the wait, per thread */
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
@@ -42,12 +43,13 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
  * the 8 lanes of a 16-byte load phase (two rows, 64 bytes each) fall on distinct banks. */
 __host__ __device__ __forceinline__ int staged_stride(int cols) { return (cols + 63) / 64 * 64 + 32; }
 
-/* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_*. X_BF16: the input is bf16 (no norm); Y_BF16: the output
- * is stored as bf16 (SWIGLU only). */
+/* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_* (ADD_SETTLED runs as ADD with y_settled). X_BF16: the
+ * input is bf16 (no norm); Y_BF16: the output is stored as bf16 (SWIGLU only). */
 template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
 __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     gemm_rows_kernel(const bf16 *__restrict__ weight, const void *x_in, const float *__restrict__ norm_weight,
-                     float eps, void *y_out, int n_rows, int rows, int cols, int k_slices, argmax_entry *partial) {
+                     float eps, void *y_out, int n_rows, int rows, int cols, int k_slices, argmax_entry *partial,
+                     bool y_settled) {
     constexpr int BT = NT * 8; /* batch rows staged */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);
@@ -108,6 +110,27 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         tile_rows(0, row_lo, row_hi);
         load_group(row_lo, row_hi, 0, cur_lo, cur_hi); /* weights do not depend on the previous kernel */
     }
+    /* A bf16 input is staged by cp.async (no registers), so there the second group is requested before the
+     * wait too: at B = 8, o_proj and down have 2 and 3 groups per warp, whose second one otherwise left only
+     * after the staging. (The normed staging holds 8 float4 per lane; qkv has one group per warp there.) One
+     * n-tile only: with 2 or 4 the accumulators leave no room (ptxas: 56 / 132 bytes of spills; 12 at one). */
+    uint4 next_lo[GROUP_CHUNKS], next_hi[GROUP_CHUNKS]; /* the group after the one being computed */
+    const bool early = X_BF16 && NT == 1 && n_iters > 0 && groups > 1;
+    if (early) load_group(row_lo, row_hi, 1, next_lo, next_hi);
+    /* ADD_SETTLED: y was last written before the kernel launched just before this one, so the old values of
+     * the first iteration's outputs (thread o's: o, o + THREADS, ...) are read now, not after the products
+     * (one round trip to L2 less at the end; the rule is cuda_gemv's, cuda_ops.h). */
+    const int per_tile = tile_outputs * BT;
+    float settled[SETTLED_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < SETTLED_PER_THREAD; i++) {
+        settled[i] = 0.0f;
+        const int o = (int)threadIdx.x + i * THREADS;
+        if (EPILOGUE == CUDA_GEMV_ADD && y_settled && n_iters > 0 && o < tiles_per_iter * per_tile) {
+            const int b = o % BT, out = ((int)blockIdx.x * tiles_per_iter + o / per_tile) * tile_outputs + (o % per_tile) / BT;
+            if (b < n_rows && out < n_outputs) settled[i] = static_cast<const float *>(y_out)[(size_t)b * n_outputs + out];
+        }
+    }
     pdl_wait();
     pdl_launch_dependents();
 
@@ -138,7 +161,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         float scale = 1.0f;
         if (norm_weight != nullptr) {
             float sum_sq = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
             for (int i = lane; i < cols / 4; i += 32) {
                 const float4 v = src[i];
                 sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -172,8 +195,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
         for (int group = 0; group < groups; group++) {
             /* Request the next group (this tile's, or the next tile's first) before computing this one. */
-            uint4 next_lo[GROUP_CHUNKS], next_hi[GROUP_CHUNKS];
-            if (group + 1 < groups) {
+            if (early && it == 0 && group == 0) {
+                /* requested before the wait */
+            } else if (group + 1 < groups) {
                 load_group(row_lo, row_hi, group + 1, next_lo, next_hi);
             } else if (it + 1 < n_iters) {
                 tile_rows(it + 1, row_lo, row_hi);
@@ -208,7 +232,6 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         }
         __syncthreads();
         const int first_tile = ((int)blockIdx.x + it * (int)gridDim.x) * tiles_per_iter;
-        const int per_tile = tile_outputs * BT;
         for (int o = threadIdx.x; o < tiles_per_iter * per_tile; o += THREADS) {
             const int sub = o / per_tile, r = (o % per_tile) / BT, b = o % BT;
             const int tile = first_tile + sub;
@@ -227,7 +250,15 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
                 if (Y_BF16) static_cast<bf16 *>(y_out)[at] = __float2bfloat16(value);
                 else *dst = value;
             } else if (EPILOGUE == CUDA_GEMV_ADD) {
-                *dst += v;
+                const int i = (o - (int)threadIdx.x) / THREADS;
+                if (y_settled && it == 0 && i < SETTLED_PER_THREAD) {
+                    float old = settled[0]; /* selected, not indexed, so settled stays in registers */
+#pragma unroll
+                    for (int j = 1; j < SETTLED_PER_THREAD; j++) old = i == j ? settled[j] : old;
+                    *dst = old + v;
+                } else {
+                    *dst += v;
+                }
             } else {
                 *dst = v;
                 if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(v, out, best_value, best_index)) {
@@ -291,7 +322,7 @@ struct rows_call {
     argmax_entry *partial;
     int32_t *argmax_out;
     cudaStream_t stream;
-    bool pdl;
+    bool pdl, y_settled;
 };
 
 template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
@@ -310,7 +341,7 @@ kite_status gemm_rows_launch(const rows_call &c) {
     auto kernel = gemm_rows_kernel<NT, EPILOGUE, X_BF16, Y_BF16>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, c.stream, c.pdl, c.weight, c.x, c.norm_weight,
-                             c.eps, c.y, c.n_rows, c.rows, c.cols, k_slices, c.partial));
+                             c.eps, c.y, c.n_rows, c.rows, c.cols, k_slices, c.partial, c.y_settled));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)
         CUDA_CHECK(launch_kernel(argmax_rows_partials_kernel, dim3(c.n_rows), dim3(256), 0, c.stream, c.pdl,
                                  static_cast<const argmax_entry *>(c.partial), grid, c.argmax_out));
@@ -322,6 +353,7 @@ kite_status gemm_rows_dispatch(const rows_call &c, int epilogue, bool x_bf16, bo
     switch (epilogue) {
     case CUDA_GEMV_STORE: return gemm_rows_launch<NT, CUDA_GEMV_STORE, false, false>(c);
     case CUDA_GEMV_ADD:
+    case CUDA_GEMV_ADD_SETTLED:
         return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ADD, true, false>(c) : gemm_rows_launch<NT, CUDA_GEMV_ADD, false, false>(c);
     case CUDA_GEMV_SWIGLU:
         return y_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, true>(c)
@@ -354,7 +386,8 @@ extern "C" kite_status cuda_gemm_rows(const void *weight, const void *x, int x_b
     if (n_rows <= 0 || n_rows > MAX_ROWS || cols <= 0 || cols % 8 != 0 || rows <= 0 ||
         (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unsupported shape %d x %d x %d", n_rows, rows, cols);
-    if ((x_bf16 && (epilogue != CUDA_GEMV_ADD || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
+    const bool add = epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED;
+    if ((x_bf16 && (!add || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: bf16 input (%d) / output (%d) with epilogue %d%s", x_bf16,
                          y_bf16, epilogue, norm_weight ? " and a norm" : "");
     if (!cuda_gemm_rows_fits(n_rows, cols))
@@ -363,7 +396,7 @@ extern "C" kite_status cuda_gemm_rows(const void *weight, const void *x, int x_b
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: ARGMAX needs a workspace and an output");
     const rows_call c = {static_cast<const bf16 *>(weight), x, norm_weight, eps, y, n_rows, rows, cols,
                          static_cast<argmax_entry *>(workspace), argmax_out, static_cast<cudaStream_t>(stream),
-                         use_pdl != 0};
+                         use_pdl != 0, epilogue == CUDA_GEMV_ADD_SETTLED};
     if (n_rows <= 8) return gemm_rows_dispatch<1>(c, epilogue, x_bf16 != 0, y_bf16 != 0);
     if (n_rows > 16) return gemm_rows_dispatch<4>(c, epilogue, x_bf16 != 0, y_bf16 != 0);
     return gemm_rows_dispatch<2>(c, epilogue, x_bf16 != 0, y_bf16 != 0);

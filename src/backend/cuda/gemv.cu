@@ -116,17 +116,24 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     pdl_wait();
     pdl_launch_dependents();
 
-    /* Stage the input vector: one read of x (the previous kernel's output, in L2), RMSNorm in shared memory. */
+    /* Stage the input vector (the previous kernel's output, in L2) by cp.async: every 16-byte piece requested at
+     * once, so one round trip to L2 whatever cols. (A loop of loads, unrolled by 4 by the compiler, paid a round
+     * trip per 4 pieces per thread: 2 for 1,024 columns through its remainder loop, 3 for 3,072 and 6,144.) With
+     * all of a small matrix's weight steps requested before the wait, those round trips are the critical path.
+     * Then RMSNorm in shared memory; each thread reads back only the pieces it copied, so the norm's first pass
+     * needs no barrier. */
     {
         const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        float sum_sq = 0.0f;
-        for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) {
-            const float4 v = x4[i];
-            sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            smem_vec[i] = v;
-        }
+        for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) cp_async_16(&smem_vec[i], &x4[i]);
+        cp_async_commit();
+        cp_async_wait<0>();
         if (norm_weight != nullptr) {
-            sum_sq = block_sum(sum_sq, reduce_scratch); /* its barriers also publish smem_vec */
+            float sum_sq = 0.0f;
+            for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) {
+                const float4 v = smem_vec[i];
+                sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            sum_sq = block_sum(sum_sq, reduce_scratch);
             const float scale = rsqrtf(sum_sq / (float)cols + eps);
             for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) {
                 float4 v = smem_vec[i];
