@@ -358,6 +358,26 @@ static int32_t top_p_without_top_k(sampler *s, const float *work, float max_logi
     return top_p_prefix(candidates, n_kept, s->params.top_p, normalizer);
 }
 
+/* Steps 5-6 on the k best (sorted best first): their weights, top-p normalized over the k, then min-p cutting
+ * the sorted tail; returns how many are kept (at least one). */
+static int32_t top_k_kept(const sampler_params *p, sampler_candidate *candidates, int32_t n, float max_logit,
+                          double inverse_temperature, float min_p_weight) {
+    double normalizer = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        candidates[i].weight = scaled_weight(candidates[i].logit, max_logit, inverse_temperature);
+        normalizer += candidates[i].weight;
+    }
+    int32_t n_kept = p->top_p < 1.0f ? top_p_prefix(candidates, n, p->top_p, normalizer) : n;
+    int32_t n_min_p = 1;
+    while (n_min_p < n_kept && candidates[n_min_p].weight >= min_p_weight) n_min_p++;
+    return n_min_p;
+}
+
+/* Weights are relative to the top token (weight 1), so a probability ratio is a weight. */
+static float min_p_weight_of(const sampler_params *p) {
+    return (float)((double)p->min_p * (1.0 - SAMPLER_PROBABILITY_SLACK));
+}
+
 kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, float *logprob_out) {
     if (!s || !logits || !token_out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_sample: NULL argument");
     const int32_t vocab_size = s->vocab_size;
@@ -380,8 +400,7 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
     int32_t token = argmax;
     if (p->temperature > 0.0f) {
         const double inverse_temperature = 1.0 / (double)p->temperature;
-        /* Weights are relative to the top token (weight 1), so a probability ratio is a weight. */
-        const float min_p_weight = (float)((double)p->min_p * (1.0 - SAMPLER_PROBABILITY_SLACK));
+        const float min_p_weight = min_p_weight_of(p);
         const bool top_p_on = p->top_p < 1.0f;
         sampler_candidate *candidates = s->candidates;
         int32_t n_kept = 0;
@@ -389,15 +408,7 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
         if (p->top_k > 0 && p->top_k < n_finite) {
             /* top-k by partial selection; top-p normalizes over the k; min-p cuts the sorted tail. */
             int32_t n = select_top_k(work, vocab_size, p->top_k, true, candidates);
-            double normalizer = 0.0;
-            for (int32_t i = 0; i < n; i++) {
-                candidates[i].weight = scaled_weight(candidates[i].logit, max_logit, inverse_temperature);
-                normalizer += candidates[i].weight;
-            }
-            n_kept = top_p_on ? top_p_prefix(candidates, n, p->top_p, normalizer) : n;
-            int32_t n_min_p = 1;
-            while (n_min_p < n_kept && candidates[n_min_p].weight >= min_p_weight) n_min_p++;
-            n_kept = n_min_p;
+            n_kept = top_k_kept(p, candidates, n, max_logit, inverse_temperature, min_p_weight);
         } else if (top_p_on) {
             n_kept = top_p_without_top_k(s, work, max_logit, inverse_temperature, min_p_weight);
         } else {
@@ -421,6 +432,51 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
     if (logprob_out) {
         double log_normalizer = log_sum_exp_shifted(logits, vocab_size, raw_max);
         *logprob_out = (float)((double)logits[token] - (double)raw_max - log_normalizer);
+    }
+    return KITE_OK;
+}
+
+bool sampler_top_suffices(const sampler *s, int32_t n) {
+    const sampler_params *p = &s->params;
+    const bool penalty_inert = p->repetition_penalty == 1.0f || s->n_context_ids == 0;
+    return p->temperature > 0.0f && p->top_k > 0 && p->top_k <= n && penalty_inert;
+}
+
+kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *token_out, float *logprob_out) {
+    if (!s || !row || !token_out || (row->n > 0 && (!row->logits || !row->ids)))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_sample_top: NULL argument");
+    const sampler_params *p = &s->params;
+    if (!sampler_top_suffices(s, row->n))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "sampler_sample_top: %d candidates cannot stand in for the row "
+                         "(temperature %g, top_k %d, repetition penalty %g)", (int)row->n, (double)p->temperature,
+                         (int)p->top_k, (double)p->repetition_penalty);
+    if (row->n_finite <= 0)
+        return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: all %d logits are -inf: no token can be chosen",
+                         (int)s->vocab_size);
+    if (p->top_k >= row->n_finite) /* sampler_sample takes another branch there, over the whole row */
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "sampler_sample_top: top_k %d is not below the row's %d finite logits",
+                         (int)p->top_k, (int)row->n_finite);
+    const int32_t k = p->top_k;
+    sampler_candidate *candidates = s->candidates;
+    for (int32_t i = 0; i < k; i++) {
+        candidates[i] = (sampler_candidate){row->logits[i], row->ids[i], 0.0f};
+        const bool in_range = row->ids[i] >= 0 && row->ids[i] < s->vocab_size && isfinite(row->logits[i]);
+        if (!in_range || (i > 0 && !candidate_better(&candidates[i - 1], &candidates[i])))
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler_sample_top: candidate %d (id %d) is out of range or "
+                             "out of order", (int)i, (int)row->ids[i]);
+    }
+    if (candidates[0].logit != row->max_logit)
+        return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler_sample_top: the best candidate %g is not the row's largest "
+                         "logit %g", (double)candidates[0].logit, (double)row->max_logit);
+    const int32_t n_kept =
+        top_k_kept(p, candidates, k, row->max_logit, 1.0 / (double)p->temperature, min_p_weight_of(p));
+    const int32_t token = draw_candidate(s, candidates, n_kept);
+    *token_out = token;
+    if (logprob_out) {
+        float token_logit = row->max_logit;
+        for (int32_t i = 0; i < k; i++)
+            if (row->ids[i] == token) token_logit = row->logits[i];
+        *logprob_out = (float)((double)token_logit - (double)row->max_logit - row->log_sum_exp);
     }
     return KITE_OK;
 }

@@ -37,6 +37,7 @@
 #ifndef KITE_SAMPLING_SAMPLER_H
 #define KITE_SAMPLING_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kite.h"
@@ -73,6 +74,28 @@ void sampler_accept(sampler *s, int32_t token);
  * logprob_out (may be NULL) receives the log-softmax of the *unmodified* logits at the chosen token,
  * as vLLM reports raw logprobs, whatever penalty, temperature or filters chose it. */
 kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, float *logprob_out);
+
+/* A row of logits reduced to its best candidates (by the device, so that only they leave it): the n highest
+ * logits of the row in the sampler's order (logit descending, ties by ascending id; -inf entries left out),
+ * the row's largest logit, how many of its logits are finite, and log(sum_i exp(logit_i - max_logit)) over
+ * the whole row (for logprob_out). The producer has already rejected NaN and +inf (check_logits' rule). */
+typedef struct sampler_top_row {
+    const float *logits;
+    const int32_t *ids;
+    int32_t n;
+    float max_logit;
+    int32_t n_finite;
+    double log_sum_exp;
+} sampler_top_row;
+
+/* Whether rows of n candidates carry everything sampler_sample would look at: temperature > 0, 0 < top_k <= n,
+ * and a repetition penalty that changes nothing (off, or no context yet). */
+bool sampler_top_suffices(const sampler *s, int32_t n);
+
+/* sampler_sample's token and generator step from a reduced row: the same token whenever sampler_top_suffices
+ * and top_k < row->n_finite (else KITE_ERROR_UNSUPPORTED: sample the full row), and the same logprob up to
+ * the rounding of row->log_sum_exp. Candidates out of order or out of range are KITE_ERROR_INVALID_INPUT. */
+kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *token_out, float *logprob_out);
 
 /* The k most probable tokens of the raw log-softmax of logits[0..vocab_size), for --logprobs K:
  * ids[0..k) and logprobs[0..k) in descending order, ties lowest id first. 0 <= k <= vocab_size. */

@@ -684,6 +684,131 @@ static void test_large_vocab_top_k_and_top_p(void) {
     free(logits);
 }
 
+/* A row reduced the way a device producer reduces it: its `n` best finite logits (logit descending, id
+ * ascending), the largest logit, the finite count and log(sum exp(logit - max)) in double. */
+#define TOP_N 64
+typedef struct top_row_buffers {
+    float logits[TOP_N];
+    int32_t ids[TOP_N];
+} top_row_buffers;
+
+static const float *reduce_logits;
+static int compare_reduced(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (reduce_logits[x] != reduce_logits[y]) return reduce_logits[x] > reduce_logits[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static sampler_top_row reduce_row(const float *logits, int vocab, top_row_buffers *buffers, int *order) {
+    int n_finite = 0;
+    float max_logit = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (logits[i] != -INFINITY) {
+            order[n_finite++] = i;
+            if (logits[i] > max_logit) max_logit = logits[i];
+        }
+    reduce_logits = logits;
+    qsort(order, (size_t)n_finite, sizeof *order, compare_reduced);
+    const int n = n_finite < TOP_N ? n_finite : TOP_N;
+    for (int i = 0; i < n; i++) {
+        buffers->ids[i] = order[i];
+        buffers->logits[i] = logits[order[i]];
+    }
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - (double)max_logit);
+    return (sampler_top_row){buffers->logits, buffers->ids, n, max_logit, n_finite, log(sum)};
+}
+
+/* sampler_sample_top gives sampler_sample's tokens, step after step (the generators stay in step), and its
+ * logprobs, on rows with ties and -inf entries, whenever the candidates suffice; and refuses otherwise. */
+static void test_sample_top_matches_full_row(void) {
+    const int vocab = 3000;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    int *order = malloc((size_t)vocab * sizeof *order);
+    top_row_buffers buffers;
+    const struct {
+        float temperature;
+        int32_t top_k;
+        float top_p, min_p;
+    } cases[] = {
+        {1.0f, 40, 1.0f, 0.0f}, {0.7f, 40, 0.9f, 0.0f}, {1.3f, 64, 0.95f, 0.05f}, {0.2f, 5, 1.0f, 0.0f},
+        {3.0f, 1, 1.0f, 0.0f},  {1.0f, 64, 0.5f, 0.1f}, {50.0f, 20, 0.99f, 0.0f},
+    };
+    int compared = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sampler_params p = sampler_params_default();
+        p.temperature = cases[c].temperature;
+        p.top_k = cases[c].top_k;
+        p.top_p = cases[c].top_p;
+        p.min_p = cases[c].min_p;
+        p.seed = 1000 + c;
+        sampler *full = NULL, *top = NULL;
+        CHECK(KITE_OK == sampler_create(&p, vocab, &full));
+        CHECK(KITE_OK == sampler_create(&p, vocab, &top));
+        CHECK(sampler_top_suffices(top, TOP_N));
+        for (int step = 0; step < 25; step++) {
+            /* a spread of logits, a block of exact ties near the top, some impossible tokens */
+            for (int i = 0; i < vocab; i++) logits[i] = (float)(4.0 * test_random_unit() - 2.0);
+            for (int i = 0; i < 30; i++) logits[100 + 37 * i] = 2.5f;
+            for (int i = 0; i < 50; i++) logits[(int)(test_random_unit() * vocab)] = -INFINITY;
+            const sampler_top_row row = reduce_row(logits, vocab, &buffers, order);
+            int32_t t_full = -1, t_top = -2;
+            float lp_full = 0.0f, lp_top = 0.0f;
+            CHECK(KITE_OK == sampler_sample(full, logits, &t_full, &lp_full));
+            CHECK(KITE_OK == sampler_sample_top(top, &row, &t_top, &lp_top));
+            CHECK_MSG(t_full == t_top, "case %zu step %d: full row %d, candidates %d", c, step, t_full, t_top);
+            CHECK_MSG(fabsf(lp_full - lp_top) <= 1e-5f, "case %zu step %d: logprob %g vs %g", c, step, lp_full, lp_top);
+            compared++;
+        }
+        sampler_free(full);
+        sampler_free(top);
+    }
+    CHECK(compared == 175);
+
+    /* What the candidates cannot stand in for: greedy, top-k off or beyond them, an active penalty, a row
+     * with fewer finite logits than top_k, candidates out of order. */
+    sampler_params p = sampler_params_default();
+    sampler *s = NULL;
+    p.top_k = 0;
+    CHECK(KITE_OK == sampler_create(&p, vocab, &s));
+    CHECK(!sampler_top_suffices(s, TOP_N));
+    sampler_free(s);
+    p.top_k = TOP_N + 1;
+    CHECK(KITE_OK == sampler_create(&p, vocab, &s));
+    CHECK(!sampler_top_suffices(s, TOP_N));
+    sampler_free(s);
+    p.top_k = 10;
+    p.temperature = 0.0f;
+    CHECK(KITE_OK == sampler_create(&p, vocab, &s));
+    CHECK(!sampler_top_suffices(s, TOP_N));
+    sampler_free(s);
+    p.temperature = 1.0f;
+    p.repetition_penalty = 1.3f;
+    CHECK(KITE_OK == sampler_create(&p, vocab, &s));
+    CHECK(sampler_top_suffices(s, TOP_N)); /* no context yet: the penalty changes nothing */
+    sampler_accept(s, 7);
+    CHECK(!sampler_top_suffices(s, TOP_N));
+    for (int i = 0; i < vocab; i++) logits[i] = (float)(test_random_unit() - 0.5);
+    sampler_top_row row = reduce_row(logits, vocab, &buffers, order);
+    int32_t token = -1;
+    CHECK(sampler_sample_top(s, &row, &token, NULL) == KITE_ERROR_UNSUPPORTED);
+    sampler_free(s);
+    p.repetition_penalty = 1.0f;
+    CHECK(KITE_OK == sampler_create(&p, vocab, &s));
+    for (int i = 0; i < vocab; i++) logits[i] = i < 8 ? (float)i : -INFINITY; /* 8 finite, top_k 10 */
+    row = reduce_row(logits, vocab, &buffers, order);
+    CHECK(sampler_sample_top(s, &row, &token, NULL) == KITE_ERROR_UNSUPPORTED);
+    for (int i = 0; i < vocab; i++) logits[i] = (float)(test_random_unit() - 0.5);
+    row = reduce_row(logits, vocab, &buffers, order);
+    const float swapped = buffers.logits[3];
+    buffers.logits[3] = buffers.logits[4];
+    buffers.logits[4] = swapped;
+    CHECK(sampler_sample_top(s, &row, &token, NULL) == KITE_ERROR_INVALID_INPUT);
+    sampler_free(s);
+    free(order);
+    free(logits);
+}
+
 int main(void) {
     TEST_RUN(test_defaults_and_parameter_validation);
     TEST_RUN(test_greedy_is_argmax_lowest_id_on_ties);
@@ -697,5 +822,6 @@ int main(void) {
     TEST_RUN(test_invalid_logits_rejected);
     TEST_RUN(test_top_logprobs);
     TEST_RUN(test_large_vocab_top_k_and_top_p);
+    TEST_RUN(test_sample_top_matches_full_row);
     return test_finish();
 }
