@@ -876,6 +876,94 @@ static void test_argmax_rows(void) {
     check_argmax_rows(1003);
 }
 
+/* cuda_top_candidates against a sort on the host. */
+static const float *top_sort_logits;
+static int compare_top(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (top_sort_logits[x] != top_sort_logits[y]) return top_sort_logits[x] > top_sort_logits[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Row r of `logits` (vocab wide) checked: n, max, finite count, log-sum-exp and the k best in order; a row
+ * with a NaN / +inf reports the first, a row of too many ties -1. */
+static void check_top_row(const float *row, int vocab, int k, const float *top_logits, const int32_t *top_ids,
+                          const cuda_row_top *st, int r, int *order) {
+    int n_finite = 0, bad = -1;
+    float max_logit = -INFINITY;
+    for (int i = 0; i < vocab; i++) {
+        if (isnan(row[i]) || row[i] == INFINITY) {
+            if (bad < 0) bad = i;
+        } else if (row[i] != -INFINITY) {
+            order[n_finite++] = i;
+            if (row[i] > max_logit) max_logit = row[i];
+        }
+    }
+    if (bad >= 0 || n_finite == 0) {
+        CHECK_MSG(st->n == 0 && st->bad_index == bad && st->n_finite == n_finite, "row %d: n %d bad %d (expected %d) finite %d",
+                  r, st->n, st->bad_index, bad, st->n_finite);
+        return;
+    }
+    CHECK_MSG(st->max_logit == max_logit && st->n_finite == n_finite && st->bad_index == -1,
+              "row %d: max %g (expected %g), finite %d (expected %d)", r, st->max_logit, max_logit, st->n_finite, n_finite);
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += (double)expf(row[i] - max_logit);
+    if (st->n < 0) return; /* too many ties: checked by the caller */
+    CHECK_MSG(fabs(st->log_sum_exp - log(sum)) < 1e-6, "row %d: log-sum-exp %.9g vs %.9g", r, st->log_sum_exp, log(sum));
+    top_sort_logits = row;
+    qsort(order, (size_t)n_finite, sizeof *order, compare_top);
+    const int want = n_finite < k ? n_finite : k;
+    CHECK_MSG(st->n == want, "row %d: %d candidates, expected %d", r, st->n, want);
+    for (int i = 0; i < want && i < st->n; i++)
+        CHECK_MSG(top_ids[i] == order[i] && top_logits[i] == row[order[i]], "row %d candidate %d: id %d (%g), expected %d (%g)",
+                  r, i, top_ids[i], top_logits[i], order[i], row[order[i]]);
+}
+
+static void test_top_candidates(void) {
+    const int vocab = 151936, rows = 6, k = 64;
+    float *logits = xmalloc((size_t)rows * vocab * 4);
+    int *order = xmalloc((size_t)vocab * sizeof(int));
+    random_f32(logits, (size_t)rows * vocab, 3.0f);
+    float *r0 = logits, *r1 = logits + vocab, *r2 = logits + 2 * (size_t)vocab, *r3 = logits + 3 * (size_t)vocab;
+    float *r4 = logits + 4 * (size_t)vocab, *r5 = logits + 5 * (size_t)vocab;
+    for (int i = 0; i < 40; i++) r0[1000 + 97 * i] = 9.0f;   /* ties at the top, across the cut */
+    for (int i = 0; i < 3000; i++) r0[(size_t)(i * 50)] = -INFINITY;
+    r1[500] = NAN;                                              /* the first bad logit is reported */
+    r1[900] = INFINITY;
+    for (int i = 0; i < vocab; i++) r2[i] = -INFINITY;          /* nothing finite */
+    for (int i = 0; i < vocab; i++) r3[i] = i % 30 == 0 ? 5.0f : r3[i]; /* 5,065 tied at the top: too many */
+    for (int i = 0; i < vocab; i++) r4[i] = i < 10 ? (float)i : -INFINITY; /* fewer finite than k */
+    for (int i = 0; i < vocab; i++) r5[i] = -0.01f * (float)(i % 4096); /* 38-way ties near the top */
+    float *d_logits = device_buffer((size_t)rows * vocab * 4, logits);
+    float *d_top = device_buffer((size_t)rows * k * 4, NULL);
+    int32_t *d_ids = device_buffer((size_t)rows * k * 4, NULL);
+    cuda_row_top *d_stats = device_buffer(rows * sizeof(cuda_row_top), NULL);
+    DEVICE_CHECK(cuda_top_candidates(d_logits, rows, vocab, k, d_top, d_ids, d_stats, NULL));
+    float *top = xmalloc((size_t)rows * k * 4);
+    int32_t *ids = xmalloc((size_t)rows * k * 4);
+    cuda_row_top stats[6];
+    DEVICE_CHECK(kite_cuda_copy_to_host(top, d_top, (size_t)rows * k * 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, (size_t)rows * k * 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(stats, d_stats, sizeof stats));
+    for (int r = 0; r < rows; r++)
+        check_top_row(logits + (size_t)r * vocab, vocab, k, top + (size_t)r * k, ids + (size_t)r * k, &stats[r], r, order);
+    CHECK_MSG(stats[3].n == -1, "row 3 (5,065 ties at the top): n %d, expected -1", stats[3].n);
+    CHECK(guard_intact(d_stats, rows * sizeof(cuda_row_top)));
+    /* k = 1 and a vocabulary that is not a multiple of anything */
+    DEVICE_CHECK(cuda_top_candidates(d_logits, 1, 1003, 1, d_top, d_ids, d_stats, NULL));
+    DEVICE_CHECK(kite_cuda_copy_to_host(top, d_top, 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(stats, d_stats, sizeof stats[0]));
+    check_top_row(logits, 1003, 1, top, ids, &stats[0], 100, order);
+    CHECK(cuda_top_candidates(d_logits, 1, vocab, CUDA_TOP_MAX + 1, d_top, d_ids, d_stats, NULL) ==
+          KITE_ERROR_INVALID_ARGUMENT);
+    void *bufs[] = {d_logits, d_top, d_ids, d_stats};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(logits);
+    free(order);
+    free(top);
+    free(ids);
+}
+
 static void check_gemm(cuda_gemm *gemm, int n, int m, int k, int out_f32, float beta) {
     const size_t xn = (size_t)n * k, wn = (size_t)m * k, yn = (size_t)n * m;
     uint16_t *x_bits = xmalloc(xn * 2), *w_bits = xmalloc(wn * 2), *y_bits = xmalloc(yn * 2);
@@ -942,6 +1030,7 @@ int main(void) {
     TEST_RUN(test_attention_decode_bulk_rows);
     TEST_RUN(test_gemm_rows);
     TEST_RUN(test_argmax_rows);
+    TEST_RUN(test_top_candidates);
     TEST_RUN(test_gemm);
     return test_finish();
 }

@@ -169,6 +169,22 @@ kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const 
                            int y_bf16, int n_rows, int rows, int cols, int epilogue, void *workspace,
                            int32_t *argmax_out, void *stream, int use_pdl);
 
+/* What the host sampler needs of each logits row for top-k sampling (sampler_top_row, sampler.h), computed
+ * on the device (top_candidates.cu): top_logits / top_ids [n_rows][k] get the k best finite logits (logit
+ * descending, ties by ascending id), stats[r] the rest. n is min(k, n_finite), 0 when the row holds a NaN or
+ * +inf (bad_index: the first) or no finite logit, -1 when too many logits tie around the k-th for the device
+ * to rank (the host then reads the row whole). 0 < k <= CUDA_TOP_MAX. */
+#define CUDA_TOP_MAX 64
+typedef struct cuda_row_top {
+    float max_logit;
+    int32_t n_finite;
+    int32_t n;
+    int32_t bad_index;
+    double log_sum_exp; /* log(sum_i exp(logit_i - max_logit)) */
+} cuda_row_top;
+kite_status cuda_top_candidates(const float *logits, int n_rows, int vocab, int k, float *top_logits, int32_t *top_ids,
+                                cuda_row_top *stats, void *stream);
+
 /* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
 kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);
 
