@@ -41,6 +41,20 @@ typedef struct step_batch {
 
 typedef struct backend backend;
 
+/* A kept row of logits reduced where it lives to what top-k sampling needs (sampler_top_row in sampler.h),
+ * so that only k values leave the device: read_top fills top_logits / top_ids [n_rows][k] with each row's n
+ * best finite logits (logit descending, ids ascending on ties) and this. n = min(k, n_finite); 0 when the row
+ * holds a NaN or +inf (bad_index, the first) or no finite logit; -1 when the backend could not rank the row
+ * (too many ties around the k-th): the caller then reads the row whole. */
+#define BACKEND_TOP_MAX 64
+typedef struct backend_row_top {
+    float max_logit;
+    int32_t n_finite;
+    int32_t n;
+    int32_t bad_index;  /* -1: none */
+    double log_sum_exp; /* log(sum_i exp(logit_i - max_logit)) over the whole row */
+} backend_row_top;
+
 typedef struct backend_ops {
     const char *name; /* "cpu", "cuda" */
     void (*destroy)(backend *self);
@@ -61,6 +75,10 @@ typedef struct backend_ops {
     /* How decode steps run with the settings in effect (kernels, and the contexts or batch sizes each takes),
      * for benchmark rows, so a row says which code it timed. May be NULL (one path only). */
     const char *(*decode_path)(backend *self);
+    /* The kept rows reduced to their k best logits (0 < k <= BACKEND_TOP_MAX; see backend_row_top). May be
+     * NULL: the caller reads whole rows. */
+    kite_status (*read_top)(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
+                            backend_row_top *stats);
 } backend_ops;
 
 /* Implementations embed this as their first member. */

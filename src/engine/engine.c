@@ -48,6 +48,11 @@ struct kite_engine {
     float *top_logprobs;   /* rows x KITE_MAX_LOGPROBS */
     float *logits;         /* rows x vocab, only when some row needs host sampling */
     int32_t logits_rows;   /* rows the buffer holds */
+    /* Rows reduced by the backend for top-k / greedy sampling (read_top), rows x BACKEND_TOP_MAX: */
+    bool reduced_sampling; /* KITE_ENGINE_REDUCED_SAMPLING=0 turns it off (tests compare both ways) */
+    float *cand_logits;
+    int32_t *cand_ids;
+    backend_row_top *cand_stats;
 
     int64_t steps, preemptions;
     kite_engine_timings timings;
@@ -138,9 +143,14 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->sampled_logprob = calloc(seqs, sizeof(float));
         e->top_ids = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(int32_t));
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
+        e->cand_logits = calloc(seqs * BACKEND_TOP_MAX, sizeof(float));
+        e->cand_ids = calloc(seqs * BACKEND_TOP_MAX, sizeof(int32_t));
+        e->cand_stats = calloc(seqs, sizeof *e->cand_stats);
+        const char *reduced = getenv("KITE_ENGINE_REDUCED_SAMPLING");
+        e->reduced_sampling = !(reduced && strcmp(reduced, "0") == 0);
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
             !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
-            !e->top_ids || !e->top_logprobs)
+            !e->top_ids || !e->top_logprobs || !e->cand_logits || !e->cand_ids || !e->cand_stats)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
     }
     if (status != KITE_OK) {
@@ -171,6 +181,9 @@ void kite_engine_free(kite_engine *e) {
     free(e->logits);
     free(e->top_ids);
     free(e->top_logprobs);
+    free(e->cand_logits);
+    free(e->cand_ids);
+    free(e->cand_stats);
     if (e->attached) e->model->engine_attached = false;
     free(e);
 }
@@ -374,6 +387,52 @@ static kite_status ensure_logits_rows(kite_engine *e, int32_t rows) {
     return KITE_OK;
 }
 
+/* Samples every row from the backend's reduction of it (read_top: BACKEND_TOP_MAX candidates per row instead
+ * of a whole row of logits leaving the device), when every row's sampler can take it (sampler_top_suffices:
+ * top-k or greedy, repetition penalty inert) and none asks for top logprobs. A row the backend could not
+ * reduce (too many ties, a NaN / +inf, top_k not below its finite logits) sends the step to whole rows
+ * (*sampled stays false, nothing drawn), where the sampler reports what is wrong. Tokens and generator
+ * steps are sampler_sample's (sampler.h). */
+static sampler_top_row top_row_of(const kite_engine *e, int32_t row) {
+    const backend_row_top *st = &e->cand_stats[row];
+    return (sampler_top_row){e->cand_logits + (size_t)row * BACKEND_TOP_MAX, e->cand_ids + (size_t)row * BACKEND_TOP_MAX,
+                             st->n, st->max_logit, st->n_finite, st->log_sum_exp};
+}
+
+static kite_status sample_rows_reduced(kite_engine *e, int32_t rows, bool *sampled) {
+    *sampled = false;
+    backend *b = e->model->backend;
+    if (!e->reduced_sampling || !b->ops->read_top) return KITE_OK;
+    for (int32_t row = 0; row < rows; row++) {
+        const engine_request *r = e->row_requests[row];
+        if (r->n_logprobs > 0 || !sampler_top_suffices(r->sampler, BACKEND_TOP_MAX)) return KITE_OK;
+    }
+    KITE_TRY(b->ops->read_top(b, rows, BACKEND_TOP_MAX, e->cand_logits, e->cand_ids, e->cand_stats));
+    for (int32_t row = 0; row < rows; row++) { /* every row usable, or none is drawn from */
+        const sampler_top_row top = top_row_of(e, row);
+        if (e->cand_stats[row].bad_index >= 0 || !sampler_top_row_usable(e->row_requests[row]->sampler, &top))
+            return KITE_OK;
+    }
+    kite_status first_error = KITE_OK;
+    char message[512] = "";
+#pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
+    for (int32_t row = 0; row < rows; row++) {
+        const sampler_top_row top = top_row_of(e, row);
+        kite_status status = sampler_sample_top(e->row_requests[row]->sampler, &top, &e->sampled[row],
+                                                &e->sampled_logprob[row]);
+        if (status != KITE_OK) {
+#pragma omp critical(kite_engine_sample_error)
+            if (first_error == KITE_OK) {
+                first_error = status;
+                snprintf(message, sizeof message, "%s", kite_last_error());
+            }
+        }
+    }
+    if (first_error != KITE_OK) return kite_fail(first_error, "%s", message);
+    *sampled = true;
+    return KITE_OK;
+}
+
 /* Samples every row of logits with its request's sampler. Rows are independent (each request owns its
  * sampler and random generator), so they run in parallel: a full-vocabulary sampling pass costs about a
  * millisecond, which a large batch would otherwise pay once per sequence on one core. */
@@ -456,9 +515,13 @@ kite_status kite_engine_step(kite_engine *e) {
         if (all_greedy) {
             KITE_TRY(b->ops->argmax(b, e->sampled, rows));
         } else {
-            KITE_TRY(ensure_logits_rows(e, rows));
-            KITE_TRY(b->ops->read_logits(b, e->logits, rows));
-            KITE_TRY(sample_rows(e, rows));
+            bool sampled = false;
+            KITE_TRY(sample_rows_reduced(e, rows, &sampled));
+            if (!sampled) {
+                KITE_TRY(ensure_logits_rows(e, rows));
+                KITE_TRY(b->ops->read_logits(b, e->logits, rows));
+                KITE_TRY(sample_rows(e, rows));
+            }
         }
     }
     /* In sequence order: the token joins its request (text, stop checks) and goes to the callback. */

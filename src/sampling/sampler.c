@@ -439,7 +439,15 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
 bool sampler_top_suffices(const sampler *s, int32_t n) {
     const sampler_params *p = &s->params;
     const bool penalty_inert = p->repetition_penalty == 1.0f || s->n_context_ids == 0;
-    return p->temperature > 0.0f && p->top_k > 0 && p->top_k <= n && penalty_inert;
+    if (!penalty_inert) return false;
+    if (p->temperature == 0.0f) return n >= 1; /* greedy: the best candidate */
+    return p->top_k > 0 && p->top_k <= n;
+}
+
+bool sampler_top_row_usable(const sampler *s, const sampler_top_row *row) {
+    const sampler_params *p = &s->params;
+    if (!row || row->n_finite <= 0 || !sampler_top_suffices(s, row->n)) return false;
+    return p->temperature == 0.0f || p->top_k < row->n_finite;
 }
 
 kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *token_out, float *logprob_out) {
@@ -453,10 +461,10 @@ kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *
     if (row->n_finite <= 0)
         return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: all %d logits are -inf: no token can be chosen",
                          (int)s->vocab_size);
-    if (p->top_k >= row->n_finite) /* sampler_sample takes another branch there, over the whole row */
+    if (p->temperature > 0.0f && p->top_k >= row->n_finite) /* sampler_sample samples the whole row there */
         return kite_fail(KITE_ERROR_UNSUPPORTED, "sampler_sample_top: top_k %d is not below the row's %d finite logits",
                          (int)p->top_k, (int)row->n_finite);
-    const int32_t k = p->top_k;
+    const int32_t k = p->temperature > 0.0f ? p->top_k : 1; /* greedy: only the best one matters */
     sampler_candidate *candidates = s->candidates;
     for (int32_t i = 0; i < k; i++) {
         candidates[i] = (sampler_candidate){row->logits[i], row->ids[i], 0.0f};
@@ -468,9 +476,12 @@ kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *
     if (candidates[0].logit != row->max_logit)
         return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler_sample_top: the best candidate %g is not the row's largest "
                          "logit %g", (double)candidates[0].logit, (double)row->max_logit);
-    const int32_t n_kept =
-        top_k_kept(p, candidates, k, row->max_logit, 1.0 / (double)p->temperature, min_p_weight_of(p));
-    const int32_t token = draw_candidate(s, candidates, n_kept);
+    int32_t token = candidates[0].id; /* greedy: the argmax, lowest id on ties; no random number drawn */
+    if (p->temperature > 0.0f) {
+        const int32_t n_kept =
+            top_k_kept(p, candidates, k, row->max_logit, 1.0 / (double)p->temperature, min_p_weight_of(p));
+        token = draw_candidate(s, candidates, n_kept);
+    }
     *token_out = token;
     if (logprob_out) {
         float token_logit = row->max_logit;

@@ -88,13 +88,18 @@ typedef struct sampler_top_row {
     double log_sum_exp;
 } sampler_top_row;
 
-/* Whether rows of n candidates carry everything sampler_sample would look at: temperature > 0, 0 < top_k <= n,
- * and a repetition penalty that changes nothing (off, or no context yet). */
+/* Whether rows of n candidates carry everything sampler_sample would look at: a repetition penalty that
+ * changes nothing (off, or no context yet), and greedy (temperature 0, n >= 1) or 0 < top_k <= n. */
 bool sampler_top_suffices(const sampler *s, int32_t n);
 
+/* Whether sampler_sample_top will take this row (sufficient candidates, something finite, and greedy or
+ * top_k below the row's finite count), so a caller can check every row of a step before drawing any. */
+bool sampler_top_row_usable(const sampler *s, const sampler_top_row *row);
+
 /* sampler_sample's token and generator step from a reduced row: the same token whenever sampler_top_suffices
- * and top_k < row->n_finite (else KITE_ERROR_UNSUPPORTED: sample the full row), and the same logprob up to
- * the rounding of row->log_sum_exp. Candidates out of order or out of range are KITE_ERROR_INVALID_INPUT. */
+ * and (greedy or top_k < row->n_finite; else KITE_ERROR_UNSUPPORTED: sample the full row), and the same
+ * logprob up to the rounding of row->log_sum_exp. Candidates out of order or out of range are
+ * KITE_ERROR_INVALID_INPUT. */
 kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *token_out, float *logprob_out);
 
 /* The k most probable tokens of the raw log-softmax of logits[0..vocab_size), for --logprobs K:

@@ -1,7 +1,9 @@
 /* The engine on the CPU backend with the tiny checkpoint: greedy tokens equal transformers' reference,
  * batch invariance under different arrival times, preemption under a tiny KV cache, cancel and the
- * free-block accounting. */
+ * free-block accounting; sampled requests read through reduced rows (read_top) equal whole-row sampling. */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kite.h"
 #include "test_util.h"
@@ -258,6 +260,75 @@ static void test_cancel(void) {
     kite_model_free(m);
 }
 
+/* Tokens and logprobs a sampled request received. */
+typedef struct sampled_record {
+    int32_t tokens[32];
+    float logprobs[32];
+    int32_t n;
+} sampled_record;
+
+static void sampled_collect(const kite_token_event *event, void *user_data) {
+    sampled_record *r = (sampled_record *)user_data;
+    if (event->token >= 0 && r->n < 32) {
+        r->tokens[r->n] = event->token;
+        r->logprobs[r->n] = event->logprob;
+        r->n++;
+    }
+}
+
+/* Runs four prompts together with mixed sampling (top-k, top-k + top-p + min-p, greedy, and a last request
+ * that is either top-k too or, with `penalty`, one whose repetition penalty needs whole rows); the engine reads
+ * reduced rows (the backend's read_top) unless KITE_ENGINE_REDUCED_SAMPLING=0. */
+static void run_sampled(bool reduced, bool penalty, sampled_record *out) {
+    if (reduced) unsetenv("KITE_ENGINE_REDUCED_SAMPLING");
+    else setenv("KITE_ENGINE_REDUCED_SAMPLING", "0", 1);
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    const kite_sampling modes[4] = {
+        {0.8f, 20, 1.0f, 0.0f, 1.0f, 11},
+        {1.2f, 40, 0.9f, 0.05f, 1.0f, 12},
+        {0.0f, 0, 1.0f, 0.0f, 1.0f, 13},
+        {0.7f, 5, 1.0f, 0.0f, penalty ? 1.3f : 1.0f, 14},
+    };
+    for (int i = 0; i < 4 && i < n_prompts; i++) {
+        kite_request r = kite_request_default();
+        r.prompt_ids = prompts[i].ids;
+        r.n_prompt_ids = (size_t)prompts[i].n_ids;
+        r.max_tokens = 24;
+        r.ignore_eos = true;
+        r.sampling = modes[i];
+        r.on_token = sampled_collect;
+        r.user_data = &out[i];
+        CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+    }
+    CHECK(kite_engine_run(e) == KITE_OK);
+    kite_engine_free(e);
+    kite_model_free(m);
+    unsetenv("KITE_ENGINE_REDUCED_SAMPLING");
+}
+
+/* Sampling from the backend's reduced rows gives the tokens (and logprobs, to rounding) of whole rows, with
+ * every request's own generator, whether the step can be reduced or (a penalty) must fall back. */
+static void test_reduced_sampling_matches_full_rows(void) {
+    for (int penalty = 0; penalty < 2; penalty++) {
+        sampled_record full[4] = {0}, reduced[4] = {0};
+        run_sampled(false, penalty, full);
+        run_sampled(true, penalty, reduced);
+        for (int i = 0; i < 4 && i < n_prompts; i++) {
+            CHECK_MSG(full[i].n == 24 && reduced[i].n == 24, "request %d: %d / %d tokens", i, full[i].n, reduced[i].n);
+            for (int k = 0; k < full[i].n && k < reduced[i].n; k++) {
+                CHECK_MSG(full[i].tokens[k] == reduced[i].tokens[k], "penalty %d request %d step %d: %d vs %d", penalty,
+                          i, k, full[i].tokens[k], reduced[i].tokens[k]);
+                CHECK_MSG(fabsf(full[i].logprobs[k] - reduced[i].logprobs[k]) <= 1e-4f,
+                          "penalty %d request %d step %d: logprob %g vs %g", penalty, i, k, full[i].logprobs[k],
+                          reduced[i].logprobs[k]);
+            }
+        }
+    }
+}
+
 int main(void) {
     n_prompts = load_reference(KITE_TEST_DATA_DIR "/tiny.reference.json", prompts, 8);
     if (n_prompts < 3) {
@@ -271,5 +342,6 @@ int main(void) {
     TEST_RUN(test_cancel);
     TEST_RUN(test_outgrowing_the_cache);
     TEST_RUN(test_long_prompt_does_not_stall_decoding);
+    TEST_RUN(test_reduced_sampling_matches_full_rows);
     return test_finish();
 }

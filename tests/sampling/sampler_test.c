@@ -732,7 +732,7 @@ static void test_sample_top_matches_full_row(void) {
         float top_p, min_p;
     } cases[] = {
         {1.0f, 40, 1.0f, 0.0f}, {0.7f, 40, 0.9f, 0.0f}, {1.3f, 64, 0.95f, 0.05f}, {0.2f, 5, 1.0f, 0.0f},
-        {3.0f, 1, 1.0f, 0.0f},  {1.0f, 64, 0.5f, 0.1f}, {50.0f, 20, 0.99f, 0.0f},
+        {3.0f, 1, 1.0f, 0.0f},  {1.0f, 64, 0.5f, 0.1f}, {50.0f, 20, 0.99f, 0.0f}, {0.0f, 0, 1.0f, 0.0f},
     };
     int compared = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -763,10 +763,10 @@ static void test_sample_top_matches_full_row(void) {
         sampler_free(full);
         sampler_free(top);
     }
-    CHECK(compared == 175);
+    CHECK(compared == 200);
 
-    /* What the candidates cannot stand in for: greedy, top-k off or beyond them, an active penalty, a row
-     * with fewer finite logits than top_k, candidates out of order. */
+    /* What the candidates cannot stand in for: sampling with top-k off or beyond them, an active penalty, a
+     * row with fewer finite logits than top_k, candidates out of order. */
     sampler_params p = sampler_params_default();
     sampler *s = NULL;
     p.top_k = 0;
@@ -778,9 +778,9 @@ static void test_sample_top_matches_full_row(void) {
     CHECK(!sampler_top_suffices(s, TOP_N));
     sampler_free(s);
     p.top_k = 10;
-    p.temperature = 0.0f;
+    p.temperature = 0.0f; /* greedy needs only the best candidate, whatever top_k says */
     CHECK(KITE_OK == sampler_create(&p, vocab, &s));
-    CHECK(!sampler_top_suffices(s, TOP_N));
+    CHECK(sampler_top_suffices(s, 1) && !sampler_top_suffices(s, 0));
     sampler_free(s);
     p.temperature = 1.0f;
     p.repetition_penalty = 1.3f;

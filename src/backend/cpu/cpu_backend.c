@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -658,6 +659,59 @@ static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     return KITE_OK;
 }
 
+/* Higher logit first, then lower id. */
+static bool top_beats(float a, int32_t ia, float b, int32_t ib) { return a > b || (a == b && ia < ib); }
+
+/* read_top on the host (the same reduction the CUDA backend makes on the device, so the engine's reduced
+ * sampling path runs, and is tested, without a GPU): per row a validity pass, the log-sum-exp in double,
+ * then the k best by insertion into a sorted list (k <= BACKEND_TOP_MAX). */
+static kite_status cpu_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
+                                backend_row_top *stats) {
+    cpu_backend *b = (cpu_backend *)self;
+    KITE_TRY(check_rows(b, stats, n_rows, "read_top"));
+    if (k <= 0 || k > BACKEND_TOP_MAX || (n_rows > 0 && (!top_logits || !top_ids)))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: read_top k %d (at most %d)", (int)k, BACKEND_TOP_MAX);
+    const size_t vocab = (size_t)b->config.vocab_size;
+    for (int32_t r = 0; r < n_rows; r++) {
+        const float *row = b->logits + (size_t)r * vocab;
+        float *best = top_logits + (size_t)r * (size_t)k;
+        int32_t *best_ids = top_ids + (size_t)r * (size_t)k;
+        backend_row_top st = {-INFINITY, 0, 0, -1, 0.0};
+        for (size_t i = 0; i < vocab; i++) {
+            const float v = row[i];
+            if (isnan(v) || v == INFINITY) {
+                st.bad_index = (int32_t)i;
+                break;
+            }
+            if (v != -INFINITY) {
+                st.n_finite++;
+                if (v > st.max_logit) st.max_logit = v;
+            }
+        }
+        if (st.bad_index < 0 && st.n_finite > 0) {
+            double sum = 0.0;
+            int32_t n = 0;
+            for (size_t i = 0; i < vocab; i++) {
+                const float v = row[i];
+                sum += (double)expf(v - st.max_logit);
+                if (v == -INFINITY || (n == k && !top_beats(v, (int32_t)i, best[k - 1], best_ids[k - 1]))) continue;
+                int32_t at = n < k ? n++ : k - 1; /* insert, dropping the worst when full */
+                while (at > 0 && top_beats(v, (int32_t)i, best[at - 1], best_ids[at - 1])) {
+                    best[at] = best[at - 1];
+                    best_ids[at] = best_ids[at - 1];
+                    at--;
+                }
+                best[at] = v;
+                best_ids[at] = (int32_t)i;
+            }
+            st.n = n;
+            st.log_sum_exp = log(sum);
+        }
+        stats[r] = st;
+    }
+    return KITE_OK;
+}
+
 static kite_status cpu_memory_info(backend *self, size_t *free_bytes, size_t *total_bytes) {
     (void)self;
     if (free_bytes) *free_bytes = 0;
@@ -677,4 +731,5 @@ static const backend_ops cpu_backend_ops = {
     .memory_info = cpu_memory_info,
     .device_name = cpu_device_name,
     .decode_path = NULL,
+    .read_top = cpu_read_top,
 };

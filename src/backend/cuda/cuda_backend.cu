@@ -98,6 +98,8 @@ struct cuda_backend {
     float *logits;
     int32_t logits_rows;
     int32_t *ids_device, *ids_host;             /* argmax results (device, pinned) */
+    void *top_device, *top_host;                /* read_top's candidates and stats (device, pinned) */
+    int32_t top_rows;                           /* rows they hold */
 
     /* Decode path. */
     float *dec_x, *dec_qkv, *dec_q, *dec_attention, *dec_act, *dec_logits;
@@ -940,6 +942,8 @@ void free_all(cuda_backend *b) {
     cudaFree(b->logits);
     cudaFree(b->ids_device);
     cudaFreeHost(b->ids_host);
+    cudaFree(b->top_device);
+    cudaFreeHost(b->top_host);
     cudaFree(b->dec_x);
     cudaFree(b->persistent_layers);
     cudaFree(b->persistent.workspace);
@@ -1049,6 +1053,50 @@ kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
     return KITE_OK;
 }
 
+static_assert(sizeof(cuda_row_top) == sizeof(backend_row_top) && CUDA_TOP_MAX == BACKEND_TOP_MAX,
+              "cuda_row_top is backend_row_top");
+
+/* Bytes of read_top's buffers for `rows` rows: candidates (logits, ids) at BACKEND_TOP_MAX per row, stats. */
+size_t top_bytes(int32_t rows) {
+    return (size_t)rows * (BACKEND_TOP_MAX * (sizeof(float) + sizeof(int32_t)) + sizeof(backend_row_top));
+}
+
+kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
+                          backend_row_top *stats) {
+    cuda_backend *b = as_cuda(self);
+    if (n_rows < 0 || n_rows > b->kept_rows || k <= 0 || k > BACKEND_TOP_MAX)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: read_top of %d rows (%d kept), k %d (at most %d)",
+                         n_rows, b->kept_rows, k, BACKEND_TOP_MAX);
+    if (n_rows == 0) return KITE_OK;
+    if (n_rows > b->top_rows) {
+        int32_t capacity = b->top_rows ? b->top_rows : 8;
+        while (capacity < n_rows) capacity *= 2;
+        CUDA_CHECK(cudaStreamSynchronize(b->stream));
+        if (b->top_device) CUDA_CHECK(cudaFree(b->top_device));
+        if (b->top_host) CUDA_CHECK(cudaFreeHost(b->top_host));
+        b->top_device = b->top_host = NULL;
+        b->top_rows = 0;
+        CUDA_CHECK(cudaMalloc(&b->top_device, top_bytes(capacity)));
+        CUDA_CHECK(cudaMallocHost(&b->top_host, top_bytes(capacity)));
+        b->top_rows = capacity;
+    }
+    /* [n_rows][k] logits, then [n_rows][k] ids, then the stats: one copy back. */
+    const size_t candidates = (size_t)n_rows * (size_t)k;
+    unsigned char *device = static_cast<unsigned char *>(b->top_device);
+    float *d_logits = reinterpret_cast<float *>(device);
+    int32_t *d_ids = reinterpret_cast<int32_t *>(device + candidates * sizeof(float));
+    cuda_row_top *d_stats = reinterpret_cast<cuda_row_top *>(device + align_up(candidates * 8, 8));
+    const size_t bytes = align_up(candidates * 8, 8) + (size_t)n_rows * sizeof(cuda_row_top);
+    KITE_TRY(cuda_top_candidates(b->kept_logits, n_rows, b->config.vocab_size, k, d_logits, d_ids, d_stats, b->stream));
+    CUDA_CHECK(cudaMemcpyAsync(b->top_host, b->top_device, bytes, cudaMemcpyDeviceToHost, b->stream));
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    const unsigned char *host = static_cast<const unsigned char *>(b->top_host);
+    memcpy(top_logits, host, candidates * sizeof(float));
+    memcpy(top_ids, host + candidates * sizeof(float), candidates * sizeof(int32_t));
+    memcpy(stats, host + align_up(candidates * 8, 8), (size_t)n_rows * sizeof(backend_row_top));
+    return KITE_OK;
+}
+
 kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     cuda_backend *b = as_cuda(self);
     if (n_rows < 0 || n_rows > b->kept_rows)
@@ -1116,7 +1164,7 @@ const char *cuda_decode_path(backend *self) {
 
 const backend_ops cuda_ops = {
     "cuda", cuda_destroy, cuda_kv_reserve, cuda_forward, cuda_read_logits, cuda_argmax, cuda_memory_info,
-    cuda_device_name, cuda_decode_path,
+    cuda_device_name, cuda_decode_path, cuda_read_top,
 };
 
 kite_status check_device(int device, char *reason, size_t capacity) {
