@@ -31,11 +31,13 @@ static const char bench_usage[] =
     "  --backend auto|cpu|cuda   (default auto)   --threads N (CPU threads)\n"
     "  -o md|jsonl       output format (default md)\n"
     "  --seed S          seed of the dummy weights and the random prompts (default 0)\n"
-    "  --temperature T   tg rows sample each token on the host as the engine does for T > 0 (full logits rows\n"
-    "                    read back, one sampler per sequence, rows in parallel); default 0: greedy on the device\n"
+    "  --temperature T   tg rows sample each token on the host as the engine does for T > 0 (rows reduced to\n"
+    "                    their best candidates by the backend where top-k allows, else full logits rows read\n"
+    "                    back; one sampler per sequence, rows in parallel); default 0: greedy on the device\n"
     "  --top-k K  --top-p P  --min-p P  --repeat-penalty R   the sampled rows' filters, as kite run's\n"
     "Every row is first checked against the CPU backend (docs/BENCHMARKS.md); a failed check prints FAILED.\n";
 
+#define BENCH_MAX_SEQS 256 /* sequences of a batched row (-b) */
 #define GATE_MAX_PREFILL 1024 /* tokens of a pp row the CPU reference recomputes */
 #define GATE_MAX_DEPTH 512    /* context of a tg row's check */
 #define GATE_STEPS 8          /* decode steps checked teacher-forced */
@@ -80,10 +82,10 @@ static void random_tokens(bench_context *b, int32_t *out, size_t n) {
 /* One forward of n_seqs sequences with n_new tokens each, continuing contexts of `start` positions. */
 static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
                                 int32_t start, bool want_logits) {
-    int32_t seq_start[257];
-    int32_t context[256];
-    uint8_t wants[256];
-    if (n_seqs > 256) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench: at most 256 sequences");
+    int32_t seq_start[BENCH_MAX_SEQS + 1];
+    int32_t context[BENCH_MAX_SEQS];
+    uint8_t wants[BENCH_MAX_SEQS];
+    if (n_seqs > BENCH_MAX_SEQS) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench: at most %d sequences", BENCH_MAX_SEQS);
     for (int32_t s = 0; s < n_seqs; s++) {
         seq_start[s] = s * n_new;
         context[s] = start + n_new;
@@ -343,17 +345,55 @@ static kite_status time_prefill(bench_context *b, int32_t n_seqs, int32_t n, int
     return status;
 }
 
-/* The next token of every sequence: the device's argmax, or (sampling) the full logits rows read back and
- * each sampled by its own sampler on the host, rows in parallel, as the engine's sample_rows does. */
-static kite_status next_tokens(bench_context *b, int32_t n_seqs, sampler **samplers, float *logits, int32_t *ids) {
-    if (!samplers) return b->target->ops->argmax(b->target, ids, n_seqs);
+/* Host sampling state of a sampled tg row: a sampler per sequence, and room for whole rows or reduced ones. */
+typedef struct bench_sampling {
+    sampler **samplers;
+    float *logits;       /* n_seqs x vocab */
+    float *cand_logits;  /* n_seqs x BACKEND_TOP_MAX */
+    int32_t *cand_ids;
+    backend_row_top *cand_stats;
+} bench_sampling;
+
+/* As the engine's sample_rows_reduced: every row sampled from the backend's reduction (read_top) when all
+ * allow it; *done false otherwise (nothing drawn). */
+static kite_status sample_reduced(bench_context *b, int32_t n_seqs, bench_sampling *h, int32_t *ids, bool *done) {
+    *done = false;
+    if (!b->target->ops->read_top) return KITE_OK;
+    for (int32_t s = 0; s < n_seqs; s++)
+        if (!sampler_top_suffices(h->samplers[s], BACKEND_TOP_MAX)) return KITE_OK;
+    KITE_TRY(b->target->ops->read_top(b->target, n_seqs, BACKEND_TOP_MAX, h->cand_logits, h->cand_ids, h->cand_stats));
+    sampler_top_row rows[BENCH_MAX_SEQS];
+    if (n_seqs > BENCH_MAX_SEQS) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench: at most %d sequences", BENCH_MAX_SEQS);
+    for (int32_t s = 0; s < n_seqs; s++) {
+        const backend_row_top *st = &h->cand_stats[s];
+        rows[s] = (sampler_top_row){h->cand_logits + (size_t)s * BACKEND_TOP_MAX, h->cand_ids + (size_t)s * BACKEND_TOP_MAX,
+                                    st->n, st->max_logit, st->n_finite, st->log_sum_exp};
+        if (st->bad_index >= 0 || !sampler_top_row_usable(h->samplers[s], &rows[s])) return KITE_OK;
+    }
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed) if (n_seqs > 1)
+    for (int32_t s = 0; s < n_seqs; s++) failed |= sampler_sample_top(h->samplers[s], &rows[s], &ids[s], NULL) != KITE_OK;
+    if (failed) return kite_fail(KITE_ERROR_INVALID_INPUT, "bench: sampling a reduced row failed");
+    *done = true;
+    return KITE_OK;
+}
+
+/* The next token of every sequence: the device's argmax, or (sampling) each row sampled by its own sampler on
+ * the host as the engine does: from reduced rows where the backend and the parameters allow, else from the
+ * full logits rows read back, rows in parallel. */
+static kite_status next_tokens(bench_context *b, int32_t n_seqs, bench_sampling *h, int32_t *ids) {
+    if (!h) return b->target->ops->argmax(b->target, ids, n_seqs);
+    bool done = false;
+    KITE_TRY(sample_reduced(b, n_seqs, h, ids, &done));
+    if (done) return KITE_OK;
+    float *logits = h->logits;
     KITE_TRY(b->target->ops->read_logits(b->target, logits, n_seqs));
     const size_t vocab = (size_t)b->config->vocab_size;
     kite_status first_error = KITE_OK;
     char message[512] = "";
 #pragma omp parallel for schedule(dynamic, 1) if (n_seqs > 1)
     for (int32_t s = 0; s < n_seqs; s++) {
-        const kite_status status = sampler_sample(samplers[s], logits + (size_t)s * vocab, &ids[s], NULL);
+        const kite_status status = sampler_sample(h->samplers[s], logits + (size_t)s * vocab, &ids[s], NULL);
         if (status != KITE_OK) {
 #pragma omp critical(kite_bench_sample_error)
             if (first_error == KITE_OK) { /* the message lives in this thread's error slot */
@@ -370,18 +410,21 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
                                const kite_sampling *sampling, row_result *out) {
     double *tok_s = calloc((size_t)reps, sizeof(double)), *secs = calloc((size_t)reps, sizeof(double));
     int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t)), *ids = malloc((size_t)n_seqs * sizeof(int32_t));
-    sampler **samplers = NULL;
-    float *logits = NULL;
+    bench_sampling host = {0};
     kite_status status = tok_s && secs && tokens && ids ? KITE_OK
                                                         : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK && sampling) {
-        samplers = calloc((size_t)n_seqs, sizeof(sampler *));
-        logits = malloc((size_t)n_seqs * (size_t)b->config->vocab_size * sizeof(float));
-        if (!samplers || !logits) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+        host.samplers = calloc((size_t)n_seqs, sizeof(sampler *));
+        host.logits = malloc((size_t)n_seqs * (size_t)b->config->vocab_size * sizeof(float));
+        host.cand_logits = malloc((size_t)n_seqs * BACKEND_TOP_MAX * sizeof(float));
+        host.cand_ids = malloc((size_t)n_seqs * BACKEND_TOP_MAX * sizeof(int32_t));
+        host.cand_stats = malloc((size_t)n_seqs * sizeof(backend_row_top));
+        if (!host.samplers || !host.logits || !host.cand_logits || !host.cand_ids || !host.cand_stats)
+            status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
         for (int32_t s = 0; s < n_seqs && status == KITE_OK; s++) {
             sampler_params p = sampler_params_from(sampling);
             p.seed += (uint64_t)s;
-            status = sampler_create(&p, b->config->vocab_size, &samplers[s]);
+            status = sampler_create(&p, b->config->vocab_size, &host.samplers[s]);
         }
     }
     if (status == KITE_OK && depth > 0) status = fill_context(b, b->target, b->tables, n_seqs, depth, NULL);
@@ -390,7 +433,7 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         double t0 = seconds_now();
         for (int32_t step = 0; step < n_steps && status == KITE_OK; step++) {
             status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step, true);
-            if (status == KITE_OK) status = next_tokens(b, n_seqs, samplers, logits, ids);
+            if (status == KITE_OK) status = next_tokens(b, n_seqs, sampling ? &host : NULL, ids);
             memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* feed back what was chosen */
         }
         double t = seconds_now() - t0;
@@ -400,9 +443,12 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         }
     }
     if (status == KITE_OK) summarize(tok_s, reps, (double)n_steps, secs, out);
-    for (int32_t s = 0; samplers && s < n_seqs; s++) sampler_free(samplers[s]);
-    free(samplers);
-    free(logits);
+    for (int32_t s = 0; host.samplers && s < n_seqs; s++) sampler_free(host.samplers[s]);
+    free(host.samplers);
+    free(host.logits);
+    free(host.cand_logits);
+    free(host.cand_ids);
+    free(host.cand_stats);
     free(tok_s);
     free(secs);
     free(tokens);
@@ -540,7 +586,7 @@ static int run_bench(const bench_options *o) {
         if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
         if (samples(o))
             printf("tg rows sample on the host: temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g "
-                   "(full logits rows read back)\n",
+                   "(rows reduced on the backend where top-k allows, else full logits rows read back)\n",
                    o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
                    o->sampling.repetition_penalty);
         printf("\n");
@@ -660,7 +706,7 @@ int cmd_bench(int argc, char **argv) {
     bool ok = true;
     if (strcmp(prefill, "0") != 0) ok = cli_parse_int_list("-p", prefill, 1, 1 << 20, &o.prefill, &o.n_prefill);
     if (ok && strcmp(decode, "0") != 0) ok = cli_parse_int_list("-n", decode, 1, 1 << 20, &o.decode, &o.n_decode);
-    if (ok) ok = cli_parse_int_list("-b", batch, 1, 256, &o.batch, &o.n_batch);
+    if (ok) ok = cli_parse_int_list("-b", batch, 1, BENCH_MAX_SEQS, &o.batch, &o.n_batch);
     if (ok) ok = cli_parse_int_list("--depth", depth, 0, 1 << 20, &o.depth, &o.n_depth);
     if (ok) exit_code = run_bench(&o);
     free(o.prefill);
