@@ -821,6 +821,10 @@ static void test_gemm_rows(void) {
     check_gemm_rows(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1);
     check_gemm_rows(32, 151936, 1024, CUDA_GEMV_ARGMAX, 1);
     check_gemm_rows(21, 999, 2048, CUDA_GEMV_ARGMAX, 1);
+    /* Up to 8 fp32 rows are staged raw in shared memory where two blocks per SM fit (1,024 and 2,048 columns
+     * above and here), through registers where not (2,560 columns with a norm, 3,072 above). */
+    check_gemm_rows(7, 2000, 2048, CUDA_GEMV_SWIGLU, 1);
+    check_gemm_rows(6, 1000, 2560, CUDA_GEMV_STORE, 1);
     /* The batched path's bf16 activations: o_proj / down inputs, the SwiGLU output. */
     check_gemm_rows_io(8, 1024, 2048, CUDA_GEMV_ADD, 0, 1, 0);
     check_gemm_rows_io(5, 1000, 3072, CUDA_GEMV_ADD, 0, 1, 0);

@@ -44,13 +44,17 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
 __host__ __device__ __forceinline__ int staged_stride(int cols) { return (cols + 63) / 64 * 64 + 32; }
 
 /* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_* (ADD_SETTLED runs as ADD with y_settled). X_BF16: the
- * input is bf16 (no norm); Y_BF16: the output is stored as bf16 (SWIGLU only). */
-template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
+ * input is bf16 (no norm); Y_BF16: the output is stored as bf16 (SWIGLU only). RAW: a fp32 input is first copied
+ * as it is into shared memory by cp.async (the norm weight too, before the PDL wait) and normalised from there,
+ * instead of through registers (one round trip to L2 after the wait, and registers free for the second weight
+ * group); the launch picks it where the larger shared memory still lets two blocks share an SM. */
+template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16, bool RAW>
 __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     gemm_rows_kernel(const bf16 *__restrict__ weight, const void *x_in, const float *__restrict__ norm_weight,
                      float eps, void *y_out, int n_rows, int rows, int cols, int k_slices, argmax_entry *partial,
                      bool y_settled) {
     constexpr int BT = NT * 8; /* batch rows staged */
+    static_assert(!(RAW && X_BF16), "RAW stages a fp32 input");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);
     __shared__ float red[WARPS][16][BT + 1];
@@ -104,6 +108,14 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         }
     };
 
+    /* RAW: the input rows (BT x cols fp32) and the norm weight (cols) follow the bf16 rows in shared memory. */
+    float *raw_x = reinterpret_cast<float *>(smem_raw + (size_t)BT * (size_t)stride * sizeof(bf16));
+    float *raw_norm = raw_x + (size_t)BT * (size_t)cols;
+    if (RAW && norm_weight != nullptr) { /* the norm weight does not depend on the previous kernel */
+        for (int i = threadIdx.x; i < cols / 4; i += THREADS) cp_async_16(raw_norm + 4 * i, norm_weight + 4 * i);
+        cp_async_commit();
+    }
+
     uint4 cur_lo[GROUP_CHUNKS], cur_hi[GROUP_CHUNKS];
     const bf16 *row_lo = weight, *row_hi = weight;
     if (n_iters > 0 && groups > 0) {
@@ -115,7 +127,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
      * after the staging. (The normed staging holds 8 float4 per lane; qkv has one group per warp there.) One
      * n-tile only: with 2 or 4 the accumulators leave no room (ptxas: 56 / 132 bytes of spills; 12 at one). */
     uint4 next_lo[GROUP_CHUNKS], next_hi[GROUP_CHUNKS]; /* the group after the one being computed */
-    const bool early = X_BF16 && NT == 1 && n_iters > 0 && groups > 1;
+    const bool early = (X_BF16 || RAW) && NT == 1 && n_iters > 0 && groups > 1;
     if (early) load_group(row_lo, row_hi, 1, next_lo, next_hi);
     /* ADD_SETTLED: y was last written before the kernel launched just before this one, so the old values of
      * the first iteration's outputs (thread o's: o, o + THREADS, ...) are read now, not after the products
@@ -150,7 +162,16 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         cp_async_commit();
         cp_async_wait<0>();
     }
-    const float *x = static_cast<const float *>(x_in);
+    if constexpr (RAW) { /* every 16-byte piece of the rows requested at once (cols % 8 == 0) */
+        const float *x = static_cast<const float *>(x_in);
+        const int pieces = cols / 4;
+        for (int i = threadIdx.x; i < n_rows * pieces; i += THREADS) cp_async_16(raw_x + 4 * i, x + 4 * (size_t)i);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads(); /* a warp normalises rows that other threads copied */
+    }
+    const float *x = RAW ? raw_x : static_cast<const float *>(x_in);
+    const float *norm_source = RAW ? raw_norm : norm_weight;
     for (int b = warp; b < (X_BF16 ? 0 : BT); b += WARPS) {
         bf16 *dst = xs + (size_t)b * stride;
         if (b >= n_rows) {
@@ -170,7 +191,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
         }
         /* 4 values per lane and step, so each load of the warp reads 512 contiguous bytes (ncu: a third of the
          * sectors were excess with 8 values per lane), 4 steps in flight. */
-        const float4 *norm4 = reinterpret_cast<const float4 *>(norm_weight);
+        const float4 *norm4 = reinterpret_cast<const float4 *>(norm_source);
 #pragma unroll 4
         for (int i = lane; i < stride / 4; i += 32) {
             uint2 packed = make_uint2(0, 0);
@@ -325,7 +346,26 @@ struct rows_call {
     bool pdl, y_settled;
 };
 
-template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16>
+int rows_smem_per_sm = 0, rows_smem_reserved = 0;
+
+/* Whether a block of `kernel` with `dynamic_bytes` of shared memory still fits BLOCKS_PER_SM times on an SM. */
+bool fits_blocks_per_sm(const void *kernel, size_t dynamic_bytes) {
+    if (rows_smem_per_sm == 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&rows_smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&rows_smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess) {
+            rows_smem_per_sm = -1; /* unknown: never take the larger layout */
+            return false;
+        }
+    }
+    cudaFuncAttributes attributes;
+    if (rows_smem_per_sm < 0 || cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) return false;
+    const size_t per_block = dynamic_bytes + attributes.sharedSizeBytes + (size_t)rows_smem_reserved;
+    return (size_t)BLOCKS_PER_SM * per_block <= (size_t)rows_smem_per_sm;
+}
+
+template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16, bool RAW>
 kite_status gemm_rows_launch(const rows_call &c) {
     static_assert(!X_BF16 || EPILOGUE == CUDA_GEMV_ADD, "bf16 inputs: o_proj and down (residual add) only");
     static_assert(!Y_BF16 || EPILOGUE == CUDA_GEMV_SWIGLU, "bf16 outputs: the SwiGLU product only");
@@ -337,8 +377,9 @@ kite_status gemm_rows_launch(const rows_call &c) {
     while (k_slices > 1 && KITE_CEIL_DIV(n_tiles * k_slices, WARPS) > resident) k_slices /= 2;
     const int blocks_needed = KITE_CEIL_DIV(n_tiles * k_slices, WARPS);
     const int grid = blocks_needed < resident ? blocks_needed : resident;
-    const size_t smem = (size_t)(NT * 8) * (size_t)staged_stride(c.cols) * sizeof(bf16);
-    auto kernel = gemm_rows_kernel<NT, EPILOGUE, X_BF16, Y_BF16>;
+    const size_t smem = (size_t)(NT * 8) * (size_t)staged_stride(c.cols) * sizeof(bf16) +
+                        (RAW ? (size_t)(NT * 8 + 1) * (size_t)c.cols * sizeof(float) : 0);
+    auto kernel = gemm_rows_kernel<NT, EPILOGUE, X_BF16, Y_BF16, RAW>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, c.stream, c.pdl, c.weight, c.x, c.norm_weight,
                              c.eps, c.y, c.n_rows, c.rows, c.cols, k_slices, c.partial, c.y_settled));
@@ -348,17 +389,29 @@ kite_status gemm_rows_launch(const rows_call &c) {
     return KITE_OK;
 }
 
+/* A fp32 input at one n-tile is staged raw (RAW) where two blocks per SM still fit, else through registers. */
+template <int NT, int EPILOGUE, bool Y_BF16>
+kite_status gemm_rows_launch_fp32(const rows_call &c) {
+    if constexpr (NT == 1) {
+        const size_t raw_smem = 8 * (size_t)staged_stride(c.cols) * sizeof(bf16) + 9 * (size_t)c.cols * sizeof(float);
+        if (fits_blocks_per_sm(reinterpret_cast<const void *>(gemm_rows_kernel<1, EPILOGUE, false, Y_BF16, true>), raw_smem))
+            return gemm_rows_launch<1, EPILOGUE, false, Y_BF16, true>(c);
+    }
+    return gemm_rows_launch<NT, EPILOGUE, false, Y_BF16, false>(c);
+}
+
 template <int NT>
 kite_status gemm_rows_dispatch(const rows_call &c, int epilogue, bool x_bf16, bool y_bf16) {
     switch (epilogue) {
-    case CUDA_GEMV_STORE: return gemm_rows_launch<NT, CUDA_GEMV_STORE, false, false>(c);
+    case CUDA_GEMV_STORE: return gemm_rows_launch_fp32<NT, CUDA_GEMV_STORE, false>(c);
     case CUDA_GEMV_ADD:
     case CUDA_GEMV_ADD_SETTLED:
-        return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ADD, true, false>(c) : gemm_rows_launch<NT, CUDA_GEMV_ADD, false, false>(c);
+        return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ADD, true, false, false>(c)
+                      : gemm_rows_launch_fp32<NT, CUDA_GEMV_ADD, false>(c);
     case CUDA_GEMV_SWIGLU:
-        return y_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, true>(c)
-                      : gemm_rows_launch<NT, CUDA_GEMV_SWIGLU, false, false>(c);
-    case CUDA_GEMV_ARGMAX: return gemm_rows_launch<NT, CUDA_GEMV_ARGMAX, false, false>(c);
+        return y_bf16 ? gemm_rows_launch_fp32<NT, CUDA_GEMV_SWIGLU, true>(c)
+                      : gemm_rows_launch_fp32<NT, CUDA_GEMV_SWIGLU, false>(c);
+    case CUDA_GEMV_ARGMAX: return gemm_rows_launch_fp32<NT, CUDA_GEMV_ARGMAX, false>(c);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unknown epilogue %d", epilogue);
 }
