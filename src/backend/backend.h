@@ -45,7 +45,8 @@ typedef struct backend backend;
  * so that only k values leave the device: read_top fills top_logits / top_ids [n_rows][k] with each row's n
  * best finite logits (logit descending, ids ascending on ties) and this. n = min(k, n_finite); 0 when the row
  * holds a NaN or +inf (bad_index, the first) or no finite logit; -1 when the backend could not rank the row
- * (too many ties around the k-th): the caller then reads the row whole. */
+ * (CUDA: a vocabulary larger than its merge of slices holds, cuda_top_candidates_fits): the caller then reads
+ * the row whole. */
 #define BACKEND_TOP_MAX 64
 typedef struct backend_row_top {
     float max_logit;

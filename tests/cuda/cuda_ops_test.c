@@ -889,7 +889,7 @@ static int compare_top(const void *a, const void *b) {
 }
 
 /* Row r of `logits` (vocab wide) checked: n, max, finite count, log-sum-exp and the k best in order; a row
- * with a NaN / +inf reports the first, a row of too many ties -1. */
+ * with a NaN / +inf reports the first. */
 static void check_top_row(const float *row, int vocab, int k, const float *top_logits, const int32_t *top_ids,
                           const cuda_row_top *st, int r, int *order) {
     int n_finite = 0, bad = -1;
@@ -911,7 +911,6 @@ static void check_top_row(const float *row, int vocab, int k, const float *top_l
               "row %d: max %g (expected %g), finite %d (expected %d)", r, st->max_logit, max_logit, st->n_finite, n_finite);
     double sum = 0.0;
     for (int i = 0; i < vocab; i++) sum += (double)expf(row[i] - max_logit);
-    if (st->n < 0) return; /* too many ties: checked by the caller */
     CHECK_MSG(fabs(st->log_sum_exp - log(sum)) < 1e-6, "row %d: log-sum-exp %.9g vs %.9g", r, st->log_sum_exp, log(sum));
     top_sort_logits = row;
     qsort(order, (size_t)n_finite, sizeof *order, compare_top);
@@ -933,15 +932,17 @@ static void test_top_candidates(void) {
     for (int i = 0; i < 3000; i++) r0[(size_t)(i * 50)] = -INFINITY;
     r1[500] = NAN;                                              /* the first bad logit is reported */
     r1[900] = INFINITY;
+    r1[150000] = NAN; /* a later slice's */
     for (int i = 0; i < vocab; i++) r2[i] = -INFINITY;          /* nothing finite */
-    for (int i = 0; i < vocab; i++) r3[i] = i % 30 == 0 ? 50.0f : r3[i]; /* 5,065 tied at the top (above any N(0, 9) draw): too many */
+    for (int i = 0; i < vocab; i++) r3[i] = i % 30 == 0 ? 50.0f : r3[i]; /* 5,065 tied at the top (above any N(0, 9) draw) */
     for (int i = 0; i < vocab; i++) r4[i] = i < 10 ? (float)i : -INFINITY; /* fewer finite than k */
-    for (int i = 0; i < vocab; i++) r5[i] = -0.01f * (float)(i % 4096); /* 38-way ties near the top */
+    for (int i = 0; i < vocab; i++) r5[i] = -0.01f * (float)(i % 4096); /* 38-way ties, one in each slice of 4,096 */
     float *d_logits = device_buffer((size_t)rows * vocab * 4, logits);
     float *d_top = device_buffer((size_t)rows * k * 4, NULL);
     int32_t *d_ids = device_buffer((size_t)rows * k * 4, NULL);
     cuda_row_top *d_stats = device_buffer(rows * sizeof(cuda_row_top), NULL);
-    DEVICE_CHECK(cuda_top_candidates(d_logits, rows, vocab, k, d_top, d_ids, d_stats, NULL));
+    void *d_ws = device_buffer(cuda_top_candidates_workspace(rows, vocab), NULL);
+    DEVICE_CHECK(cuda_top_candidates(d_logits, rows, vocab, k, d_top, d_ids, d_stats, d_ws, NULL));
     float *top = xmalloc((size_t)rows * k * 4);
     int32_t *ids = xmalloc((size_t)rows * k * 4);
     cuda_row_top stats[6];
@@ -950,17 +951,22 @@ static void test_top_candidates(void) {
     DEVICE_CHECK(kite_cuda_copy_to_host(stats, d_stats, sizeof stats));
     for (int r = 0; r < rows; r++)
         check_top_row(logits + (size_t)r * vocab, vocab, k, top + (size_t)r * k, ids + (size_t)r * k, &stats[r], r, order);
-    CHECK_MSG(stats[3].n == -1, "row 3 (5,065 ties at the top): n %d, expected -1", stats[3].n);
+    CHECK_MSG(stats[3].n == k, "row 3 (5,065 ties at the top): n %d, expected %d", stats[3].n, k);
     CHECK(guard_intact(d_stats, rows * sizeof(cuda_row_top)));
     /* k = 1 and a vocabulary that is not a multiple of anything */
-    DEVICE_CHECK(cuda_top_candidates(d_logits, 1, 1003, 1, d_top, d_ids, d_stats, NULL));
+    DEVICE_CHECK(cuda_top_candidates(d_logits, 1, 1003, 1, d_top, d_ids, d_stats, d_ws, NULL));
     DEVICE_CHECK(kite_cuda_copy_to_host(top, d_top, 4));
     DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, 4));
     DEVICE_CHECK(kite_cuda_copy_to_host(stats, d_stats, sizeof stats[0]));
     check_top_row(logits, 1003, 1, top, ids, &stats[0], 100, order);
-    CHECK(cuda_top_candidates(d_logits, 1, vocab, CUDA_TOP_MAX + 1, d_top, d_ids, d_stats, NULL) ==
+    CHECK(cuda_top_candidates(d_logits, 1, vocab, CUDA_TOP_MAX + 1, d_top, d_ids, d_stats, d_ws, NULL) ==
           KITE_ERROR_INVALID_ARGUMENT);
-    void *bufs[] = {d_logits, d_top, d_ids, d_stats};
+    /* What the merge holds: 64 slices, 3,072 candidates; beyond, refused (read_top reports n = -1). */
+    CHECK(cuda_top_candidates_fits(151936, 64) && cuda_top_candidates_fits(196608, 64) &&
+          !cuda_top_candidates_fits(200000, 64) && cuda_top_candidates_fits(200000, 40) &&
+          !cuda_top_candidates_fits(300000, 1));
+    CHECK(cuda_top_candidates(d_logits, 1, 200000, 64, d_top, d_ids, d_stats, d_ws, NULL) == KITE_ERROR_UNSUPPORTED);
+    void *bufs[] = {d_logits, d_top, d_ids, d_stats, d_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
     free(logits);
     free(order);

@@ -1056,9 +1056,10 @@ kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
 static_assert(sizeof(cuda_row_top) == sizeof(backend_row_top) && CUDA_TOP_MAX == BACKEND_TOP_MAX,
               "cuda_row_top is backend_row_top");
 
-/* Bytes of read_top's buffers for `rows` rows: candidates (logits, ids) at BACKEND_TOP_MAX per row, stats. */
-size_t top_bytes(int32_t rows) {
-    return (size_t)rows * (BACKEND_TOP_MAX * (sizeof(float) + sizeof(int32_t)) + sizeof(backend_row_top));
+/* Bytes of read_top's buffers for `rows` rows: candidates (logits, ids) at BACKEND_TOP_MAX per row, stats (the
+ * part copied back), then on the device the workspace of cuda_top_candidates. */
+size_t top_copied_bytes(int32_t rows) {
+    return align_up((size_t)rows * (BACKEND_TOP_MAX * (sizeof(float) + sizeof(int32_t)) + sizeof(backend_row_top)), 256);
 }
 
 kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
@@ -1068,6 +1069,11 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: read_top of %d rows (%d kept), k %d (at most %d)",
                          n_rows, b->kept_rows, k, BACKEND_TOP_MAX);
     if (n_rows == 0) return KITE_OK;
+    const int vocab = b->config.vocab_size;
+    if (!cuda_top_candidates_fits(vocab, k)) { /* not ranked here: the caller reads the rows whole */
+        for (int32_t r = 0; r < n_rows; r++) stats[r] = backend_row_top{-INFINITY, 0, -1, -1, 0.0};
+        return KITE_OK;
+    }
     if (n_rows > b->top_rows) {
         int32_t capacity = b->top_rows ? b->top_rows : 8;
         while (capacity < n_rows) capacity *= 2;
@@ -1076,8 +1082,8 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
         if (b->top_host) CUDA_CHECK(cudaFreeHost(b->top_host));
         b->top_device = b->top_host = NULL;
         b->top_rows = 0;
-        CUDA_CHECK(cudaMalloc(&b->top_device, top_bytes(capacity)));
-        CUDA_CHECK(cudaMallocHost(&b->top_host, top_bytes(capacity)));
+        CUDA_CHECK(cudaMalloc(&b->top_device, top_copied_bytes(capacity) + cuda_top_candidates_workspace(capacity, vocab)));
+        CUDA_CHECK(cudaMallocHost(&b->top_host, top_copied_bytes(capacity)));
         b->top_rows = capacity;
     }
     /* [n_rows][k] logits, then [n_rows][k] ids, then the stats: one copy back. */
@@ -1087,7 +1093,8 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
     int32_t *d_ids = reinterpret_cast<int32_t *>(device + candidates * sizeof(float));
     cuda_row_top *d_stats = reinterpret_cast<cuda_row_top *>(device + align_up(candidates * 8, 8));
     const size_t bytes = align_up(candidates * 8, 8) + (size_t)n_rows * sizeof(cuda_row_top);
-    KITE_TRY(cuda_top_candidates(b->kept_logits, n_rows, b->config.vocab_size, k, d_logits, d_ids, d_stats, b->stream));
+    KITE_TRY(cuda_top_candidates(b->kept_logits, n_rows, vocab, k, d_logits, d_ids, d_stats,
+                                 device + top_copied_bytes(b->top_rows), b->stream));
     CUDA_CHECK(cudaMemcpyAsync(b->top_host, b->top_device, bytes, cudaMemcpyDeviceToHost, b->stream));
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     const unsigned char *host = static_cast<const unsigned char *>(b->top_host);

@@ -172,18 +172,22 @@ kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const 
 /* What the host sampler needs of each logits row for top-k sampling (sampler_top_row, sampler.h), computed
  * on the device (top_candidates.cu): top_logits / top_ids [n_rows][k] get the k best finite logits (logit
  * descending, ties by ascending id), stats[r] the rest. n is min(k, n_finite), 0 when the row holds a NaN or
- * +inf (bad_index: the first) or no finite logit, -1 when too many logits tie around the k-th for the device
- * to rank (the host then reads the row whole). 0 < k <= CUDA_TOP_MAX. */
+ * +inf (bad_index: the first) or no finite logit. 0 < k <= CUDA_TOP_MAX; workspace: the bytes
+ * cuda_top_candidates_workspace(n_rows, vocab) gives (any k). cuda_top_candidates_fits says whether the
+ * vocabulary and k are within what the merge holds (64 slices of 4,096 logits, 3,072 candidates); otherwise
+ * the call is refused and the host reads rows whole. */
 #define CUDA_TOP_MAX 64
 typedef struct cuda_row_top {
     float max_logit;
     int32_t n_finite;
-    int32_t n;
+    int32_t n; /* -1: not ranked on the device (read_top's rows when cuda_top_candidates_fits is false) */
     int32_t bad_index;
     double log_sum_exp; /* log(sum_i exp(logit_i - max_logit)) */
 } cuda_row_top;
+size_t cuda_top_candidates_workspace(int n_rows, int vocab);
+int cuda_top_candidates_fits(int vocab, int k);
 kite_status cuda_top_candidates(const float *logits, int n_rows, int vocab, int k, float *top_logits, int32_t *top_ids,
-                                cuda_row_top *stats, void *stream);
+                                cuda_row_top *stats, void *workspace, void *stream);
 
 /* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
 kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);
