@@ -390,7 +390,7 @@ static kite_status ensure_logits_rows(kite_engine *e, int32_t rows) {
 /* Samples every row from the backend's reduction of it (read_top: BACKEND_TOP_MAX candidates per row instead
  * of a whole row of logits leaving the device), when every row's sampler can take it (sampler_top_suffices:
  * top-k or greedy, repetition penalty inert) and none asks for top logprobs. A row the backend could not
- * reduce (too many ties, a NaN / +inf, top_k not below its finite logits) sends the step to whole rows
+ * reduce (n = -1, a NaN / +inf, top_k not below its finite logits) sends the step to whole rows
  * (*sampled stays false, nothing drawn), where the sampler reports what is wrong. Tokens and generator
  * steps are sampler_sample's (sampler.h). */
 static sampler_top_row top_row_of(const kite_engine *e, int32_t row) {

@@ -11,8 +11,9 @@
  * the first mma's k 2t, 2t+1, 2t+8, 2t+9; k 8t+4..8t+7 the second's).
  *
  * A block (8 warps) stages the whole activation matrix in shared memory as bf16 (RMS-normalised and
- * scaled by the norm weight when asked, as the GEMV does; an input that is bf16 already - o_proj's and down's
- * in the batched path - is copied by cp.async in one round trip), then loops over tiles of 16 weight rows.
+ * scaled by the norm weight when asked, as the GEMV does - up to 8 fp32 rows are first copied raw by cp.async,
+ * RAW in the kernel; an input that is bf16 already - o_proj's and down's in the batched path - is copied by
+ * cp.async in one round trip), then loops over tiles of 16 weight rows.
  * The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles at a time, so a
  * matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial sums meet
  * in shared memory, where the epilogue runs one output per thread. Each warp double-buffers its weight
