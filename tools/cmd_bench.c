@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
 static const char bench_usage[] =
     "usage: kite bench (--model DIR | --dummy SHAPE) [options]\n"
@@ -349,10 +350,23 @@ static kite_status time_prefill(bench_context *b, int32_t n_seqs, int32_t n, int
 typedef struct bench_sampling {
     sampler **samplers;
     float *logits;       /* n_seqs x vocab */
+    size_t vocab;
     float *cand_logits;  /* n_seqs x BACKEND_TOP_MAX */
     int32_t *cand_ids;
     backend_row_top *cand_stats;
+    sampler_top_row rows[BENCH_MAX_SEQS]; /* the reduced rows of a step */
+    int32_t *ids;                         /* the step's tokens */
 } bench_sampling;
+
+static kite_status sample_reduced_row(void *context, int32_t s) {
+    bench_sampling *h = context;
+    return sampler_sample_top(h->samplers[s], &h->rows[s], &h->ids[s], NULL);
+}
+
+static kite_status sample_whole_row(void *context, int32_t s) {
+    bench_sampling *h = context;
+    return sampler_sample(h->samplers[s], h->logits + (size_t)s * h->vocab, &h->ids[s], NULL);
+}
 
 /* As the engine's sample_rows_reduced: every row sampled from the backend's reduction (read_top) when all
  * allow it; *done false otherwise (nothing drawn). */
@@ -362,18 +376,16 @@ static kite_status sample_reduced(bench_context *b, int32_t n_seqs, bench_sampli
     for (int32_t s = 0; s < n_seqs; s++)
         if (!sampler_top_suffices(h->samplers[s], BACKEND_TOP_MAX)) return KITE_OK;
     KITE_TRY(b->target->ops->read_top(b->target, n_seqs, BACKEND_TOP_MAX, h->cand_logits, h->cand_ids, h->cand_stats));
-    sampler_top_row rows[BENCH_MAX_SEQS];
     if (n_seqs > BENCH_MAX_SEQS) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench: at most %d sequences", BENCH_MAX_SEQS);
     for (int32_t s = 0; s < n_seqs; s++) {
         const backend_row_top *st = &h->cand_stats[s];
-        rows[s] = (sampler_top_row){h->cand_logits + (size_t)s * BACKEND_TOP_MAX, h->cand_ids + (size_t)s * BACKEND_TOP_MAX,
-                                    st->n, st->max_logit, st->n_finite, st->log_sum_exp};
-        if (st->bad_index >= 0 || !sampler_top_row_usable(h->samplers[s], &rows[s])) return KITE_OK;
+        h->rows[s] = (sampler_top_row){h->cand_logits + (size_t)s * BACKEND_TOP_MAX,
+                                       h->cand_ids + (size_t)s * BACKEND_TOP_MAX, st->n, st->max_logit, st->n_finite,
+                                       st->log_sum_exp};
+        if (st->bad_index >= 0 || !sampler_top_row_usable(h->samplers[s], &h->rows[s])) return KITE_OK;
     }
-    int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed) if (n_seqs > 1)
-    for (int32_t s = 0; s < n_seqs; s++) failed |= sampler_sample_top(h->samplers[s], &rows[s], &ids[s], NULL) != KITE_OK;
-    if (failed) return kite_fail(KITE_ERROR_INVALID_INPUT, "bench: sampling a reduced row failed");
+    h->ids = ids;
+    KITE_TRY(kite_parallel_for(n_seqs, sample_reduced_row, h));
     *done = true;
     return KITE_OK;
 }
@@ -386,23 +398,11 @@ static kite_status next_tokens(bench_context *b, int32_t n_seqs, bench_sampling 
     bool done = false;
     KITE_TRY(sample_reduced(b, n_seqs, h, ids, &done));
     if (done) return KITE_OK;
-    float *logits = h->logits;
-    KITE_TRY(b->target->ops->read_logits(b->target, logits, n_seqs));
-    const size_t vocab = (size_t)b->config->vocab_size;
-    kite_status first_error = KITE_OK;
-    char message[512] = "";
-#pragma omp parallel for schedule(dynamic, 1) if (n_seqs > 1)
-    for (int32_t s = 0; s < n_seqs; s++) {
-        const kite_status status = sampler_sample(h->samplers[s], logits + (size_t)s * vocab, &ids[s], NULL);
-        if (status != KITE_OK) {
-#pragma omp critical(kite_bench_sample_error)
-            if (first_error == KITE_OK) { /* the message lives in this thread's error slot */
-                first_error = status;
-                snprintf(message, sizeof message, "%s", kite_last_error());
-            }
-        }
-    }
-    return first_error == KITE_OK ? KITE_OK : kite_fail(first_error, "bench: sampling: %s", message);
+    KITE_TRY(b->target->ops->read_logits(b->target, h->logits, n_seqs));
+    h->ids = ids;
+    const kite_status status = kite_parallel_for(n_seqs, sample_whole_row, h);
+    if (status != KITE_OK) kite_error_prefix("bench: sampling");
+    return status;
 }
 
 /* sampling NULL: greedy on the device; else the samplers' parameters (seeds: its seed plus the sequence index). */
@@ -415,7 +415,8 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
                                                         : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK && sampling) {
         host.samplers = calloc((size_t)n_seqs, sizeof(sampler *));
-        host.logits = malloc((size_t)n_seqs * (size_t)b->config->vocab_size * sizeof(float));
+        host.vocab = (size_t)b->config->vocab_size;
+        host.logits = malloc((size_t)n_seqs * host.vocab * sizeof(float));
         host.cand_logits = malloc((size_t)n_seqs * BACKEND_TOP_MAX * sizeof(float));
         host.cand_ids = malloc((size_t)n_seqs * BACKEND_TOP_MAX * sizeof(int32_t));
         host.cand_stats = malloc((size_t)n_seqs * sizeof(backend_row_top));

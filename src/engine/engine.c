@@ -18,6 +18,7 @@
 #include "kite.h"
 #include "model/model.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
 #define KITE_MAX_CONTEXT_CAP 65536
 
@@ -387,18 +388,26 @@ static kite_status ensure_logits_rows(kite_engine *e, int32_t rows) {
     return KITE_OK;
 }
 
-/* Samples every row from the backend's reduction of it (read_top: BACKEND_TOP_MAX candidates per row instead
- * of a whole row of logits leaving the device), when every row's sampler can take it (sampler_top_suffices:
- * top-k or greedy, repetition penalty inert) and none asks for top logprobs. A row the backend could not
- * reduce (n = -1, a NaN / +inf, top_k not below its finite logits) sends the step to whole rows
- * (*sampled stays false, nothing drawn), where the sampler reports what is wrong. Tokens and generator
- * steps are sampler_sample's (sampler.h). */
+/* Row `row` as the backend reduced it (read_top). */
 static sampler_top_row top_row_of(const kite_engine *e, int32_t row) {
     const backend_row_top *st = &e->cand_stats[row];
     return (sampler_top_row){e->cand_logits + (size_t)row * BACKEND_TOP_MAX, e->cand_ids + (size_t)row * BACKEND_TOP_MAX,
                              st->n, st->max_logit, st->n_finite, st->log_sum_exp};
 }
 
+/* One row sampled from the backend's reduction of it. */
+static kite_status sample_reduced_row(void *context, int32_t row) {
+    kite_engine *e = context;
+    const sampler_top_row top = top_row_of(e, row);
+    return sampler_sample_top(e->row_requests[row]->sampler, &top, &e->sampled[row], &e->sampled_logprob[row]);
+}
+
+/* Samples every row from the backend's reduction of it (read_top: BACKEND_TOP_MAX candidates per row instead
+ * of a whole row of logits leaving the device), when every row's sampler can take it (sampler_top_suffices:
+ * top-k or greedy, repetition penalty inert) and none asks for top logprobs. A row the backend could not
+ * reduce (n = -1, a NaN / +inf, top_k not below its finite logits) sends the step to whole rows
+ * (*sampled stays false, nothing drawn), where the sampler reports what is wrong. Tokens and generator
+ * steps are sampler_sample's (sampler.h). */
 static kite_status sample_rows_reduced(kite_engine *e, int32_t rows, bool *sampled) {
     *sampled = false;
     backend *b = e->model->backend;
@@ -413,54 +422,28 @@ static kite_status sample_rows_reduced(kite_engine *e, int32_t rows, bool *sampl
         if (e->cand_stats[row].bad_index >= 0 || !sampler_top_row_usable(e->row_requests[row]->sampler, &top))
             return KITE_OK;
     }
-    kite_status first_error = KITE_OK;
-    char message[512] = "";
-#pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
-    for (int32_t row = 0; row < rows; row++) {
-        const sampler_top_row top = top_row_of(e, row);
-        kite_status status = sampler_sample_top(e->row_requests[row]->sampler, &top, &e->sampled[row],
-                                                &e->sampled_logprob[row]);
-        if (status != KITE_OK) {
-#pragma omp critical(kite_engine_sample_error)
-            if (first_error == KITE_OK) {
-                first_error = status;
-                snprintf(message, sizeof message, "%s", kite_last_error());
-            }
-        }
-    }
-    if (first_error != KITE_OK) return kite_fail(first_error, "%s", message);
+    KITE_TRY(kite_parallel_for(rows, sample_reduced_row, e));
     *sampled = true;
+    return KITE_OK;
+}
+
+/* One row sampled from its whole logits (and its top logprobs computed, when the request asks). */
+static kite_status sample_whole_row(void *context, int32_t row) {
+    kite_engine *e = context;
+    const size_t vocab = (size_t)e->model->config.vocab_size;
+    engine_request *r = e->row_requests[row];
+    const float *logits = e->logits + (size_t)row * vocab;
+    KITE_TRY(sampler_sample(r->sampler, logits, &e->sampled[row], &e->sampled_logprob[row]));
+    if (r->n_logprobs > 0)
+        KITE_TRY(sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs, e->top_ids + (size_t)row * KITE_MAX_LOGPROBS,
+                                      e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS));
     return KITE_OK;
 }
 
 /* Samples every row of logits with its request's sampler. Rows are independent (each request owns its
  * sampler and random generator), so they run in parallel: a full-vocabulary sampling pass costs about a
  * millisecond, which a large batch would otherwise pay once per sequence on one core. */
-static kite_status sample_rows(kite_engine *e, int32_t rows) {
-    size_t vocab = (size_t)e->model->config.vocab_size;
-    kite_status first_error = KITE_OK;
-    char message[512] = "";
-#pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
-    for (int32_t row = 0; row < rows; row++) {
-        engine_request *r = e->row_requests[row];
-        const float *logits = e->logits + (size_t)row * vocab;
-        kite_status status = sampler_sample(r->sampler, logits, &e->sampled[row], &e->sampled_logprob[row]);
-        if (status == KITE_OK && r->n_logprobs > 0)
-            status = sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs,
-                                          e->top_ids + (size_t)row * KITE_MAX_LOGPROBS,
-                                          e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
-        if (status != KITE_OK) {
-            /* The message lives in this thread's error slot: carry it to the caller's. */
-#pragma omp critical(kite_engine_sample_error)
-            if (first_error == KITE_OK) {
-                first_error = status;
-                snprintf(message, sizeof message, "%s", kite_last_error());
-            }
-        }
-    }
-    if (first_error != KITE_OK) return kite_fail(first_error, "%s", message);
-    return KITE_OK;
-}
+static kite_status sample_rows(kite_engine *e, int32_t rows) { return kite_parallel_for(rows, sample_whole_row, e); }
 
 kite_status kite_engine_step(kite_engine *e) {
     remove_finished(e);
