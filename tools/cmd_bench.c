@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "engine/reduced_sampling.h"
 #include "kite.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -349,45 +350,15 @@ static kite_status time_prefill(bench_context *b, int32_t n_seqs, int32_t n, int
 /* Host sampling state of a sampled tg row: a sampler per sequence, and room for whole rows or reduced ones. */
 typedef struct bench_sampling {
     sampler **samplers;
-    float *logits;       /* n_seqs x vocab */
+    float *logits; /* n_seqs x vocab */
     size_t vocab;
-    float *cand_logits;  /* n_seqs x BACKEND_TOP_MAX */
-    int32_t *cand_ids;
-    backend_row_top *cand_stats;
-    sampler_top_row rows[BENCH_MAX_SEQS]; /* the reduced rows of a step */
-    int32_t *ids;                         /* the step's tokens */
+    reduced_rows reduced;
+    int32_t *ids; /* the step's tokens */
 } bench_sampling;
-
-static kite_status sample_reduced_row(void *context, int32_t s) {
-    bench_sampling *h = context;
-    return sampler_sample_top(h->samplers[s], &h->rows[s], &h->ids[s], NULL);
-}
 
 static kite_status sample_whole_row(void *context, int32_t s) {
     bench_sampling *h = context;
     return sampler_sample(h->samplers[s], h->logits + (size_t)s * h->vocab, &h->ids[s], NULL);
-}
-
-/* As the engine's sample_rows_reduced: every row sampled from the backend's reduction (read_top) when all
- * allow it; *done false otherwise (nothing drawn). */
-static kite_status sample_reduced(bench_context *b, int32_t n_seqs, bench_sampling *h, int32_t *ids, bool *done) {
-    *done = false;
-    if (!b->target->ops->read_top) return KITE_OK;
-    for (int32_t s = 0; s < n_seqs; s++)
-        if (!sampler_top_suffices(h->samplers[s], BACKEND_TOP_MAX)) return KITE_OK;
-    KITE_TRY(b->target->ops->read_top(b->target, n_seqs, BACKEND_TOP_MAX, h->cand_logits, h->cand_ids, h->cand_stats));
-    if (n_seqs > BENCH_MAX_SEQS) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench: at most %d sequences", BENCH_MAX_SEQS);
-    for (int32_t s = 0; s < n_seqs; s++) {
-        const backend_row_top *st = &h->cand_stats[s];
-        h->rows[s] = (sampler_top_row){h->cand_logits + (size_t)s * BACKEND_TOP_MAX,
-                                       h->cand_ids + (size_t)s * BACKEND_TOP_MAX, st->n, st->max_logit, st->n_finite,
-                                       st->log_sum_exp};
-        if (st->bad_index >= 0 || !sampler_top_row_usable(h->samplers[s], &h->rows[s])) return KITE_OK;
-    }
-    h->ids = ids;
-    KITE_TRY(kite_parallel_for(n_seqs, sample_reduced_row, h));
-    *done = true;
-    return KITE_OK;
 }
 
 /* The next token of every sequence: the device's argmax, or (sampling) each row sampled by its own sampler on
@@ -396,7 +367,7 @@ static kite_status sample_reduced(bench_context *b, int32_t n_seqs, bench_sampli
 static kite_status next_tokens(bench_context *b, int32_t n_seqs, bench_sampling *h, int32_t *ids) {
     if (!h) return b->target->ops->argmax(b->target, ids, n_seqs);
     bool done = false;
-    KITE_TRY(sample_reduced(b, n_seqs, h, ids, &done));
+    KITE_TRY(sample_reduced_rows(b->target, h->samplers, n_seqs, &h->reduced, ids, NULL, &done));
     if (done) return KITE_OK;
     KITE_TRY(b->target->ops->read_logits(b->target, h->logits, n_seqs));
     h->ids = ids;
@@ -417,11 +388,8 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         host.samplers = calloc((size_t)n_seqs, sizeof(sampler *));
         host.vocab = (size_t)b->config->vocab_size;
         host.logits = malloc((size_t)n_seqs * host.vocab * sizeof(float));
-        host.cand_logits = malloc((size_t)n_seqs * BACKEND_TOP_MAX * sizeof(float));
-        host.cand_ids = malloc((size_t)n_seqs * BACKEND_TOP_MAX * sizeof(int32_t));
-        host.cand_stats = malloc((size_t)n_seqs * sizeof(backend_row_top));
-        if (!host.samplers || !host.logits || !host.cand_logits || !host.cand_ids || !host.cand_stats)
-            status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+        if (!host.samplers || !host.logits) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
+        if (status == KITE_OK) status = reduced_rows_alloc(&host.reduced, n_seqs);
         for (int32_t s = 0; s < n_seqs && status == KITE_OK; s++) {
             sampler_params p = sampler_params_from(sampling);
             p.seed += (uint64_t)s;
@@ -447,9 +415,7 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
     for (int32_t s = 0; host.samplers && s < n_seqs; s++) sampler_free(host.samplers[s]);
     free(host.samplers);
     free(host.logits);
-    free(host.cand_logits);
-    free(host.cand_ids);
-    free(host.cand_stats);
+    reduced_rows_free(&host.reduced);
     free(tok_s);
     free(secs);
     free(tokens);

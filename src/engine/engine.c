@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "engine/kv_cache.h"
+#include "engine/reduced_sampling.h"
 #include "engine/request.h"
 #include "kite.h"
 #include "model/model.h"
@@ -49,11 +50,10 @@ struct kite_engine {
     float *top_logprobs;   /* rows x KITE_MAX_LOGPROBS */
     float *logits;         /* rows x vocab, only when some row needs host sampling */
     int32_t logits_rows;   /* rows the buffer holds */
-    /* Rows reduced by the backend for top-k / greedy sampling (read_top), rows x BACKEND_TOP_MAX: */
+    /* Rows reduced by the backend for top-k / greedy sampling (reduced_sampling.h): */
     bool reduced_sampling; /* KITE_ENGINE_REDUCED_SAMPLING=0 turns it off (tests compare both ways) */
-    float *cand_logits;
-    int32_t *cand_ids;
-    backend_row_top *cand_stats;
+    reduced_rows reduced;
+    sampler **row_samplers; /* row_requests' samplers */
 
     int64_t steps, preemptions;
     kite_engine_timings timings;
@@ -144,16 +144,15 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->sampled_logprob = calloc(seqs, sizeof(float));
         e->top_ids = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(int32_t));
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
-        e->cand_logits = calloc(seqs * BACKEND_TOP_MAX, sizeof(float));
-        e->cand_ids = calloc(seqs * BACKEND_TOP_MAX, sizeof(int32_t));
-        e->cand_stats = calloc(seqs, sizeof *e->cand_stats);
+        e->row_samplers = calloc(seqs, sizeof *e->row_samplers);
         const char *reduced = getenv("KITE_ENGINE_REDUCED_SAMPLING");
         e->reduced_sampling = !(reduced && strcmp(reduced, "0") == 0);
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
             !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
-            !e->top_ids || !e->top_logprobs || !e->cand_logits || !e->cand_ids || !e->cand_stats)
+            !e->top_ids || !e->top_logprobs || !e->row_samplers)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
     }
+    if (status == KITE_OK) status = reduced_rows_alloc(&e->reduced, (int32_t)seqs);
     if (status != KITE_OK) {
         kite_engine_free(e);
         return status;
@@ -182,9 +181,8 @@ void kite_engine_free(kite_engine *e) {
     free(e->logits);
     free(e->top_ids);
     free(e->top_logprobs);
-    free(e->cand_logits);
-    free(e->cand_ids);
-    free(e->cand_stats);
+    reduced_rows_free(&e->reduced);
+    free(e->row_samplers);
     if (e->attached) e->model->engine_attached = false;
     free(e);
 }
@@ -388,43 +386,17 @@ static kite_status ensure_logits_rows(kite_engine *e, int32_t rows) {
     return KITE_OK;
 }
 
-/* Row `row` as the backend reduced it (read_top). */
-static sampler_top_row top_row_of(const kite_engine *e, int32_t row) {
-    const backend_row_top *st = &e->cand_stats[row];
-    return (sampler_top_row){e->cand_logits + (size_t)row * BACKEND_TOP_MAX, e->cand_ids + (size_t)row * BACKEND_TOP_MAX,
-                             st->n, st->max_logit, st->n_finite, st->log_sum_exp};
-}
-
-/* One row sampled from the backend's reduction of it. */
-static kite_status sample_reduced_row(void *context, int32_t row) {
-    kite_engine *e = context;
-    const sampler_top_row top = top_row_of(e, row);
-    return sampler_sample_top(e->row_requests[row]->sampler, &top, &e->sampled[row], &e->sampled_logprob[row]);
-}
-
-/* Samples every row from the backend's reduction of it (read_top: BACKEND_TOP_MAX candidates per row instead
- * of a whole row of logits leaving the device), when every row's sampler can take it (sampler_top_suffices:
- * top-k or greedy, repetition penalty inert) and none asks for top logprobs. A row the backend could not
- * reduce (n = -1, a NaN / +inf, top_k not below its finite logits) sends the step to whole rows
- * (*sampled stays false, nothing drawn), where the sampler reports what is wrong. Tokens and generator
- * steps are sampler_sample's (sampler.h). */
+/* Samples every row from the backend's reduction of it (reduced_sampling.h) when no request asks for top
+ * logprobs (they need the whole row); *sampled false otherwise, nothing drawn. */
 static kite_status sample_rows_reduced(kite_engine *e, int32_t rows, bool *sampled) {
     *sampled = false;
-    backend *b = e->model->backend;
-    if (!e->reduced_sampling || !b->ops->read_top) return KITE_OK;
+    if (!e->reduced_sampling) return KITE_OK;
     for (int32_t row = 0; row < rows; row++) {
-        const engine_request *r = e->row_requests[row];
-        if (r->n_logprobs > 0 || !sampler_top_suffices(r->sampler, BACKEND_TOP_MAX)) return KITE_OK;
+        if (e->row_requests[row]->n_logprobs > 0) return KITE_OK;
+        e->row_samplers[row] = e->row_requests[row]->sampler;
     }
-    KITE_TRY(b->ops->read_top(b, rows, BACKEND_TOP_MAX, e->cand_logits, e->cand_ids, e->cand_stats));
-    for (int32_t row = 0; row < rows; row++) { /* every row usable, or none is drawn from */
-        const sampler_top_row top = top_row_of(e, row);
-        if (e->cand_stats[row].bad_index >= 0 || !sampler_top_row_usable(e->row_requests[row]->sampler, &top))
-            return KITE_OK;
-    }
-    KITE_TRY(kite_parallel_for(rows, sample_reduced_row, e));
-    *sampled = true;
-    return KITE_OK;
+    return sample_reduced_rows(e->model->backend, e->row_samplers, rows, &e->reduced, e->sampled, e->sampled_logprob,
+                               sampled);
 }
 
 /* One row sampled from its whole logits (and its top logprobs computed, when the request asks). */

@@ -1,0 +1,62 @@
+#include "engine/reduced_sampling.h"
+
+#include <stdlib.h>
+
+#include "util/error.h"
+#include "util/parallel.h"
+
+kite_status reduced_rows_alloc(reduced_rows *r, int32_t capacity) {
+    r->logits = calloc((size_t)capacity * BACKEND_TOP_MAX, sizeof(float));
+    r->ids = calloc((size_t)capacity * BACKEND_TOP_MAX, sizeof(int32_t));
+    r->stats = calloc((size_t)capacity, sizeof *r->stats);
+    r->capacity = capacity;
+    if (r->logits && r->ids && r->stats) return KITE_OK;
+    reduced_rows_free(r);
+    return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "reduced sampling: out of memory for %d rows", (int)capacity);
+}
+
+void reduced_rows_free(reduced_rows *r) {
+    free(r->logits);
+    free(r->ids);
+    free(r->stats);
+    *r = (reduced_rows){0};
+}
+
+/* Row i as the backend reduced it. */
+static sampler_top_row reduced_row(const reduced_rows *r, int32_t i) {
+    const backend_row_top *st = &r->stats[i];
+    return (sampler_top_row){r->logits + (size_t)i * BACKEND_TOP_MAX, r->ids + (size_t)i * BACKEND_TOP_MAX, st->n,
+                             st->max_logit, st->n_finite, st->log_sum_exp};
+}
+
+typedef struct draw_context {
+    sampler *const *samplers;
+    const reduced_rows *rows;
+    int32_t *ids;
+    float *logprobs;
+} draw_context;
+
+static kite_status draw_row(void *context, int32_t i) {
+    const draw_context *c = context;
+    const sampler_top_row row = reduced_row(c->rows, i);
+    return sampler_sample_top(c->samplers[i], &row, &c->ids[i], c->logprobs ? &c->logprobs[i] : NULL);
+}
+
+kite_status sample_reduced_rows(backend *b, sampler *const *samplers, int32_t n, reduced_rows *r, int32_t *ids,
+                                float *logprobs, bool *sampled) {
+    *sampled = false;
+    if (n > r->capacity)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "reduced sampling: %d rows, room for %d", (int)n, (int)r->capacity);
+    if (!b->ops->read_top) return KITE_OK;
+    for (int32_t i = 0; i < n; i++)
+        if (!sampler_top_suffices(samplers[i], BACKEND_TOP_MAX)) return KITE_OK;
+    KITE_TRY(b->ops->read_top(b, n, BACKEND_TOP_MAX, r->logits, r->ids, r->stats));
+    for (int32_t i = 0; i < n; i++) { /* every row usable, or none is drawn from */
+        const sampler_top_row row = reduced_row(r, i);
+        if (r->stats[i].bad_index >= 0 || !sampler_top_row_usable(samplers[i], &row)) return KITE_OK;
+    }
+    draw_context context = {samplers, r, ids, logprobs};
+    KITE_TRY(kite_parallel_for(n, draw_row, &context));
+    *sampled = true;
+    return KITE_OK;
+}

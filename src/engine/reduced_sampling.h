@@ -1,0 +1,32 @@
+/* Sampling a step's rows from the backend's reduction of them (read_top: BACKEND_TOP_MAX candidates per row
+ * leave the device instead of whole rows of logits), for the engine and `kite bench --temperature` alike.
+ * Tokens and generator steps are sampler_sample's (sampler.h): a step is drawn this way only when every row's
+ * sampler can take its reduction, otherwise not at all, and the caller samples whole rows. */
+#ifndef KITE_ENGINE_REDUCED_SAMPLING_H
+#define KITE_ENGINE_REDUCED_SAMPLING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "sampling/sampler.h"
+
+/* Room for `capacity` reduced rows. */
+typedef struct reduced_rows {
+    float *logits;          /* capacity x BACKEND_TOP_MAX */
+    int32_t *ids;           /* capacity x BACKEND_TOP_MAX */
+    backend_row_top *stats; /* capacity */
+    int32_t capacity;
+} reduced_rows;
+
+kite_status reduced_rows_alloc(reduced_rows *r, int32_t capacity);
+void reduced_rows_free(reduced_rows *r);
+
+/* Samples rows [0, n) of the backend's kept logits, row i with samplers[i] (token ids[i], logprobs[i] when
+ * logprobs is not NULL), rows in parallel, when every sampler can take a reduced row (sampler_top_suffices)
+ * and the backend reduced every row usably (read_top's n = -1, a NaN / +inf, top_k not below the finite count
+ * are not): *sampled true. Otherwise *sampled false and nothing is drawn. n <= r->capacity. */
+kite_status sample_reduced_rows(backend *b, sampler *const *samplers, int32_t n, reduced_rows *r, int32_t *ids,
+                                float *logprobs, bool *sampled);
+
+#endif
