@@ -1056,10 +1056,26 @@ kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
 static_assert(sizeof(cuda_row_top) == sizeof(backend_row_top) && CUDA_TOP_MAX == BACKEND_TOP_MAX,
               "cuda_row_top is backend_row_top");
 
-/* Bytes of read_top's buffers for `rows` rows: candidates (logits, ids) at BACKEND_TOP_MAX per row, stats (the
- * part copied back), then on the device the workspace of cuda_top_candidates. */
+/* read_top's buffers for `rows` rows: on the device its copied part - candidates (logits, ids) at BACKEND_TOP_MAX
+ * per row, then the stats - followed by the workspace of cuda_top_candidates; the copied part pinned on the host. */
 size_t top_copied_bytes(int32_t rows) {
     return align_up((size_t)rows * (BACKEND_TOP_MAX * (sizeof(float) + sizeof(int32_t)) + sizeof(backend_row_top)), 256);
+}
+
+kite_status ensure_top(cuda_backend *b, int32_t rows) {
+    if (rows <= b->top_rows) return KITE_OK;
+    int32_t capacity = b->top_rows ? b->top_rows : 8;
+    while (capacity < rows) capacity *= 2;
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    if (b->top_device) CUDA_CHECK(cudaFree(b->top_device));
+    if (b->top_host) CUDA_CHECK(cudaFreeHost(b->top_host));
+    b->top_device = b->top_host = NULL;
+    b->top_rows = 0;
+    CUDA_CHECK(cudaMalloc(&b->top_device,
+                          top_copied_bytes(capacity) + cuda_top_candidates_workspace(capacity, b->config.vocab_size)));
+    CUDA_CHECK(cudaMallocHost(&b->top_host, top_copied_bytes(capacity)));
+    b->top_rows = capacity;
+    return KITE_OK;
 }
 
 kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
@@ -1074,33 +1090,21 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
         for (int32_t r = 0; r < n_rows; r++) stats[r] = backend_row_top{-INFINITY, 0, -1, -1, 0.0};
         return KITE_OK;
     }
-    if (n_rows > b->top_rows) {
-        int32_t capacity = b->top_rows ? b->top_rows : 8;
-        while (capacity < n_rows) capacity *= 2;
-        CUDA_CHECK(cudaStreamSynchronize(b->stream));
-        if (b->top_device) CUDA_CHECK(cudaFree(b->top_device));
-        if (b->top_host) CUDA_CHECK(cudaFreeHost(b->top_host));
-        b->top_device = b->top_host = NULL;
-        b->top_rows = 0;
-        CUDA_CHECK(cudaMalloc(&b->top_device, top_copied_bytes(capacity) + cuda_top_candidates_workspace(capacity, vocab)));
-        CUDA_CHECK(cudaMallocHost(&b->top_host, top_copied_bytes(capacity)));
-        b->top_rows = capacity;
-    }
+    KITE_TRY(ensure_top(b, n_rows));
     /* [n_rows][k] logits, then [n_rows][k] ids, then the stats: one copy back. */
     const size_t candidates = (size_t)n_rows * (size_t)k;
+    const size_t ids_at = candidates * sizeof(float), stats_at = ids_at + candidates * sizeof(int32_t);
+    const size_t bytes = stats_at + (size_t)n_rows * sizeof(cuda_row_top);
     unsigned char *device = static_cast<unsigned char *>(b->top_device);
-    float *d_logits = reinterpret_cast<float *>(device);
-    int32_t *d_ids = reinterpret_cast<int32_t *>(device + candidates * sizeof(float));
-    cuda_row_top *d_stats = reinterpret_cast<cuda_row_top *>(device + align_up(candidates * 8, 8));
-    const size_t bytes = align_up(candidates * 8, 8) + (size_t)n_rows * sizeof(cuda_row_top);
-    KITE_TRY(cuda_top_candidates(b->kept_logits, n_rows, vocab, k, d_logits, d_ids, d_stats,
+    KITE_TRY(cuda_top_candidates(b->kept_logits, n_rows, vocab, k, reinterpret_cast<float *>(device),
+                                 reinterpret_cast<int32_t *>(device + ids_at), reinterpret_cast<cuda_row_top *>(device + stats_at),
                                  device + top_copied_bytes(b->top_rows), b->stream));
     CUDA_CHECK(cudaMemcpyAsync(b->top_host, b->top_device, bytes, cudaMemcpyDeviceToHost, b->stream));
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     const unsigned char *host = static_cast<const unsigned char *>(b->top_host);
     memcpy(top_logits, host, candidates * sizeof(float));
-    memcpy(top_ids, host + candidates * sizeof(float), candidates * sizeof(int32_t));
-    memcpy(stats, host + align_up(candidates * 8, 8), (size_t)n_rows * sizeof(backend_row_top));
+    memcpy(top_ids, host + ids_at, candidates * sizeof(int32_t));
+    memcpy(stats, host + stats_at, (size_t)n_rows * sizeof(backend_row_top));
     return KITE_OK;
 }
 

@@ -321,17 +321,38 @@ __global__ void argmax_rows_partials_kernel(const argmax_entry *partial, int n_p
     if (threadIdx.x == 0) out[row] = argmax_id(best);
 }
 
-int rows_sm_count = 0;
+/* The device's limits the launches size their grids and shared memory by, queried once (0 shared memory per
+ * SM: unknown, so the larger raw-staging layout is never taken; 132 SMs, the H200's, if the count is unknown). */
+struct device_limits {
+    int sm_count, smem_per_sm, smem_reserved_per_block;
+};
 
-int sm_count(void) {
-    if (rows_sm_count == 0) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&rows_sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-            rows_sm_count = 132;
+device_limits query_device_limits(void) {
+    device_limits l = {132, 0, 0};
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return l;
     }
-    return rows_sm_count;
+    int count = 0, per_sm = 0, reserved = 0;
+    const bool have_count = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+    const bool have_smem = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess &&
+                           cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) == cudaSuccess;
+    if (have_count) l.sm_count = count;
+    if (have_smem) {
+        l.smem_per_sm = per_sm;
+        l.smem_reserved_per_block = reserved;
+    }
+    if (!have_count || !have_smem) (void)cudaGetLastError(); /* a failed query is not a later launch's error */
+    return l;
 }
+
+const device_limits &limits(void) {
+    static const device_limits l = query_device_limits();
+    return l;
+}
+
+int sm_count(void) { return limits().sm_count; }
 
 /* One product as cuda_gemm_rows was asked for it. */
 struct rows_call {
@@ -347,23 +368,20 @@ struct rows_call {
     bool pdl, y_settled;
 };
 
-int rows_smem_per_sm = 0, rows_smem_reserved = 0;
+/* Whether a block with `static_bytes` + `dynamic_bytes` of shared memory still fits BLOCKS_PER_SM times on an SM. */
+bool fits_blocks_per_sm(size_t static_bytes, size_t dynamic_bytes) {
+    const device_limits &l = limits();
+    const size_t per_block = static_bytes + dynamic_bytes + (size_t)l.smem_reserved_per_block;
+    return l.smem_per_sm > 0 && (size_t)BLOCKS_PER_SM * per_block <= (size_t)l.smem_per_sm;
+}
 
-/* Whether a block of `kernel` with `dynamic_bytes` of shared memory still fits BLOCKS_PER_SM times on an SM. */
-bool fits_blocks_per_sm(const void *kernel, size_t dynamic_bytes) {
-    if (rows_smem_per_sm == 0) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&rows_smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&rows_smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess) {
-            rows_smem_per_sm = -1; /* unknown: never take the larger layout */
-            return false;
-        }
-    }
+/* A kernel's static shared memory; if it cannot be read, more than any SM holds (the error is cleared, so a later
+ * launch check does not report it). */
+size_t static_smem_of(const void *kernel) {
     cudaFuncAttributes attributes;
-    if (rows_smem_per_sm < 0 || cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) return false;
-    const size_t per_block = dynamic_bytes + attributes.sharedSizeBytes + (size_t)rows_smem_reserved;
-    return (size_t)BLOCKS_PER_SM * per_block <= (size_t)rows_smem_per_sm;
+    if (cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess) return attributes.sharedSizeBytes;
+    (void)cudaGetLastError();
+    return SIZE_MAX / 4;
 }
 
 template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16, bool RAW>
@@ -394,9 +412,10 @@ kite_status gemm_rows_launch(const rows_call &c) {
 template <int NT, int EPILOGUE, bool Y_BF16>
 kite_status gemm_rows_launch_fp32(const rows_call &c) {
     if constexpr (NT == 1) {
+        static const size_t raw_static_smem =
+            static_smem_of(reinterpret_cast<const void *>(gemm_rows_kernel<1, EPILOGUE, false, Y_BF16, true>));
         const size_t raw_smem = 8 * (size_t)staged_stride(c.cols) * sizeof(bf16) + 9 * (size_t)c.cols * sizeof(float);
-        if (fits_blocks_per_sm(reinterpret_cast<const void *>(gemm_rows_kernel<1, EPILOGUE, false, Y_BF16, true>), raw_smem))
-            return gemm_rows_launch<1, EPILOGUE, false, Y_BF16, true>(c);
+        if (fits_blocks_per_sm(raw_static_smem, raw_smem)) return gemm_rows_launch<1, EPILOGUE, false, Y_BF16, true>(c);
     }
     return gemm_rows_launch<NT, EPILOGUE, false, Y_BF16, false>(c);
 }
