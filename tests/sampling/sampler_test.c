@@ -470,27 +470,34 @@ static double chi_square(const int *counts, const double *expected, int n, int d
     return chi;
 }
 
+/* A filter combination of the table-driven tests, and the sampler parameters it stands for. */
+typedef struct filter_case {
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+} filter_case;
+
+static sampler_params filter_params(const filter_case *f, uint64_t seed) {
+    sampler_params p = sampler_params_default();
+    p.temperature = f->temperature;
+    p.top_k = f->top_k;
+    p.top_p = f->top_p;
+    p.min_p = f->min_p;
+    p.seed = seed;
+    return p;
+}
+
 static void test_frequencies_match_softmax(void) {
     enum { n = 8, draws = 200000 };
     float logits[n] = {0.3f, -1.2f, 2.0f, 0.0f, -INFINITY, 1.1f, -0.4f, 0.7f};
     int counts[n];
     double expected[n];
-    struct {
-        float temperature;
-        int32_t top_k;
-        float top_p;
-        float min_p;
-    } cases[] = {
+    const filter_case cases[] = {
         {1.0f, 0, 1.0f, 0.0f}, {0.7f, 0, 1.0f, 0.0f}, {2.5f, 0, 1.0f, 0.0f}, {0.8f, 5, 1.0f, 0.0f},
         {0.8f, 0, 0.9f, 0.0f}, {1.0f, 0, 1.0f, 0.1f}, {1.3f, 6, 0.85f, 0.2f},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        sampler_params p = sampler_params_default();
-        p.temperature = cases[c].temperature;
-        p.top_k = cases[c].top_k;
-        p.top_p = cases[c].top_p;
-        p.min_p = cases[c].min_p;
-        p.seed = 1000 + c;
+        sampler_params p = filter_params(&cases[c], 1000 + c);
         reference_distribution(&p, logits, n, expected);
         CHECK(count_draws(&p, logits, n, draws, counts));
         int degrees = 0;
@@ -726,22 +733,13 @@ static void test_sample_top_matches_full_row(void) {
     float *logits = malloc((size_t)vocab * sizeof *logits);
     int *order = malloc((size_t)vocab * sizeof *order);
     top_row_buffers buffers;
-    const struct {
-        float temperature;
-        int32_t top_k;
-        float top_p, min_p;
-    } cases[] = {
+    const filter_case cases[] = {
         {1.0f, 40, 1.0f, 0.0f}, {0.7f, 40, 0.9f, 0.0f}, {1.3f, 64, 0.95f, 0.05f}, {0.2f, 5, 1.0f, 0.0f},
         {3.0f, 1, 1.0f, 0.0f},  {1.0f, 64, 0.5f, 0.1f}, {50.0f, 20, 0.99f, 0.0f}, {0.0f, 0, 1.0f, 0.0f},
     };
     int compared = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        sampler_params p = sampler_params_default();
-        p.temperature = cases[c].temperature;
-        p.top_k = cases[c].top_k;
-        p.top_p = cases[c].top_p;
-        p.min_p = cases[c].min_p;
-        p.seed = 1000 + c;
+        sampler_params p = filter_params(&cases[c], 1000 + c);
         sampler *full = NULL, *top = NULL;
         CHECK(KITE_OK == sampler_create(&p, vocab, &full));
         CHECK(KITE_OK == sampler_create(&p, vocab, &top));
