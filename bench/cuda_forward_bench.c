@@ -4,7 +4,7 @@
  * one warm-up excluded, median of the repeats. Prints tok/s, ms/token and the fraction of the floor:
  * HBM bytes (weights + KV read) at 4.3 TB/s for decode, bf16 tensor FLOPs at 790 TFLOP/s for prefill.
  *
- * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5]
+ * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--block-size 16]
  *                           [--variants]   (decode also without PDL and without the graph)
  *                           [--anatomy]    (decode with each part of a layer left out, then launched twice:
  *                                           what one part costs inside the graph, as differences)
@@ -22,7 +22,6 @@
 
 #define HBM_BYTES_PER_S 4.3e12
 #define TENSOR_FLOPS 790e12
-#define BLOCK_SIZE 16
 #define MAX_LIST 8
 
 static double now_s(void) {
@@ -64,6 +63,7 @@ static double median(double *v, int n) {
 /* Sequence s owns the block table table + s * seq_blocks (scattered blocks, disjoint between sequences). */
 static int32_t *table;
 static int seq_blocks;
+static int block_size = 16; /* positions per KV cache block (--block-size), the engine's default */
 
 static void forward(backend *b, int seq, const int32_t *tokens, int n, int before, int wants) {
     int32_t start[2] = {0, n}, ctx = before + n;
@@ -163,8 +163,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--variants")) variants = 1;
         else if (!strcmp(argv[i], "--anatomy")) anatomy = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
+        else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--batch 1,8,32]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--batch 1,8,32] [--block-size 16]\n", argv[0]);
             return 2;
         }
     }
@@ -197,9 +198,13 @@ int main(int argc, char **argv) {
     int max_ctx = 0;
     for (int i = 0; i < n_prompts; i++) max_ctx = prompts[i] > max_ctx ? prompts[i] : max_ctx;
     for (int i = 0; i < n_depths; i++) max_ctx = depths[i] + n_gen > max_ctx ? depths[i] + n_gen : max_ctx;
-    seq_blocks = (max_ctx + BLOCK_SIZE - 1) / BLOCK_SIZE + 1;
+    if (block_size < 1 || block_size > 4096) {
+        fprintf(stderr, "--block-size %d: expected 1 .. 4096 positions\n", block_size);
+        return 2;
+    }
+    seq_blocks = (max_ctx + block_size - 1) / block_size + 1;
     const int n_blocks = seq_blocks * max_batch;
-    TRY(gpu->ops->kv_reserve(gpu, n_blocks, BLOCK_SIZE));
+    TRY(gpu->ops->kv_reserve(gpu, n_blocks, block_size));
     table = malloc((size_t)n_blocks * sizeof *table);
     int32_t *tokens = malloc((size_t)(max_ctx + 257) * sizeof *tokens); /* + the first token of 256 sequences */
     for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i; /* scattered, not identity */
