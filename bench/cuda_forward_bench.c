@@ -4,7 +4,7 @@
  * one warm-up excluded, median of the repeats. Prints tok/s, ms/token and the fraction of the floor:
  * HBM bytes (weights + KV read) at 4.3 TB/s for decode, bf16 tensor FLOPs at 790 TFLOP/s for prefill.
  *
- * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--block-size 16]
+ * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--block-size 128]
  *                           [--variants]   (decode also without PDL and without the graph)
  *                           [--anatomy]    (decode with each part of a layer left out, then launched twice:
  *                                           what one part costs inside the graph, as differences)
@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
+#include "kite.h"
 #include "model/dummy.h"
 
 #define HBM_BYTES_PER_S 4.3e12
@@ -63,7 +64,7 @@ static double median(double *v, int n) {
 /* Sequence s owns the block table table + s * seq_blocks (scattered blocks, disjoint between sequences). */
 static int32_t *table;
 static int seq_blocks;
-static int block_size = 16; /* positions per KV cache block (--block-size), the engine's default */
+static int block_size; /* positions per KV cache block (--block-size; default: the engine's) */
 
 static void forward(backend *b, int seq, const int32_t *tokens, int n, int before, int wants) {
     int32_t start[2] = {0, n}, ctx = before + n;
@@ -150,6 +151,7 @@ static void print_anatomy(backend *b, const int32_t *tokens, int n_seqs, int dep
 
 int main(int argc, char **argv) {
     const char *shape = "qwen3-0.6b-base";
+    block_size = kite_engine_params_default().kv_block_size;
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
     int batches[MAX_LIST] = {1}, n_batches = 1;
@@ -165,7 +167,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--batch 1,8,32] [--block-size 16]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--batch 1,8,32] [--block-size 128]\n", argv[0]);
             return 2;
         }
     }

@@ -163,7 +163,7 @@ typedef struct kite_engine_params {
                                     max_context tokens of one sequence plus headroom (CPU) */
     float kv_cache_fraction;     /* default 0.9 */
     int32_t max_context;         /* 0 = the model's max_position_embeddings, capped at 65,536 */
-    int32_t kv_block_size;       /* positions per KV block (default 16) */
+    int32_t kv_block_size;       /* positions per KV block (default 128) */
 } kite_engine_params;
 
 kite_engine_params kite_engine_params_default(void);

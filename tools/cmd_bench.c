@@ -500,8 +500,8 @@ static int run_bench(const bench_options *o) {
     kite_status status = o->dummy ? kite_model_load_dummy(o->dummy, o->seed, &o->load, &model)
                                   : kite_model_load(o->model_dir, &o->load, &model);
     if (status != KITE_OK) return cli_report("load", status);
-    bench_context b = {.model = model, .config = &model->config, .target = model->backend, .block_size = 16,
-                       .rng = o->seed ^ 0x5eedull};
+    bench_context b = {.model = model, .config = &model->config, .target = model->backend,
+                       .block_size = kite_engine_params_default().kv_block_size, .rng = o->seed ^ 0x5eedull};
     /* One contiguous block run per sequence, as long as the longest row needs. */
     int32_t max_positions = 0, max_seqs = 1;
     for (size_t i = 0; i < o->n_prefill; i++) max_positions = o->prefill[i] > max_positions ? o->prefill[i] : max_positions;

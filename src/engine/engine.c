@@ -65,9 +65,13 @@ static double now_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* KV blocks of 128 positions: measured on the H200 (0.6B, session 8, cuda_forward_bench --block-size) against
+ * 16, batched decode B=8 -6% per step (the bulk-fed attention copies one run per tile instead of two and its
+ * producer walks a shorter table), single stream -2% at depth 256, nothing slower; a sequence wastes less than
+ * one block. */
 kite_engine_params kite_engine_params_default(void) {
     return (kite_engine_params){.max_sequences = 256, .max_step_tokens = 2048, .kv_cache_bytes = 0,
-                                .kv_cache_fraction = 0.9f, .max_context = 0, .kv_block_size = 16};
+                                .kv_cache_fraction = 0.9f, .max_context = 0, .kv_block_size = 128};
 }
 
 kite_request kite_request_default(void) {

@@ -118,9 +118,9 @@ static void run_case(const char *model_name, size_t kv_cache_bytes, bool expect_
 static void test_batch_invariance_dummy_0_6b(void) { run_case("qwen3-0.6b-base", 0, false); }
 
 static void test_preemption_dummy_0_6b(void) {
-    /* 114,688 bytes per position in bf16: 30 blocks of 16 = 480 positions, where the six requests need
-     * about 640 at once (the longest alone needs 284). */
-    run_case("qwen3-0.6b-base", (size_t)114688 * 16 * 30, true);
+    /* 114,688 bytes per position in bf16: 512 positions (4 blocks of the default 128), where the six requests
+     * need about 640 at once (the longest alone needs 284). */
+    run_case("qwen3-0.6b-base", (size_t)114688 * 512, true);
 }
 
 /* The tiny checkpoint has head_dim 32; the CUDA kernels implement head_dim 128 (every Qwen3 dense size).
