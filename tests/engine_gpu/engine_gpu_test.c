@@ -63,7 +63,8 @@ static kite_model *load(const char *what) {
     return m;
 }
 
-static void run_case(const char *model_name, size_t kv_cache_bytes, bool expect_preemption) {
+/* kv_block_size 0: the engine's default. */
+static void run_case(const char *model_name, size_t kv_cache_bytes, int32_t kv_block_size, bool expect_preemption) {
     kite_model *m = load(model_name);
     if (!m) return;
     int32_t vocab = kite_model_get_info(m).vocab_size;
@@ -77,6 +78,7 @@ static void run_case(const char *model_name, size_t kv_cache_bytes, bool expect_
     kite_engine_params params = kite_engine_params_default();
     params.max_step_tokens = 96; /* long prompts are read in chunks, mixed with decode */
     params.kv_cache_bytes = kv_cache_bytes;
+    if (kv_block_size > 0) params.kv_block_size = kv_block_size;
     kite_engine *e = NULL;
     kite_status s = kite_engine_create(m, &params, &e);
     CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
@@ -115,12 +117,13 @@ static void run_case(const char *model_name, size_t kv_cache_bytes, bool expect_
     kite_model_free(m);
 }
 
-static void test_batch_invariance_dummy_0_6b(void) { run_case("qwen3-0.6b-base", 0, false); }
+static void test_batch_invariance_dummy_0_6b(void) { run_case("qwen3-0.6b-base", 0, 0, false); }
 
 static void test_preemption_dummy_0_6b(void) {
-    /* 114,688 bytes per position in bf16: 512 positions (4 blocks of the default 128), where the six requests
-     * need about 640 at once (the longest alone needs 284). */
-    run_case("qwen3-0.6b-base", (size_t)114688 * 512, true);
+    /* 114,688 bytes per position in bf16: 30 blocks of 16 = 480 positions, where the six requests need
+     * about 640 at once (the longest alone needs 284). Blocks of 16, not the default 128: with 4 blocks of 128
+     * the requests' block demand never exceeded the budget (no preemption, run s8r6). */
+    run_case("qwen3-0.6b-base", (size_t)114688 * 16 * 30, 16, true);
 }
 
 /* The tiny checkpoint has head_dim 32; the CUDA kernels implement head_dim 128 (every Qwen3 dense size).
@@ -137,7 +140,7 @@ static void test_batch_invariance_tiny(void) {
     }
     CHECK_MSG(s == KITE_OK, "tiny: %s", kite_last_error());
     kite_model_free(m);
-    if (s == KITE_OK) run_case("tiny", 0, false);
+    if (s == KITE_OK) run_case("tiny", 0, 0, false);
 }
 
 /* Tokens and logprobs a sampled request received. */
