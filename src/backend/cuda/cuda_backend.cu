@@ -349,36 +349,48 @@ kite_status ensure_tokens(cuda_backend *b, int32_t n_tokens) {
     return KITE_OK;
 }
 
+/* The capacity a growing buffer takes: `initial` while empty, doubled until it holds `need`. */
+template <typename T>
+T grown_capacity(T current, T initial, T need) {
+    T capacity = current ? current : initial;
+    while (capacity < need) capacity *= 2;
+    return capacity;
+}
+
+/* Replaces a device buffer and its pinned host twin (the staging of its copies) with new ones of the given sizes;
+ * the caller has synchronised the stream and set the capacity it keeps to 0 until this returns KITE_OK. */
+template <typename D, typename H>
+kite_status replace_device_and_pinned(D **device, size_t device_bytes, H **host, size_t host_bytes) {
+    if (*device) CUDA_CHECK(cudaFree(*device));
+    if (*host) CUDA_CHECK(cudaFreeHost(*host));
+    *device = NULL;
+    *host = NULL;
+    CUDA_CHECK(cudaMalloc(device, device_bytes));
+    CUDA_CHECK(cudaMallocHost(host, host_bytes));
+    return KITE_OK;
+}
+
 kite_status ensure_meta(cuda_backend *b, size_t n_ints) {
     if (n_ints <= b->meta_capacity) return KITE_OK;
-    size_t capacity = b->meta_capacity ? b->meta_capacity : 4096;
-    while (capacity < n_ints) capacity *= 2;
+    const size_t capacity = grown_capacity(b->meta_capacity, (size_t)4096, n_ints);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    if (b->meta_host) CUDA_CHECK(cudaFreeHost(b->meta_host));
-    if (b->meta_device) CUDA_CHECK(cudaFree(b->meta_device));
-    b->meta_host = NULL;
-    b->meta_device = NULL;
     b->meta_capacity = 0;
-    CUDA_CHECK(cudaMallocHost(&b->meta_host, capacity * sizeof(int32_t)));
-    CUDA_CHECK(cudaMalloc(&b->meta_device, capacity * sizeof(int32_t)));
+    KITE_TRY(replace_device_and_pinned(&b->meta_device, capacity * sizeof(int32_t), &b->meta_host,
+                                       capacity * sizeof(int32_t)));
     b->meta_capacity = capacity;
     return KITE_OK;
 }
 
 kite_status ensure_logits(cuda_backend *b, int32_t rows) {
     if (rows <= b->logits_rows) return KITE_OK;
-    int32_t capacity = b->logits_rows ? b->logits_rows : 8;
-    while (capacity < rows) capacity *= 2;
+    const int32_t capacity = grown_capacity(b->logits_rows, (int32_t)8, rows);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     if (b->logits) CUDA_CHECK(cudaFree(b->logits));
-    if (b->ids_device) CUDA_CHECK(cudaFree(b->ids_device));
-    if (b->ids_host) CUDA_CHECK(cudaFreeHost(b->ids_host));
     b->logits = NULL;
-    b->ids_device = b->ids_host = NULL;
     b->logits_rows = 0;
     CUDA_CHECK(cudaMalloc(&b->logits, (size_t)capacity * (size_t)b->config.vocab_size * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&b->ids_device, (size_t)capacity * sizeof(int32_t)));
-    CUDA_CHECK(cudaMallocHost(&b->ids_host, (size_t)capacity * sizeof(int32_t)));
+    KITE_TRY(replace_device_and_pinned(&b->ids_device, (size_t)capacity * sizeof(int32_t), &b->ids_host,
+                                       (size_t)capacity * sizeof(int32_t)));
     b->logits_rows = capacity;
     return KITE_OK;
 }
@@ -737,16 +749,12 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
 kite_status ensure_batch_step(cuda_backend *b, size_t table_ints) {
     const size_t need = (size_t)BATCH_TABLES + table_ints;
     if (need <= b->bat_step_ints) return KITE_OK;
-    size_t capacity = b->bat_step_ints ? b->bat_step_ints : (size_t)BATCH_TABLES + 4096;
-    while (capacity < need) capacity *= 2;
+    const size_t capacity = grown_capacity(b->bat_step_ints, (size_t)BATCH_TABLES + 4096, need);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     KITE_TRY(destroy_batch_graphs(b));
-    if (b->bat_step_device) CUDA_CHECK(cudaFree(b->bat_step_device));
-    if (b->bat_step_host) CUDA_CHECK(cudaFreeHost(b->bat_step_host));
-    b->bat_step_device = b->bat_step_host = NULL;
     b->bat_step_ints = 0;
-    CUDA_CHECK(cudaMalloc(&b->bat_step_device, capacity * sizeof(int32_t)));
-    CUDA_CHECK(cudaMallocHost(&b->bat_step_host, capacity * sizeof(int32_t)));
+    KITE_TRY(replace_device_and_pinned(&b->bat_step_device, capacity * sizeof(int32_t), &b->bat_step_host,
+                                       capacity * sizeof(int32_t)));
     b->bat_step_ints = capacity;
     return KITE_OK;
 }
@@ -975,10 +983,7 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
     KITE_TRY(destroy_decode_graphs(b));
     KITE_TRY(destroy_batch_graphs(b));
     if (b->kv_cache) CUDA_CHECK(cudaFree(b->kv_cache));
-    if (b->step_device) CUDA_CHECK(cudaFree(b->step_device));
-    if (b->step_host) CUDA_CHECK(cudaFreeHost(b->step_host));
     b->kv_cache = NULL;
-    b->step_device = b->step_host = NULL;
     b->kv_blocks = b->kv_block_size = 0;
     /* One block more than asked: the scratch block where the batched path's dummy rows write. */
     const size_t layer_elements =
@@ -992,8 +997,8 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
                          "cuda backend: KV cache of %d blocks x %d positions (%zu bytes): cudaMalloc failed: %s",
                          n_blocks, block_size, bytes, cudaGetErrorName(e));
     }
-    CUDA_CHECK(cudaMalloc(&b->step_device, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t)));
-    CUDA_CHECK(cudaMallocHost(&b->step_host, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t)));
+    const size_t step_bytes = (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t);
+    KITE_TRY(replace_device_and_pinned(&b->step_device, step_bytes, &b->step_host, step_bytes));
     b->kv_layer_elements = layer_elements;
     b->kv_blocks = n_blocks;
     b->kv_block_size = block_size;
@@ -1064,16 +1069,12 @@ size_t top_copied_bytes(int32_t rows) {
 
 kite_status ensure_top(cuda_backend *b, int32_t rows) {
     if (rows <= b->top_rows) return KITE_OK;
-    int32_t capacity = b->top_rows ? b->top_rows : 8;
-    while (capacity < rows) capacity *= 2;
+    const int32_t capacity = grown_capacity(b->top_rows, (int32_t)8, rows);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    if (b->top_device) CUDA_CHECK(cudaFree(b->top_device));
-    if (b->top_host) CUDA_CHECK(cudaFreeHost(b->top_host));
-    b->top_device = b->top_host = NULL;
     b->top_rows = 0;
-    CUDA_CHECK(cudaMalloc(&b->top_device,
-                          top_copied_bytes(capacity) + cuda_top_candidates_workspace(capacity, b->config.vocab_size)));
-    CUDA_CHECK(cudaMallocHost(&b->top_host, top_copied_bytes(capacity)));
+    KITE_TRY(replace_device_and_pinned(
+        &b->top_device, top_copied_bytes(capacity) + cuda_top_candidates_workspace(capacity, b->config.vocab_size),
+        &b->top_host, top_copied_bytes(capacity)));
     b->top_rows = capacity;
     return KITE_OK;
 }
