@@ -43,6 +43,96 @@ __device__ __forceinline__ void norm_rope_head(const float *src, const float w[4
 }
 
 
+/* Merges running (max, sum) pairs (base 2): (m, l) takes in (m_other, l_other). */
+__device__ __forceinline__ void merge_max_sum(float &m, float &l, float m_other, float l_other) {
+    const float m_new = fmaxf(m, m_other);
+    l = l * exp2f(m - m_new) + l_other * exp2f(m_other - m_new);
+    m = m_new;
+}
+
+/* Combines the n_used splits of GROUP heads, written to the workspace rows (first_row + g) * n_splits + split,
+ * into out_heads (GROUP rows of HEAD_DIM). It runs in the last block to finish, so it is the kernel's tail, and
+ * every load of a phase is independent of the others (about one L2 round trip per phase):
+ *   1. thread t folds the (max, sum) of splits t, t + THREADS, ...; the block merges them;
+ *   2. warp w sums the accumulators of splits w, w + WARPS, ... (4 dims per lane), each scaled by
+ *      exp2(its max - the overall max); the warps' sums meet in shared memory.
+ * (One thread per dim looping over all splits was a chain of ~36 dependent L2 round trips at 66 splits.) */
+template <int GROUP, typename OutT>
+__device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP> &partials, const float *ws_acc,
+                                               const float2 *ws_stats, size_t first_row, int n_splits, int n_used,
+                                               OutT *out_heads) {
+    static_assert(THREADS == HEAD_DIM, "thread d writes output dim d");
+    constexpr int WARPS = THREADS / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    float m[GROUP], l[GROUP];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = DECODE_NO_SCORE;
+        l[g] = 0.0f;
+    }
+    for (int sp = threadIdx.x; sp < n_used; sp += THREADS) {
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            const float2 st = __ldcg(&ws_stats[(first_row + g) * (size_t)n_splits + sp]);
+            merge_max_sum(m[g], l[g], st.x, st.y);
+        }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            const float m_other = __shfl_xor_sync(0xffffffffu, m[g], offset);
+            const float l_other = __shfl_xor_sync(0xffffffffu, l[g], offset);
+            merge_max_sum(m[g], l[g], m_other, l_other);
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            partials.m[warp][g] = m[g];
+            partials.l[warp][g] = l[g];
+        }
+    }
+    __syncthreads();
+    float m_all[GROUP], l_all[GROUP];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        m_all[g] = DECODE_NO_SCORE;
+        l_all[g] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) merge_max_sum(m_all[g], l_all[g], partials.m[w][g], partials.l[w][g]);
+    }
+
+    float4 a[GROUP];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) a[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int sp = warp; sp < n_used; sp += WARPS) {
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            const size_t row = (first_row + g) * (size_t)n_splits + sp;
+            const float f = exp2f(__ldcg(&ws_stats[row]).x - m_all[g]);
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(ws_acc + row * HEAD_DIM) + lane);
+            a[g].x += v.x * f;
+            a[g].y += v.y * f;
+            a[g].z += v.z * f;
+            a[g].w += v.w * f;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) *reinterpret_cast<float4 *>(&partials.acc[warp][g][4 * lane]) = a[g];
+    __syncthreads();
+    const int d = threadIdx.x;
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) sum += partials.acc[w][g][d];
+        store_decode_out(&out_heads[(size_t)g * HEAD_DIM + d], sum / l_all[g]);
+    }
+}
+
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
  * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
 template <int GROUP, typename OutT>
@@ -195,22 +285,8 @@ __global__ void __launch_bounds__(THREADS)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-#pragma unroll
-    for (int g = 0; g < GROUP; g++) {
-        const size_t base = (seq_heads + (size_t)(first_head + g)) * (size_t)n_splits;
-        float m_all = DECODE_NO_SCORE;
-#pragma unroll 8
-        for (int sp = 0; sp < n_used; sp++) m_all = fmaxf(m_all, __ldcg(&ws_stats[base + sp]).x);
-        float l_all = 0.0f, a_all = 0.0f;
-#pragma unroll 8
-        for (int sp = 0; sp < n_used; sp++) {
-            const float2 st = __ldcg(&ws_stats[base + sp]);
-            const float f = exp2f(st.x - m_all);
-            l_all += st.y * f;
-            a_all += __ldcg(&ws_acc[(base + sp) * HEAD_DIM + d]) * f;
-        }
-        store_decode_out(&out[(size_t)(first_head + g) * HEAD_DIM + d], a_all / l_all);
-    }
+    combine_splits<GROUP>(partials, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
+                          out + (size_t)first_head * HEAD_DIM);
     if (threadIdx.x == 0) counters[counter_index] = 0;
 }
 
