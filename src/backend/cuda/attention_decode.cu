@@ -43,6 +43,15 @@ __device__ __forceinline__ void norm_rope_head(const float *src, const float w[4
 }
 
 
+/* (block, slot) of the position step further on, from those of a position. */
+__device__ __forceinline__ void advance_slot(int &block, int &slot, int step, int block_size) {
+    slot += step;
+    while (slot >= block_size) {
+        slot -= block_size;
+        block++;
+    }
+}
+
 /* Merges running (max, sum) pairs (base 2): (m, l) takes in (m_other, l_other). */
 __device__ __forceinline__ void merge_max_sum(float &m, float &l, float m_other, float l_other) {
     const float m_new = fmaxf(m, m_other);
@@ -227,22 +236,32 @@ __global__ void __launch_bounds__(THREADS)
     stream_init<GROUP>(m, l, acc);
 
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
+    /* The cache block and slot of this stream's first position of the round, advanced by 2 x STREAMS positions
+     * per round (a division per position was ~25 instructions per lane). */
+    const size_t block_stride = (size_t)2 * kv.n_kv_heads * kv.block_size * HEAD_DIM;
+    const size_t v_offset = (size_t)kv.n_kv_heads * kv.block_size * HEAD_DIM;
+    const bf16 *head_cache = cache + (size_t)kv_head * kv.block_size * HEAD_DIM;
+    int round_block = (begin + stream) / kv.block_size, round_slot = (begin + stream) % kv.block_size;
     for (int round = 0; round < n_rounds; round += 2) {
         /* Two positions per stream in flight: 8 loads of 16 bytes per lane. */
         uint4 k[2][2], v[2][2];
         bool valid[2];
+        int block = round_block, slot = round_slot;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int p = begin + (round + j) * STREAMS + stream;
             valid[j] = (round + j) < n_rounds && p < end;
             if (valid[j]) {
-                const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
-                load_row(cache + kv_offset(kv, block, 0, kv_head, slot), sub, k[j][0], k[j][1]);
-                load_row(cache + kv_offset(kv, block, 1, kv_head, slot), sub, v[j][0], v[j][1]);
+                const bf16 *row = head_cache + (size_t)block_table[block] * block_stride + (size_t)slot * HEAD_DIM;
+                load_row(row, sub, k[j][0], k[j][1]);
+                load_row(row + v_offset, sub, v[j][0], v[j][1]);
             } else {
                 k[j][0] = k[j][1] = v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
             }
+            advance_slot(block, slot, STREAMS, kv.block_size);
         }
+        round_block = block;
+        round_slot = slot;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             float kf[16], vf[16];
@@ -250,10 +269,13 @@ __global__ void __launch_bounds__(THREADS)
             bf16x8_to_float(k[j][1], kf + 8);
             float s[GROUP];
             stream_scores<GROUP>(qr, kf, s);
-            if (!valid[j]) continue;
+            if (!valid[j]) {
+#pragma unroll
+                for (int g = 0; g < GROUP; g++) s[g] = -INFINITY; /* adds nothing, moves no max */
+            }
             bf16x8_to_float(v[j][0], vf);
             bf16x8_to_float(v[j][1], vf + 8);
-            online_softmax_add<GROUP>(m, l, acc, s, vf);
+            online_softmax_add_warp<GROUP>(m, l, acc, s, vf);
         }
     }
 

@@ -90,6 +90,32 @@ __device__ __forceinline__ void online_softmax_add(float m[GROUP], float l[GROUP
     }
 }
 
+/* online_softmax_add for a whole converged warp (every lane calls it), with the rescale deferred: a stream's
+ * running max m moves only when some lane's score exceeds its m by more than DECODE_RESCALE_MARGIN (base 2), a
+ * warp-uniform branch, so most positions skip the accumulator's multiply by the correction. The terms
+ * p = exp2(s - m) may then reach 2^DECODE_RESCALE_MARGIN, harmless in fp32; the result is the same, since the
+ * merges and the final division use the same m as the terms. A score of -INFINITY adds nothing. */
+constexpr float DECODE_RESCALE_MARGIN = 8.0f;
+template <int GROUP>
+__device__ __forceinline__ void online_softmax_add_warp(float m[GROUP], float l[GROUP], float acc[GROUP][16],
+                                                        const float s[GROUP], const float vf[16]) {
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        if (__any_sync(0xffffffffu, s[g] > m[g] + DECODE_RESCALE_MARGIN)) {
+            const float m_new = fmaxf(m[g], s[g]);
+            const float correction = exp2f(m[g] - m_new);
+            m[g] = m_new;
+            l[g] *= correction;
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[g][i] *= correction;
+        }
+        const float p = exp2f(s[g] - m[g]);
+        l[g] += p;
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+    }
+}
+
 /* Merges the 4 streams of a warp (lanes 8 and 16 apart): afterwards lanes 0-7 hold the warp's result. */
 template <int GROUP>
 __device__ __forceinline__ void merge_warp_streams(float m[GROUP], float l[GROUP], float acc[GROUP][16]) {
