@@ -8,8 +8,10 @@
  * Inside a block 16 independent streams of 8 lanes walk the range (stream i takes positions i, i + 16,
  * ...); lane j of a stream holds 16 dims of K, V and the accumulator (stream_dim), so one position
  * costs each lane two 16-byte loads of K and two of V. Each stream keeps its own running max and sum
- * (online softmax in fp32, base 2); streams merge by shuffles, warps through shared memory, splits in
- * the last block to finish (a per-head-group counter, reset by that block).
+ * (online softmax in fp32, base 2; the accumulator is rescaled only when a score passes the max by more than
+ * 2^8, online_softmax_add_warp); streams merge by shuffles, warps through shared memory, splits in the last
+ * block to finish (a per-head-group counter, reset by that block; combine_splits, two phases of independent
+ * loads).
  * Each split covers at least MIN_CHUNK positions, so a short context uses few splits (blocks past the
  * last used split leave at once); with one split the block writes the output itself (no workspace, no
  * counter, no combine: the latency chain of a short-context step is what costs there). Every block normalises and rotates its own
