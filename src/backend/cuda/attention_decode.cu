@@ -316,6 +316,26 @@ __global__ void __launch_bounds__(THREADS)
 
 } // namespace
 
+extern "C" kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int *blocks) {
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: %d heads over %d kv heads", n_heads, n_kv_heads);
+    const int group = decode_group_size(n_heads / n_kv_heads);
+    /* The fp32- and bf16-output kernels of a group (single stream, batches) may differ: the fewer counts. */
+    int as_f32 = 0, as_bf16 = 0;
+#define OCCUPANCY(G)                                                                                     \
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_f32, attention_decode_kernel<G, float>, THREADS, 0)); \
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_bf16, attention_decode_kernel<G, bf16>, THREADS, 0))
+    switch (group) {
+    case 4: OCCUPANCY(4); break;
+    case 2: OCCUPANCY(2); break;
+    default: OCCUPANCY(1); break;
+    }
+#undef OCCUPANCY
+    *blocks = as_f32 < as_bf16 ? as_f32 : as_bf16;
+    if (*blocks < 1) *blocks = 1;
+    return KITE_OK;
+}
+
 extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int n_splits) {
     return (size_t)n_heads * (size_t)n_splits * ((size_t)head_dim * sizeof(float) + sizeof(float2));
 }

@@ -86,6 +86,10 @@ kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_layer kv, c
  * then v; out: fp32 (n_heads, head_dim). workspace: cuda_attention_decode_workspace() bytes; counters:
  * n_heads unsigned ints, zero before the first call (each call leaves them zero). */
 size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int n_splits);
+/* How many blocks of the split-K attention (cuda_attention_decode, cuda_attention_decode_rows) an SM holds for
+ * n_heads query heads over n_kv_heads (the occupancy of the kernel that runs them): size n_splits so that
+ * n_kv_heads x head groups x sequences x n_splits blocks are one wave. */
+kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int *blocks);
 kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
                                   const int32_t *context_len, const float *q_norm, const float *k_norm,
                                   const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
