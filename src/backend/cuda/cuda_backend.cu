@@ -1278,8 +1278,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     const int group_heads = c->n_heads / c->n_kv_heads;
     const int head_groups = group_heads / decode_group_size(group_heads);
     b->head_groups = head_groups;
-    /* One wave of split-K blocks: 4 per SM at 128 registers (GROUP 1, 2); GROUP 4 holds 209, so 2 (Qwen3-4B at
-     * depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66, run s9r7). */
+    /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
+     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66, s9r7). */
     STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &b->split_blocks_per_sm));
     int splits = (b->split_blocks_per_sm * (b->sm_count ? b->sm_count : 132)) / (c->n_kv_heads * head_groups);
     if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
