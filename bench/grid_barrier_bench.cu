@@ -13,15 +13,7 @@
 #include <algorithm>
 
 #include "backend/cuda/grid_barrier.cuh"
-
-#define CHECK(x)                                                                                         \
-    do {                                                                                                 \
-        cudaError_t e_ = (x);                                                                            \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                             \
-            exit(1);                                                                                     \
-        }                                                                                                \
-    } while (0)
+#include "cuda_bench_check.h"
 
 constexpr int THREADS = 256;
 enum { MODE_SYNC, MODE_BARRIER, MODE_RED, MODE_STAGE, MODE_STAGE_OUT, N_MODES };

@@ -19,14 +19,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CHECK(x)                                                                                         \
-    do {                                                                                                 \
-        cudaError_t e_ = (x);                                                                            \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                             \
-            exit(1);                                                                                     \
-        }                                                                                                \
-    } while (0)
+#include "cuda_bench_check.h"
 
 constexpr int HEAD_DIM = 128, KV_HEADS = 8, BLOCK = 128, LAYERS = 28, THREADS = 128, TILE = 16;
 constexpr size_t BLOCK_ELEMENTS = (size_t)2 * KV_HEADS * BLOCK * HEAD_DIM; /* bf16 per cache block and layer */

@@ -676,6 +676,8 @@ kite_status setup_persistent_decode(cuda_backend *b) {
 
 /* ---- the batched decode path ------------------------------------------------------------------------ */
 
+/* Splits per (sequence, kv head, head group) of the split-K attention for `rows` sequences: as many as fill the
+ * device once (split_blocks_per_sm blocks per SM). The single-stream graph uses rows = 1. */
 int batch_splits(const cuda_backend *b, int32_t rows) {
     const int blocks = b->split_blocks_per_sm * (b->sm_count ? b->sm_count : 132);
     const int splits = blocks / (b->config.n_kv_heads * b->head_groups * rows);
@@ -1276,12 +1278,11 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
 
     /* Decode buffers: fixed for the life of the backend, so the captured graph stays valid. */
     const int group_heads = c->n_heads / c->n_kv_heads;
-    const int head_groups = group_heads / decode_group_size(group_heads);
-    b->head_groups = head_groups;
+    b->head_groups = group_heads / decode_group_size(group_heads);
     /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
      * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66, s9r7). */
     STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &b->split_blocks_per_sm));
-    int splits = (b->split_blocks_per_sm * (b->sm_count ? b->sm_count : 132)) / (c->n_kv_heads * head_groups);
+    int splits = batch_splits(b, 1);
     if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
     b->n_splits = splits < 1 ? 1 : splits;
     const size_t A = 256;

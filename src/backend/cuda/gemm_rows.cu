@@ -44,6 +44,13 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
  * the 8 lanes of a 16-byte load phase (two rows, 64 bytes each) fall on distinct banks. */
 __host__ __device__ __forceinline__ int staged_stride(int cols) { return (cols + 63) / 64 * 64 + 32; }
 
+/* Dynamic shared memory of a block staging NT n-tiles (NT x 8 rows) of `cols`: the bf16 rows, and with RAW the
+ * raw fp32 rows and the norm weight after them (the layout gemm_rows_kernel reads). */
+size_t staged_smem_bytes(int nt, int cols, bool raw) {
+    const size_t rows = (size_t)nt * 8;
+    return rows * (size_t)staged_stride(cols) * sizeof(bf16) + (raw ? (rows + 1) * (size_t)cols * sizeof(float) : 0);
+}
+
 /* NT: n-tiles of 8 batch rows. EPILOGUE: CUDA_GEMV_* (ADD_SETTLED runs as ADD with y_settled). X_BF16: the
  * input is bf16 (no norm); Y_BF16: the output is stored as bf16 (SWIGLU only). RAW: a fp32 input is first copied
  * as it is into shared memory by cp.async (the norm weight too, before the PDL wait) and normalised from there,
@@ -396,8 +403,7 @@ kite_status gemm_rows_launch(const rows_call &c) {
     while (k_slices > 1 && KITE_CEIL_DIV(n_tiles * k_slices, WARPS) > resident) k_slices /= 2;
     const int blocks_needed = KITE_CEIL_DIV(n_tiles * k_slices, WARPS);
     const int grid = blocks_needed < resident ? blocks_needed : resident;
-    const size_t smem = (size_t)(NT * 8) * (size_t)staged_stride(c.cols) * sizeof(bf16) +
-                        (RAW ? (size_t)(NT * 8 + 1) * (size_t)c.cols * sizeof(float) : 0);
+    const size_t smem = staged_smem_bytes(NT, c.cols, RAW);
     auto kernel = gemm_rows_kernel<NT, EPILOGUE, X_BF16, Y_BF16, RAW>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, c.stream, c.pdl, c.weight, c.x, c.norm_weight,
@@ -414,8 +420,7 @@ kite_status gemm_rows_launch_fp32(const rows_call &c) {
     if constexpr (NT == 1) {
         static const size_t raw_static_smem =
             static_smem_of(reinterpret_cast<const void *>(gemm_rows_kernel<1, EPILOGUE, false, Y_BF16, true>));
-        const size_t raw_smem = 8 * (size_t)staged_stride(c.cols) * sizeof(bf16) + 9 * (size_t)c.cols * sizeof(float);
-        if (fits_blocks_per_sm(raw_static_smem, raw_smem)) return gemm_rows_launch<1, EPILOGUE, false, Y_BF16, true>(c);
+        if (fits_blocks_per_sm(raw_static_smem, staged_smem_bytes(1, c.cols, true))) return gemm_rows_launch<1, EPILOGUE, false, Y_BF16, true>(c);
     }
     return gemm_rows_launch<NT, EPILOGUE, false, Y_BF16, false>(c);
 }
