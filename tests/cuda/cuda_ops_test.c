@@ -76,6 +76,60 @@ static void test_rmsnorm(void) {
     check_rmsnorm(9, 4100, 1);
 }
 
+/* x += the partials (in order), then the norm of the new x: both outputs against a host reference. */
+static void check_residual_rmsnorm(int rows, int dim, int n_partials) {
+    const size_t n = (size_t)rows * dim;
+    float *x = xmalloc(n * 4), *parts = xmalloc(n * n_partials * 4), *w = xmalloc((size_t)dim * 4);
+    float *x_out = xmalloc(n * 4), *outf = xmalloc(n * 4);
+    uint16_t *out = xmalloc(n * 2);
+    double *x_ref = xmalloc(n * 8), *ref = xmalloc(n * 8);
+    random_f32(x, n, 1.0f);
+    random_f32(parts, n * n_partials, 0.5f);
+    for (int i = 0; i < dim; i++) w[i] = 1.0f + 0.1f * rng_normal();
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            const size_t at = (size_t)r * dim + i;
+            double v = x[at];
+            for (int p = 0; p < n_partials; p++) v += parts[(size_t)p * n + at];
+            x_ref[at] = v;
+            ss += v * v;
+        }
+        const double scale = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; i++) ref[(size_t)r * dim + i] = x_ref[(size_t)r * dim + i] * scale * w[i];
+    }
+    float *d_x = device_buffer(n * 4, x), *d_parts = device_buffer(n * n_partials * 4, parts);
+    float *d_w = device_buffer((size_t)dim * 4, w);
+    void *d_out = device_buffer(n * 2, NULL);
+    DEVICE_CHECK(cuda_residual_rmsnorm(d_x, d_parts, n_partials, d_w, d_out, rows, dim, 1e-6f, NULL));
+    DEVICE_CHECK(kite_cuda_copy_to_host(x_out, d_x, n * 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(out, d_out, n * 2));
+    bf16_to_floats(out, outf, n);
+    const double ex = nmse(x_out, x_ref, n), e = nmse(outf, ref, n);
+    CHECK_MSG(ex < 1e-12, "residual_rmsnorm rows %d dim %d partials %d: residual nmse %g", rows, dim, n_partials, ex);
+    CHECK_MSG(e < NMSE_BF16_OUT, "residual_rmsnorm rows %d dim %d partials %d: nmse %g", rows, dim, n_partials, e);
+    CHECK(guard_intact(d_x, n * 4));
+    CHECK(guard_intact(d_out, n * 2));
+    kite_cuda_free(d_x);
+    kite_cuda_free(d_parts);
+    kite_cuda_free(d_w);
+    kite_cuda_free(d_out);
+    free(x);
+    free(parts);
+    free(w);
+    free(x_out);
+    free(outf);
+    free(out);
+    free(x_ref);
+    free(ref);
+}
+
+static void test_residual_rmsnorm(void) {
+    check_residual_rmsnorm(32, 1024, 4);
+    check_residual_rmsnorm(3, 1028, 1);
+    check_residual_rmsnorm(7, 4100, 3);
+}
+
 static void test_swiglu(void) {
     const int n = 5, inter = 3080;
     const size_t in_n = (size_t)n * 2 * inter, out_n = (size_t)n * inter;
@@ -1041,6 +1095,44 @@ static void check_gemm(cuda_gemm *gemm, int n, int m, int k, int out_f32, float 
     free(ref);
 }
 
+/* The split product: each slice's partial against its own reference. */
+static void check_gemm_split(cuda_gemm *gemm, int n, int m, int k, int slices) {
+    const size_t xn = (size_t)n * k, wn = (size_t)m * k, yn = (size_t)n * m;
+    const int ks = k / slices;
+    uint16_t *x_bits = xmalloc(xn * 2), *w_bits = xmalloc(wn * 2);
+    float *x = xmalloc(xn * 4), *w = xmalloc(wn * 4), *y = xmalloc(yn * slices * 4);
+    double *ref = xmalloc(yn * slices * 8);
+    random_bf16(x_bits, x, xn, 1.0f);
+    random_bf16(w_bits, w, wn, 0.05f);
+    for (int s = 0; s < slices; s++)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < m; j++) {
+                double acc = 0;
+                for (int l = s * ks; l < (s + 1) * ks; l++) acc += (double)x[(size_t)i * k + l] * w[(size_t)j * k + l];
+                ref[(size_t)s * yn + (size_t)i * m + j] = acc;
+            }
+    void *d_x = device_buffer(xn * 2, x_bits), *d_w = device_buffer(wn * 2, w_bits);
+    float *d_y = device_buffer(yn * slices * 4, NULL);
+    DEVICE_CHECK(cuda_gemm_bf16_split(gemm, d_x, d_w, d_y, slices, n, m, k, NULL));
+    DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, yn * slices * 4));
+    for (int s = 0; s < slices; s++) {
+        const double e = nmse(y + (size_t)s * yn, ref + (size_t)s * yn, yn);
+        CHECK_MSG(e < 1e-8, "gemm split %d x %d x %d slice %d of %d: nmse %g", n, m, k, s, slices, e);
+    }
+    CHECK(guard_intact(d_y, yn * slices * 4));
+    /* Refused: a slice that is not a multiple of 8 columns. */
+    CHECK(cuda_gemm_bf16_split(gemm, d_x, d_w, d_y, 5, n, m, k, NULL) == KITE_ERROR_INVALID_ARGUMENT);
+    kite_cuda_free(d_x);
+    kite_cuda_free(d_w);
+    kite_cuda_free(d_y);
+    free(x_bits);
+    free(w_bits);
+    free(x);
+    free(w);
+    free(y);
+    free(ref);
+}
+
 static void test_gemm(void) {
     cuda_gemm *gemm = NULL;
     DEVICE_CHECK(cuda_gemm_create(&gemm));
@@ -1049,6 +1141,9 @@ static void test_gemm(void) {
     check_gemm(gemm, 300, 1024, 2048, 1, 1.0f);
     check_gemm(gemm, 1, 4096, 1024, 0, 0.0f);
     check_gemm(gemm, 37, 200, 264, 0, 0.0f); /* the cached plan */
+    check_gemm_split(gemm, 32, 1024, 3072, 4); /* the batched down projection's shape */
+    check_gemm_split(gemm, 13, 200, 512, 2);
+    check_gemm(gemm, 32, 1024, 3072, 1, 1.0f); /* the same shape unsplit: a plan of its own */
     cuda_gemm_destroy(gemm);
 }
 
@@ -1056,6 +1151,7 @@ int main(void) {
     require_gpu();
     TEST_RUN(test_embed);
     TEST_RUN(test_rmsnorm);
+    TEST_RUN(test_residual_rmsnorm);
     TEST_RUN(test_swiglu);
     TEST_RUN(test_qk_norm_rope);
     TEST_RUN(test_attention_prefill);

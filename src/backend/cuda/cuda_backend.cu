@@ -123,6 +123,10 @@ struct cuda_backend {
     int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
     int rows_max;          /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
     int batch_bulk_max_rows; /* buckets up to this many rows take the bulk-fed cluster attention, where it fits */
+    /* cuBLASLt path: o_proj and down as split-K partials (cuda_gemm_bf16_split) in this many slices, added to the
+     * residual by cuda_residual_rmsnorm together with the next norm (0: cuBLASLt's own products, separate norms). */
+    int batch_split;
+    float *bat_partials;
     int bat_bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
     bool use_batch;
     int32_t bat_capacity;
@@ -684,6 +688,12 @@ int batch_splits(const cuda_backend *b, int32_t rows) {
     return splits < 1 ? 1 : splits;
 }
 
+/* Whether a split of o_proj and down into `slices` k slices fits the shapes (cuda_gemm_bf16_split). */
+bool batch_split_fits(const qwen3_config *c, int slices) {
+    const int qd = c->n_heads * c->head_dim;
+    return slices >= 2 && slices <= 16 && qd % (8 * slices) == 0 && c->intermediate_size % (8 * slices) == 0;
+}
+
 kite_status destroy_batch_graphs(cuda_backend *b) {
     for (int i = 0; i < N_BUCKETS; i++)
         if (b->bat_graphs[i]) {
@@ -710,7 +720,7 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
         const size_t ws = (size_t)BUCKETS[i] * cuda_attention_decode_workspace(c->n_heads, c->head_dim, batch_splits(b, BUCKETS[i]));
         if (ws > attention_ws) attention_ws = ws;
     }
-    enum { X, QKV, LOGITS, ATT16, NORMED, GATE_UP, ACT16, ATT_WS, ARGMAX_WS, COUNTERS, IDS, N_PARTS };
+    enum { X, QKV, LOGITS, ATT16, NORMED, GATE_UP, ACT16, ATT_WS, ARGMAX_WS, COUNTERS, IDS, PARTIALS, N_PARTS };
     size_t sizes[N_PARTS];
     sizes[X] = R * hidden * 4;
     sizes[QKV] = R * qkv_dim * 4;
@@ -723,6 +733,7 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
     sizes[ARGMAX_WS] = cuda_gemm_rows_argmax_workspace();
     sizes[COUNTERS] = R * (size_t)c->n_heads * sizeof(unsigned);
     sizes[IDS] = R * sizeof(int32_t);
+    sizes[PARTIALS] = b->batch_split > 1 ? (size_t)b->batch_split * R * hidden * 4 : 0;
     size_t total = 0;
     for (int i = 0; i < N_PARTS; i++) total += align_up(sizes[i], A);
     CUDA_CHECK(cudaMalloc(&b->bat_bytes, total));
@@ -744,6 +755,7 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
     b->bat_argmax_ws = parts[ARGMAX_WS];
     b->bat_counters = static_cast<unsigned *>(parts[COUNTERS]);
     b->bat_ids = static_cast<int32_t *>(parts[IDS]);
+    b->bat_partials = b->batch_split > 1 ? static_cast<float *>(parts[PARTIALS]) : NULL;
     b->bat_capacity = rows;
     return KITE_OK;
 }
@@ -802,7 +814,7 @@ bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
  * fits (measured: B=16 -2.3% per step against cuBLASLt; at 32 rows gemm_rows was +1-2% slower), else cuBLASLt. */
 constexpr int32_t BATCH_LM_HEAD_ROWS_MAX = 16;
 
-kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl) {
+kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl, bool normed_ready = false) {
     const qwen3_config *c = &b->config;
     const int hidden = c->hidden_size, vocab = c->vocab_size;
     const float eps = (float)c->rms_norm_eps;
@@ -810,7 +822,7 @@ kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl) {
     if (rows <= BATCH_LM_HEAD_ROWS_MAX && cuda_gemm_rows_fits(rows, hidden))
         return cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits, 0, rows, vocab, hidden,
                               CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
-    KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+    if (!normed_ready) KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
     KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
     return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
 }
@@ -842,6 +854,38 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
                                                               hidden, inter, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
         }
         DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
+        return KITE_OK;
+    }
+    if (b->batch_split > 1) {
+        /* cuBLASLt products with o_proj and down split along k: their partials are added to the residual by the
+         * kernel that also takes the next RMSNorm (of gate_up, of the next layer's qkv, of the lm_head), so the
+         * layer has no separate norm kernel and no cuBLASLt reduction kernel. */
+        const int S = b->batch_split;
+        DECODE_PART(CUDA_DECODE_PART_QKV, cuda_rmsnorm(b->bat_x, b->layers[0].input_norm, b->bat_normed, NULL, rows,
+                                                       hidden, eps, st));
+        for (int l = 0; l < c->n_layers; l++) {
+            const cuda_layer *L = &b->layers[l];
+            const float *next_norm = l + 1 < c->n_layers ? b->layers[l + 1].input_norm : b->final_norm;
+            DECODE_PART(CUDA_DECODE_PART_QKV,
+                        cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st));
+            DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
+            DECODE_PART(CUDA_DECODE_PART_O, [&]() -> kite_status {
+                KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_attention16, L->o, b->bat_partials, S, rows, hidden, qd, st));
+                return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, L->post_norm, b->bat_normed, rows, hidden,
+                                             eps, st);
+            }());
+            DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
+                KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter,
+                                        hidden, st));
+                return cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st);
+            }());
+            DECODE_PART(CUDA_DECODE_PART_DOWN, [&]() -> kite_status {
+                KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_act16, L->down, b->bat_partials, S, rows, hidden, inter, st));
+                return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, next_norm, b->bat_normed, rows, hidden, eps,
+                                             st);
+            }());
+        }
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl, true));
         return KITE_OK;
     }
     /* cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the same batched attention. */
@@ -1254,6 +1298,10 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     /* Measured (session 5, per step against split-K): B=16 -7.3%, B=32 -5.5%, B=8 even; B=64 does not fit. */
     b->batch_bulk_max_rows = 32;
     if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
+    /* Off by default until measured (written in session 10 without device time left); a split that does not
+     * fit the shapes is not used. */
+    if (getenv("KITE_CUDA_BATCH_SPLIT")) b->batch_split = atoi(getenv("KITE_CUDA_BATCH_SPLIT"));
+    if (!batch_split_fits(c, b->batch_split)) b->batch_split = 0;
 
     kite_status status = KITE_OK;
 #define STEP(expr)                                                                                       \
@@ -1379,6 +1427,19 @@ extern "C" kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     KITE_TRY(destroy_batch_graphs(b)); /* each bucket's graph holds its attention kernel */
     b->batch_bulk_max_rows = max_rows;
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices) {
+    cuda_backend *b = as_cuda(self);
+    if (slices > 1 && !batch_split_fits(&b->config, slices))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d slices do not divide o_proj and down", slices);
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    KITE_TRY(destroy_batch_graphs(b));
+    if (b->bat_bytes) CUDA_CHECK(cudaFree(b->bat_bytes)); /* ensure_batch allocates again, with the partials */
+    b->bat_bytes = NULL;
+    b->bat_capacity = 0;
+    b->batch_split = slices > 1 ? slices : 0;
     return KITE_OK;
 }
 

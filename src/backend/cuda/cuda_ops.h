@@ -59,6 +59,12 @@ kite_status cuda_embed(const void *table, const int32_t *ids, float *x, int n_to
 kite_status cuda_rmsnorm(const float *x, const float *weight, void *out, const int32_t *row_index, int n_rows,
                          int dim, float eps, void *stream);
 
+/* x[r, :] += partials[0][r, :] + ... + partials[n_partials - 1][r, :] (each partial (n_rows, dim) fp32, in order),
+ * then out[r, :] = bf16(rmsnorm(x[r, :]) * weight) as cuda_rmsnorm: the split product's reduction, the residual add
+ * and the next norm in one kernel. dim % 4 == 0, 1 <= n_partials <= 16. */
+kite_status cuda_residual_rmsnorm(float *x, const float *partials, int n_partials, const float *weight, void *out,
+                                  int n_rows, int dim, float eps, void *stream);
+
 /* out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]; bf16 in and out; intermediate % 8 == 0. */
 kite_status cuda_swiglu(const void *gate_up, void *out, int n_tokens, int intermediate, void *stream);
 
@@ -204,6 +210,12 @@ kite_status cuda_gemm_create(cuda_gemm **out);
 void cuda_gemm_destroy(cuda_gemm *gemm);
 kite_status cuda_gemm_bf16(cuda_gemm *gemm, const void *x, const void *w, void *y, int out_f32, float beta, int n,
                            int m, int k, void *stream);
+/* The same product split along k into `slices` equal slices (k % (8 * slices) == 0), each written as an fp32
+ * partial: partials[s] (n, m) = X[:, slice s] . W[:, slice s]^T. Their sum is X . W^T (cuda_residual_rmsnorm adds
+ * it to the residual stream). One launch; the split gives small-n products more blocks without cuBLASLt's
+ * separate reduction kernel. */
+kite_status cuda_gemm_bf16_split(cuda_gemm *gemm, const void *x, const void *w, float *partials, int slices, int n,
+                                 int m, int k, void *stream);
 
 /* ---- single-stream decode as one persistent kernel (decode_persistent.cu) ----------------------------
  * One token of one sequence through every layer, the lm_head and the argmax in a single cooperative

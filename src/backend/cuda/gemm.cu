@@ -25,6 +25,7 @@ constexpr int CACHE_ENTRIES = 96;
 
 struct gemm_plan {
     int m, n, k, out_f32, accumulate;
+    int slices; /* > 1: k split into this many slices, one fp32 partial product each (a strided batch) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -50,21 +51,37 @@ struct cuda_gemm {
 
 namespace {
 
-kite_status plan_create(cuda_gemm *g, gemm_plan *p, int m, int n, int k, int out_f32, int accumulate) {
+kite_status plan_create(cuda_gemm *g, gemm_plan *p, int m, int n, int k, int out_f32, int accumulate, int slices) {
     memset(p, 0, sizeof *p);
     p->m = m;
     p->n = n;
     p->k = k;
     p->out_f32 = out_f32;
     p->accumulate = accumulate;
+    p->slices = slices;
     const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
     const cudaDataType_t out_type = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, (int64_t)k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, (int64_t)k));
+    /* A slice is k / slices rows of the column-major (k x m) W and (k x n) X, the leading dimension still k;
+     * slice s starts s * k / slices elements in and writes partial s, m * n floats apart. */
+    const int k_slice = k / slices;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k_slice, (uint64_t)m, (int64_t)k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k_slice, (uint64_t)n, (int64_t)k));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_type, (uint64_t)m, (uint64_t)n, (int64_t)m));
+    if (slices > 1) {
+        const int32_t count = slices;
+        const int64_t ab_stride = k_slice, c_stride = (int64_t)m * n;
+        for (cublasLtMatrixLayout_t layout : {p->a, p->b, p->c})
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &ab_stride,
+                                                      sizeof ab_stride));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &ab_stride,
+                                                      sizeof ab_stride));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->c, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &c_stride,
+                                                      sizeof c_stride));
+    }
 
     cublasLtMatmulPreference_t preference;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -114,16 +131,17 @@ extern "C" void cuda_gemm_destroy(cuda_gemm *g) {
     free(g);
 }
 
-extern "C" kite_status cuda_gemm_bf16(cuda_gemm *g, const void *x, const void *w, void *y, int out_f32, float beta,
-                                      int n, int m, int k, void *stream) {
-    if (n <= 0 || m <= 0 || k <= 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16: %d x %d x %d", n, m, k);
-    if (beta != 0.0f && !out_f32)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16: accumulation needs an fp32 output");
+namespace {
+
+/* Y = X . W^T (+ Y) through the cached plan for this shape (created on first use). */
+kite_status run_gemm(cuda_gemm *g, const void *x, const void *w, void *y, int out_f32, float beta, int n, int m, int k,
+                     int slices, void *stream) {
     const int accumulate = beta != 0.0f;
     gemm_plan *plan = NULL;
     for (int i = 0; i < g->n_plans; i++) {
         gemm_plan *p = &g->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->accumulate == accumulate) {
+        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->accumulate == accumulate &&
+            p->slices == slices) {
             plan = p;
             break;
         }
@@ -136,7 +154,7 @@ extern "C" kite_status cuda_gemm_bf16(cuda_gemm *g, const void *x, const void *w
             g->next_victim = (g->next_victim + 1) % CACHE_ENTRIES;
             plan_destroy(plan);
         }
-        kite_status status = plan_create(g, plan, m, n, k, out_f32, accumulate);
+        kite_status status = plan_create(g, plan, m, n, k, out_f32, accumulate, slices);
         if (status != KITE_OK) {
             plan_destroy(plan);
             plan->m = -1; /* never matches */
@@ -147,4 +165,21 @@ extern "C" kite_status cuda_gemm_bf16(cuda_gemm *g, const void *x, const void *w
     CUBLAS_CHECK(cublasLtMatmul(g->handle, plan->op, &alpha, w, plan->a, x, plan->b, &beta, y, plan->c, y, plan->c,
                                 &plan->algo, g->workspace, WORKSPACE_BYTES, static_cast<cudaStream_t>(stream)));
     return KITE_OK;
+}
+
+} // namespace
+
+extern "C" kite_status cuda_gemm_bf16(cuda_gemm *g, const void *x, const void *w, void *y, int out_f32, float beta,
+                                      int n, int m, int k, void *stream) {
+    if (n <= 0 || m <= 0 || k <= 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16: %d x %d x %d", n, m, k);
+    if (beta != 0.0f && !out_f32)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16: accumulation needs an fp32 output");
+    return run_gemm(g, x, w, y, out_f32, beta, n, m, k, 1, stream);
+}
+
+extern "C" kite_status cuda_gemm_bf16_split(cuda_gemm *g, const void *x, const void *w, float *partials, int slices,
+                                            int n, int m, int k, void *stream) {
+    if (n <= 0 || m <= 0 || k <= 0 || slices < 2 || k % (8 * slices) != 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_bf16_split: %d x %d x %d in %d slices", n, m, k, slices);
+    return run_gemm(g, x, w, partials, 1, 0.0f, n, m, k, slices, stream);
 }
