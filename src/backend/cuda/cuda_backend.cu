@@ -123,9 +123,10 @@ struct cuda_backend {
     int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
     int rows_max;          /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
     int batch_bulk_max_rows; /* buckets up to this many rows take the bulk-fed cluster attention, where it fits */
-    /* cuBLASLt path: o_proj and down as split-K partials (cuda_gemm_bf16_split) in this many slices, added to the
-     * residual by cuda_residual_rmsnorm together with the next norm (0: cuBLASLt's own products, separate norms). */
-    int batch_split;
+    /* cuBLASLt buckets up to batch_split_max_rows rows: o_proj and down as split-K partials (cuda_gemm_bf16_split)
+     * in batch_split slices, added to the residual by cuda_residual_rmsnorm together with the next norm (0:
+     * cuBLASLt's own products and separate norms). */
+    int batch_split, batch_split_max_rows;
     float *bat_partials;
     int bat_bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
     bool use_batch;
@@ -856,7 +857,7 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
         DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
         return KITE_OK;
     }
-    if (b->batch_split > 1) {
+    if (b->batch_split > 1 && rows <= b->batch_split_max_rows) {
         /* cuBLASLt products with o_proj and down split along k: their partials are added to the residual by the
          * kernel that also takes the next RMSNorm (of gate_up, of the next layer's qkv, of the lm_head), so the
          * layer has no separate norm kernel and no cuBLASLt reduction kernel. */
@@ -1193,7 +1194,7 @@ const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name;
  * bench's setters since). */
 const char *cuda_decode_path(backend *self) {
     cuda_backend *b = as_cuda(self);
-    char single[320], batched[224];
+    char single[320], batched[288];
     if (b->use_persistent) {
         snprintf(single, sizeof single, "persistent kernel");
     } else {
@@ -1212,9 +1213,10 @@ const char *cuda_decode_path(backend *self) {
     }
     if (b->use_batch)
         snprintf(batched, sizeof batched,
-                 "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond; attention: bulk-fed clusters up to %d "
-                 "rows, split-K beyond",
-                 b->rows_max, (int)BATCH_LM_HEAD_ROWS_MAX, b->batch_bulk_max_rows);
+                 "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond (o_proj/down in %d k slices up to %d "
+                 "rows); attention: bulk-fed clusters up to %d rows, split-K beyond",
+                 b->rows_max, (int)BATCH_LM_HEAD_ROWS_MAX, b->batch_split, b->batch_split > 1 ? b->batch_split_max_rows : 0,
+                 b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
     snprintf(b->decode_path, sizeof b->decode_path, "single stream: %s; batched: %s", single, batched);
@@ -1298,9 +1300,13 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     /* Measured (session 5, per step against split-K): B=16 -7.3%, B=32 -5.5%, B=8 even; B=64 does not fit. */
     b->batch_bulk_max_rows = 32;
     if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
-    /* Off by default until measured (written in session 10 without device time left); a split that does not
-     * fit the shapes is not used. */
+    /* Measured (session 10, s10r8, per step against cuBLASLt's products and separate norms): 4 slices B=16 -8.5%,
+     * B=32 -7.2%. Larger buckets are not measured yet, so they keep the unsplit products. A split that does not fit
+     * the shapes is not used. */
+    b->batch_split = 4;
+    b->batch_split_max_rows = 32;
     if (getenv("KITE_CUDA_BATCH_SPLIT")) b->batch_split = atoi(getenv("KITE_CUDA_BATCH_SPLIT"));
+    if (getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS")) b->batch_split_max_rows = atoi(getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS"));
     if (!batch_split_fits(c, b->batch_split)) b->batch_split = 0;
 
     kite_status status = KITE_OK;
@@ -1430,7 +1436,7 @@ extern "C" kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32
     return KITE_OK;
 }
 
-extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices) {
+extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices, int32_t max_rows) {
     cuda_backend *b = as_cuda(self);
     if (slices > 1 && !batch_split_fits(&b->config, slices))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d slices do not divide o_proj and down", slices);
@@ -1440,6 +1446,7 @@ extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices) {
     b->bat_bytes = NULL;
     b->bat_capacity = 0;
     b->batch_split = slices > 1 ? slices : 0;
+    b->batch_split_max_rows = max_rows;
     return KITE_OK;
 }
 
