@@ -1445,6 +1445,11 @@ extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices, i
     if (b->bat_bytes) CUDA_CHECK(cudaFree(b->bat_bytes)); /* ensure_batch allocates again, with the partials */
     b->bat_bytes = NULL;
     b->bat_capacity = 0;
+    if (b->kept_batch) { /* the kept rows lived in the freed buffers */
+        b->kept_logits = NULL;
+        b->kept_rows = 0;
+        b->kept_batch = false;
+    }
     b->batch_split = slices > 1 ? slices : 0;
     b->batch_split_max_rows = max_rows;
     return KITE_OK;
