@@ -3,7 +3,12 @@
  *
  * Row-major Y (n, m) is column-major Y^T (m x n), so cuBLASLt computes Y^T = op(W) . X with W read as
  * the column-major (k x m) matrix transposed ("TN"). The heuristic's algorithm and the descriptors are
- * created once per (m, n, k, out type, beta) and cached; one 32 MiB workspace serves every call. */
+ * created once per (m, n, k, out type, beta, slices) and cached; one 32 MiB workspace serves every call.
+ *
+ * cuda_gemm_bf16_split runs the same product as `slices` k slices in one strided-batch launch, each writing its
+ * own fp32 partial: for the batched decode's small-n products this gives cuBLASLt more blocks than its own
+ * choice, and the partials are summed by the kernel that adds them to the residual (rmsnorm.cu), where cuBLASLt's
+ * split-K would have launched a separate reduction (docs/notes-cuda.md, session 10). */
 #include "backend/cuda/cuda_common.cuh"
 
 #include <cublasLt.h>
