@@ -815,7 +815,9 @@ bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
  * fits (measured: B=16 -2.3% per step against cuBLASLt; at 32 rows gemm_rows was +1-2% slower), else cuBLASLt. */
 constexpr int32_t BATCH_LM_HEAD_ROWS_MAX = 16;
 
-kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl, bool normed_ready = false) {
+/* normed_ready: bat_normed already holds the final norm of bat_x (the split products' last residual_rmsnorm), so
+ * the cuBLASLt path skips its norm; gemm_rows norms bat_x itself either way. */
+kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl, bool normed_ready) {
     const qwen3_config *c = &b->config;
     const int hidden = c->hidden_size, vocab = c->vocab_size;
     const float eps = (float)c->rms_norm_eps;
@@ -854,61 +856,45 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
             DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows,
                                                               hidden, inter, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
         }
-        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl, false));
         return KITE_OK;
     }
-    if (b->batch_split > 1 && rows <= b->batch_split_max_rows) {
-        /* cuBLASLt products with o_proj and down split along k: their partials are added to the residual by the
-         * kernel that also takes the next RMSNorm (of gate_up, of the next layer's qkv, of the lm_head), so the
-         * layer has no separate norm kernel and no cuBLASLt reduction kernel. */
-        const int S = b->batch_split;
+    /* cuBLASLt GEMMs (M = rows), the same batched attention, SwiGLU on its own. Up to batch_split_max_rows rows
+     * o_proj and down are split along k: their partials are added to the residual by the kernel that also takes
+     * the next RMSNorm (of gate/up, of the next layer's qkv, of the lm_head), so only layer 0's input norm is a
+     * kernel of its own and cuBLASLt launches no reduction. Otherwise o_proj and down add into the residual
+     * (beta = 1) and each norm is a separate kernel. */
+    const bool split = b->batch_split > 1 && rows <= b->batch_split_max_rows;
+    const int S = b->batch_split;
+    if (split)
         DECODE_PART(CUDA_DECODE_PART_QKV, cuda_rmsnorm(b->bat_x, b->layers[0].input_norm, b->bat_normed, NULL, rows,
                                                        hidden, eps, st));
-        for (int l = 0; l < c->n_layers; l++) {
-            const cuda_layer *L = &b->layers[l];
-            const float *next_norm = l + 1 < c->n_layers ? b->layers[l + 1].input_norm : b->final_norm;
-            DECODE_PART(CUDA_DECODE_PART_QKV,
-                        cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st));
-            DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
-            DECODE_PART(CUDA_DECODE_PART_O, [&]() -> kite_status {
-                KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_attention16, L->o, b->bat_partials, S, rows, hidden, qd, st));
-                return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, L->post_norm, b->bat_normed, rows, hidden,
-                                             eps, st);
-            }());
-            DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
-                KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter,
-                                        hidden, st));
-                return cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st);
-            }());
-            DECODE_PART(CUDA_DECODE_PART_DOWN, [&]() -> kite_status {
-                KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_act16, L->down, b->bat_partials, S, rows, hidden, inter, st));
-                return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, next_norm, b->bat_normed, rows, hidden, eps,
-                                             st);
-            }());
-        }
-        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl, true));
-        return KITE_OK;
-    }
-    /* cuBLASLt GEMMs (M = rows) with separate RMSNorm / SwiGLU, the same batched attention. */
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
+        const float *next_norm = l + 1 < c->n_layers ? b->layers[l + 1].input_norm : b->final_norm;
         DECODE_PART(CUDA_DECODE_PART_QKV, [&]() -> kite_status {
-            KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+            if (!split) KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
             return cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st);
         }());
         DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
-        DECODE_PART(CUDA_DECODE_PART_O,
-                    cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
+        DECODE_PART(CUDA_DECODE_PART_O, [&]() -> kite_status {
+            if (!split) return cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st);
+            KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_attention16, L->o, b->bat_partials, S, rows, hidden, qd, st));
+            return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, L->post_norm, b->bat_normed, rows, hidden, eps, st);
+        }());
         DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
-            KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+            if (!split) KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
             KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter,
                                     hidden, st));
             return cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st);
         }());
-        DECODE_PART(CUDA_DECODE_PART_DOWN,
-                    cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
+        DECODE_PART(CUDA_DECODE_PART_DOWN, [&]() -> kite_status {
+            if (!split) return cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st);
+            KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_act16, L->down, b->bat_partials, S, rows, hidden, inter, st));
+            return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, next_norm, b->bat_normed, rows, hidden, eps, st);
+        }());
     }
-    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl));
+    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl, split));
     return KITE_OK;
 }
 #undef DECODE_PART

@@ -5,20 +5,14 @@
 
 namespace {
 
-__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ weight, bf16 *out,
-                               const int32_t *row_index, int dim, float eps) {
+/* The second half of both kernels: with each thread's share of the row's sum of squares, out = bf16(x * rsqrt(mean
+ * square + eps) * weight), each thread writing the pieces it summed. */
+__device__ __forceinline__ void store_normed_row(const float4 *x4, float sum_sq, const float *__restrict__ weight,
+                                                 bf16 *out_row, int dim, float eps) {
     __shared__ float scratch[32];
-    const size_t row = blockIdx.x;
-    const size_t src = row_index ? (size_t)row_index[row] : row;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x + src * (size_t)dim);
-    float sum_sq = 0.0f;
-    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
-        const float4 v = x4[i];
-        sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
     sum_sq = block_sum(sum_sq, scratch);
     const float scale = rsqrtf(sum_sq / (float)dim + eps);
-    uint2 *o = reinterpret_cast<uint2 *>(out + row * (size_t)dim);
+    uint2 *o = reinterpret_cast<uint2 *>(out_row);
     const float4 *w4 = reinterpret_cast<const float4 *>(weight);
     for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
         const float4 v = x4[i], g = w4[i];
@@ -27,11 +21,23 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
     }
 }
 
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ weight, bf16 *out,
+                               const int32_t *row_index, int dim, float eps) {
+    const size_t row = blockIdx.x;
+    const size_t src = row_index ? (size_t)row_index[row] : row;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + src * (size_t)dim);
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+        const float4 v = x4[i];
+        sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    store_normed_row(x4, sum_sq, weight, out + row * (size_t)dim, dim, eps);
+}
+
 /* x += the partials, in order; then the norm of the new x. Each thread re-reads only the x pieces it wrote. */
 __global__ void residual_rmsnorm_kernel(float *x, const float *__restrict__ partials, int n_partials,
                                         size_t partial_stride, const float *__restrict__ weight, bf16 *out, int dim,
                                         float eps) {
-    __shared__ float scratch[32];
     const size_t row = blockIdx.x;
     float4 *x4 = reinterpret_cast<float4 *>(x + row * (size_t)dim);
     const float4 *p4 = reinterpret_cast<const float4 *>(partials + row * (size_t)dim);
@@ -48,15 +54,7 @@ __global__ void residual_rmsnorm_kernel(float *x, const float *__restrict__ part
         x4[i] = v;
         sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    sum_sq = block_sum(sum_sq, scratch);
-    const float scale = rsqrtf(sum_sq / (float)dim + eps);
-    uint2 *o = reinterpret_cast<uint2 *>(out + row * (size_t)dim);
-    const float4 *w4 = reinterpret_cast<const float4 *>(weight);
-    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
-        const float4 v = x4[i], g = w4[i];
-        o[i] = make_uint2(pack_bf16x2(v.x * scale * g.x, v.y * scale * g.y),
-                          pack_bf16x2(v.z * scale * g.z, v.w * scale * g.w));
-    }
+    store_normed_row(x4, sum_sq, weight, out + row * (size_t)dim, dim, eps);
 }
 
 } // namespace
