@@ -705,14 +705,25 @@ kite_status destroy_batch_graphs(cuda_backend *b) {
 }
 
 /* Activations for `rows` rows (a bucket), fixed until a larger bucket comes (then graphs are recaptured). */
-kite_status ensure_batch(cuda_backend *b, int32_t rows) {
-    if (rows <= b->bat_capacity) return KITE_OK;
-    const qwen3_config *c = &b->config;
+/* Frees the batch activations (and the graphs that captured them); the kept batch rows lived there too. */
+kite_status release_batch(cuda_backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     KITE_TRY(destroy_batch_graphs(b));
     if (b->bat_bytes) CUDA_CHECK(cudaFree(b->bat_bytes));
     b->bat_bytes = NULL;
     b->bat_capacity = 0;
+    if (b->kept_batch) {
+        b->kept_logits = NULL;
+        b->kept_rows = 0;
+        b->kept_batch = false;
+    }
+    return KITE_OK;
+}
+
+kite_status ensure_batch(cuda_backend *b, int32_t rows) {
+    if (rows <= b->bat_capacity) return KITE_OK;
+    const qwen3_config *c = &b->config;
+    KITE_TRY(release_batch(b));
     const size_t R = (size_t)rows, A = 256;
     const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
@@ -1426,16 +1437,7 @@ extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices, i
     cuda_backend *b = as_cuda(self);
     if (slices > 1 && !batch_split_fits(&b->config, slices))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d slices do not divide o_proj and down", slices);
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    KITE_TRY(destroy_batch_graphs(b));
-    if (b->bat_bytes) CUDA_CHECK(cudaFree(b->bat_bytes)); /* ensure_batch allocates again, with the partials */
-    b->bat_bytes = NULL;
-    b->bat_capacity = 0;
-    if (b->kept_batch) { /* the kept rows lived in the freed buffers */
-        b->kept_logits = NULL;
-        b->kept_rows = 0;
-        b->kept_batch = false;
-    }
+    KITE_TRY(release_batch(b)); /* ensure_batch allocates again, with the partials */
     b->batch_split = slices > 1 ? slices : 0;
     b->batch_split_max_rows = max_rows;
     return KITE_OK;
