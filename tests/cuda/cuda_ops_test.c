@@ -797,7 +797,7 @@ static void test_attention_decode_bulk_rows(void) {
     CHECK_MSG(cuda_attention_decode_bulk_rows_size(16, shape, 16) <= size8, "more sequences, larger clusters");
 }
 
-/* x_bf16: the input uploaded as bf16 (ADD without a norm); y_bf16: the output stored as bf16 (SWIGLU). */
+/* x_bf16: the input uploaded as bf16 (ADD or ARGMAX without a norm); y_bf16: the output stored as bf16 (SWIGLU). */
 static void check_gemm_rows_io(int n_rows, int rows, int cols, int epilogue, int with_norm, int x_bf16, int y_bf16) {
     const size_t wn = (size_t)rows * cols, xn = (size_t)n_rows * cols;
     const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
@@ -920,6 +920,10 @@ static void test_gemm_rows(void) {
     check_gemm_rows_io(9, 80000, 72, CUDA_GEMV_ADD_SETTLED, 0, 0, 0); /* several iterations per block */
     check_gemm_rows_io(8, 6144, 1024, CUDA_GEMV_SWIGLU, 1, 0, 1);
     check_gemm_rows_io(17, 1002, 2056, CUDA_GEMV_SWIGLU, 1, 0, 1);
+    /* The lm_head after the split products' fused norm: bf16 input, no norm, at each n-tile count. */
+    check_gemm_rows_io(32, 151936, 1024, CUDA_GEMV_ARGMAX, 0, 1, 0);
+    check_gemm_rows_io(13, 999, 2048, CUDA_GEMV_ARGMAX, 0, 1, 0);
+    check_gemm_rows_io(3, 30, 72, CUDA_GEMV_ARGMAX, 0, 1, 0);
     /* What fits shared memory: 32 rows of 3,072 columns do, of 6,144 not (refused, not run). */
     CHECK(cuda_gemm_rows_fits(32, 3072) && !cuda_gemm_rows_fits(32, 6144) && cuda_gemm_rows_fits(16, 6144));
     CHECK(!cuda_gemm_rows_fits(0, 64) && !cuda_gemm_rows_fits(33, 64));
@@ -929,6 +933,8 @@ static void test_gemm_rows(void) {
     CHECK(cuda_gemm_rows(NULL, NULL, 1, (const float *)16, 1e-6f, NULL, 0, 8, 64, 64, CUDA_GEMV_ADD, NULL, NULL, NULL, 0) ==
           KITE_ERROR_UNSUPPORTED);
     CHECK(cuda_gemm_rows(NULL, NULL, 0, NULL, 0.0f, NULL, 1, 8, 64, 64, CUDA_GEMV_ADD, NULL, NULL, NULL, 0) ==
+          KITE_ERROR_UNSUPPORTED);
+    CHECK(cuda_gemm_rows(NULL, NULL, 1, NULL, 0.0f, NULL, 0, 8, 64, 64, CUDA_GEMV_STORE, NULL, NULL, NULL, 0) ==
           KITE_ERROR_UNSUPPORTED);
 }
 

@@ -127,6 +127,7 @@ struct cuda_backend {
      * in batch_split slices, added to the residual by cuda_residual_rmsnorm together with the next norm (0:
      * cuBLASLt's own products and separate norms). */
     int batch_split, batch_split_max_rows;
+    int batch_lm_head_rows_max; /* the lm_head through gemm_rows up to this many rows (at most 32), else cuBLASLt */
     float *bat_partials;
     int bat_bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
     bool use_batch;
@@ -822,20 +823,21 @@ bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
            cuda_gemm_rows_fits(rows, c->n_heads * c->head_dim) && cuda_gemm_rows_fits(rows, c->intermediate_size);
 }
 
-/* The lm_head (final norm, logits, argmax) through gemm_rows up to BATCH_LM_HEAD_ROWS_MAX rows where its input
- * fits (measured: B=16 -2.3% per step against cuBLASLt; at 32 rows gemm_rows was +1-2% slower), else cuBLASLt. */
-constexpr int32_t BATCH_LM_HEAD_ROWS_MAX = 16;
-
-/* normed_ready: bat_normed already holds the final norm of bat_x (the split products' last residual_rmsnorm), so
- * the cuBLASLt path skips its norm; gemm_rows norms bat_x itself either way. */
+/* The lm_head (final norm, logits, argmax) through gemm_rows up to batch_lm_head_rows_max rows where its input
+ * fits, else cuBLASLt. normed_ready: bat_normed already holds the final norm of bat_x (the split products' last
+ * residual_rmsnorm), so neither path takes the norm again: gemm_rows stages bat_normed as it is (bf16). */
 kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl, bool normed_ready) {
     const qwen3_config *c = &b->config;
     const int hidden = c->hidden_size, vocab = c->vocab_size;
     const float eps = (float)c->rms_norm_eps;
     void *st = b->stream;
-    if (rows <= BATCH_LM_HEAD_ROWS_MAX && cuda_gemm_rows_fits(rows, hidden))
+    if (rows <= b->batch_lm_head_rows_max && cuda_gemm_rows_fits(rows, hidden)) {
+        if (normed_ready)
+            return cuda_gemm_rows(b->lm_head, b->bat_normed, 1, NULL, 0.0f, b->bat_logits, 0, rows, vocab, hidden,
+                                  CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
         return cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits, 0, rows, vocab, hidden,
                               CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
+    }
     if (!normed_ready) KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
     KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
     return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
@@ -1212,7 +1214,7 @@ const char *cuda_decode_path(backend *self) {
         snprintf(batched, sizeof batched,
                  "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond (o_proj/down in %d k slices up to %d "
                  "rows); attention: bulk-fed clusters up to %d rows, split-K beyond",
-                 b->rows_max, (int)BATCH_LM_HEAD_ROWS_MAX, b->batch_split, b->batch_split > 1 ? b->batch_split_max_rows : 0,
+                 b->rows_max, b->batch_lm_head_rows_max, b->batch_split, b->batch_split > 1 ? b->batch_split_max_rows : 0,
                  b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
@@ -1297,11 +1299,16 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     /* Measured (session 5, per step against split-K): B=16 -7.3%, B=32 -5.5%, B=8 even; B=64 does not fit. */
     b->batch_bulk_max_rows = 32;
     if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
-    /* Measured (session 10, s10r8, per step against cuBLASLt's products and separate norms): 4 slices B=16 -8.5%,
-     * B=32 -7.2%. Larger buckets are not measured yet, so they keep the unsplit products. A split that does not fit
-     * the shapes is not used. */
+    /* Measured (session 6): B=16 -2.3% per step against cuBLASLt; at 32 rows, normalising fp32 rows per block,
+     * gemm_rows was +1-2% slower. */
+    b->batch_lm_head_rows_max = 16;
+    if (getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS")) b->batch_lm_head_rows_max = atoi(getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"));
+    if (b->batch_lm_head_rows_max > 32) b->batch_lm_head_rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
+    /* Measured per step against cuBLASLt's products and separate norms, 4 slices: B=16 -8.5%, B=32 -7.2% (session
+     * 10, s10r8), B=64 -6.3%, B=128 -5.0% (session 11, s11r2). 256 rows are not measured yet. A split that does not
+     * fit the shapes is not used. */
     b->batch_split = 4;
-    b->batch_split_max_rows = 32;
+    b->batch_split_max_rows = 128;
     if (getenv("KITE_CUDA_BATCH_SPLIT")) b->batch_split = atoi(getenv("KITE_CUDA_BATCH_SPLIT"));
     if (getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS")) b->batch_split_max_rows = atoi(getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS"));
     if (!batch_split_fits(c, b->batch_split)) b->batch_split = 0;

@@ -13,7 +13,7 @@
  * A block (8 warps) stages the whole activation matrix in shared memory as bf16 (RMS-normalised and
  * scaled by the norm weight when asked, as the GEMV does - up to 8 fp32 rows are first copied raw by cp.async,
  * RAW in the kernel; an input that is bf16 already - o_proj's and down's in the batched path - is copied by
- * cp.async in one round trip), then loops over tiles of 16 weight rows.
+ * cp.async in one round trip, as is the lm_head's when a fused residual-add kernel normalised it already), then loops over tiles of 16 weight rows.
  * The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles at a time, so a
  * matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial sums meet
  * in shared memory, where the epilogue runs one output per thread. Each warp double-buffers its weight
@@ -393,7 +393,8 @@ size_t static_smem_of(const void *kernel) {
 
 template <int NT, int EPILOGUE, bool X_BF16, bool Y_BF16, bool RAW>
 kite_status gemm_rows_launch(const rows_call &c) {
-    static_assert(!X_BF16 || EPILOGUE == CUDA_GEMV_ADD, "bf16 inputs: o_proj and down (residual add) only");
+    static_assert(!X_BF16 || EPILOGUE == CUDA_GEMV_ADD || EPILOGUE == CUDA_GEMV_ARGMAX,
+                  "bf16 inputs: o_proj and down (residual add), and the lm_head after a fused norm");
     static_assert(!Y_BF16 || EPILOGUE == CUDA_GEMV_SWIGLU, "bf16 outputs: the SwiGLU product only");
     const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? c.rows / 2 : c.rows;
     const int n_tiles = KITE_CEIL_DIV(n_outputs, EPILOGUE == CUDA_GEMV_SWIGLU ? 8 : 16);
@@ -436,7 +437,9 @@ kite_status gemm_rows_dispatch(const rows_call &c, int epilogue, bool x_bf16, bo
     case CUDA_GEMV_SWIGLU:
         return y_bf16 ? gemm_rows_launch_fp32<NT, CUDA_GEMV_SWIGLU, true>(c)
                       : gemm_rows_launch_fp32<NT, CUDA_GEMV_SWIGLU, false>(c);
-    case CUDA_GEMV_ARGMAX: return gemm_rows_launch_fp32<NT, CUDA_GEMV_ARGMAX, false>(c);
+    case CUDA_GEMV_ARGMAX:
+        return x_bf16 ? gemm_rows_launch<NT, CUDA_GEMV_ARGMAX, true, false, false>(c)
+                      : gemm_rows_launch_fp32<NT, CUDA_GEMV_ARGMAX, false>(c);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unknown epilogue %d", epilogue);
 }
@@ -465,7 +468,7 @@ extern "C" kite_status cuda_gemm_rows(const void *weight, const void *x, int x_b
         (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unsupported shape %d x %d x %d", n_rows, rows, cols);
     const bool add = epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED;
-    if ((x_bf16 && (!add || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
+    if ((x_bf16 && ((!add && epilogue != CUDA_GEMV_ARGMAX) || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: bf16 input (%d) / output (%d) with epilogue %d%s", x_bf16,
                          y_bf16, epilogue, norm_weight ? " and a norm" : "");
     if (!cuda_gemm_rows_fits(n_rows, cols))
