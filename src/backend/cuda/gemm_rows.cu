@@ -12,13 +12,13 @@
  *
  * A block (8 warps) stages the whole activation matrix in shared memory as bf16 (RMS-normalised and
  * scaled by the norm weight when asked, as the GEMV does - up to 8 fp32 rows are first copied raw by cp.async,
- * RAW in the kernel; an input that is bf16 already - o_proj's and down's in the batched path - is copied by
- * cp.async in one round trip, as is the lm_head's when a fused residual-add kernel normalised it already), then loops over tiles of 16 weight rows.
- * The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles at a time, so a
- * matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial sums meet
- * in shared memory, where the epilogue runs one output per thread. Each warp double-buffers its weight
- * chunks (groups of 4 chunks in flight), across tile boundaries too, and the first group is requested
- * before the programmatic-dependent-launch wait. */
+ * RAW in the kernel; an input that is bf16 already - o_proj's and down's in the batched path, the lm_head's
+ * when a fused residual-add kernel normalised it - is copied by cp.async in one round trip), then loops over
+ * tiles of 16 weight rows. The 8 warps split the k range of a tile into `k_slices` and take 8 / k_slices tiles
+ * at a time, so a matrix of few rows (o_proj, down: 64 tiles) still keeps 8 warps per tile streaming; partial
+ * sums meet in shared memory, where the epilogue stores consecutive outputs of a batch row from consecutive
+ * threads (whole sectors). Each warp double-buffers its weight chunks (groups of 4 chunks in flight), across
+ * tile boundaries too, and the first group is requested before the programmatic-dependent-launch wait. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include <float.h>
@@ -65,7 +65,9 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     static_assert(!(RAW && X_BF16), "RAW stages a fp32 input");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);
-    __shared__ float red[WARPS][16][BT + 1];
+    /* Partial sums per warp: (tile row, batch row), rows padded to BT + BT / 8 floats so that the epilogue's reads
+     * (EPILOGUE_LANES consecutive tile rows of 32 / EPILOGUE_LANES batch rows per warp) fall on distinct banks. */
+    __shared__ float red[WARPS][16][BT + BT / 8];
     __shared__ argmax_entry best_scratch[THREADS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -77,6 +79,11 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     const int n_tiles = (n_outputs + tile_outputs - 1) / tile_outputs;
     const int tiles_per_iter = WARPS / k_slices;
     const int slice = warp % k_slices, tile_sub = warp / k_slices;
+    /* The epilogue: EPILOGUE_LANES threads per batch row, each taking every EPILOGUE_LANES-th output of the
+     * iteration's span, so a warp stores whole 32-byte sectors of consecutive outputs (of 32 / EPILOGUE_LANES rows)
+     * and a thread's batch row is the same throughout (the argmax keeps one running best). */
+    constexpr int EPILOGUE_LANES = THREADS / BT;
+    const int out_row = (int)threadIdx.x / EPILOGUE_LANES, out_lane = (int)threadIdx.x % EPILOGUE_LANES;
     const int chunks_per_slice = (n_chunks + k_slices - 1) / k_slices;
     const int chunk_begin = slice * chunks_per_slice;
     const int chunk_end = min(n_chunks, chunk_begin + chunks_per_slice);
@@ -138,18 +145,17 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     const bool early = (X_BF16 || RAW) && NT == 1 && n_iters > 0 && groups > 1;
     if (early) load_group(row_lo, row_hi, 1, next_lo, next_hi);
     /* ADD_SETTLED: y was last written before the kernel launched just before this one, so the old values of
-     * the first iteration's outputs (thread o's: o, o + THREADS, ...) are read now, not after the products
-     * (one round trip to L2 less at the end; the rule is cuda_gemv's, cuda_ops.h). */
-    const int per_tile = tile_outputs * BT;
+     * the first iteration's outputs (the thread's first SETTLED_PER_THREAD of the epilogue) are read now, not
+     * after the products (one round trip to L2 less at the end; the rule is cuda_gemv's, cuda_ops.h). */
+    const int span = tiles_per_iter * tile_outputs; /* consecutive outputs of one iteration */
     float settled[SETTLED_PER_THREAD];
 #pragma unroll
     for (int i = 0; i < SETTLED_PER_THREAD; i++) {
         settled[i] = 0.0f;
-        const int o = (int)threadIdx.x + i * THREADS;
-        if (EPILOGUE == CUDA_GEMV_ADD && y_settled && n_iters > 0 && o < tiles_per_iter * per_tile) {
-            const int b = o % BT, out = ((int)blockIdx.x * tiles_per_iter + o / per_tile) * tile_outputs + (o % per_tile) / BT;
-            if (b < n_rows && out < n_outputs) settled[i] = static_cast<const float *>(y_out)[(size_t)b * n_outputs + out];
-        }
+        const int j = out_lane + i * EPILOGUE_LANES;
+        const int out = (int)blockIdx.x * span + j;
+        if (EPILOGUE == CUDA_GEMV_ADD && y_settled && n_iters > 0 && j < span && out_row < n_rows && out < n_outputs)
+            settled[i] = static_cast<const float *>(y_out)[(size_t)out_row * n_outputs + out];
     }
     pdl_wait();
     pdl_launch_dependents();
@@ -260,18 +266,16 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
             red[warp][g + 8][n * 8 + 2 * t + 1] = acc[n][3];
         }
         __syncthreads();
-        const int first_tile = ((int)blockIdx.x + it * (int)gridDim.x) * tiles_per_iter;
-        for (int o = threadIdx.x; o < tiles_per_iter * per_tile; o += THREADS) {
-            const int sub = o / per_tile, r = (o % per_tile) / BT, b = o % BT;
-            const int tile = first_tile + sub;
-            if (b >= n_rows) continue;
+        const int first_out = ((int)blockIdx.x + it * (int)gridDim.x) * span;
+        for (int i = 0, j = out_lane; j < span && out_row < n_rows; i++, j += EPILOGUE_LANES) {
+            const int sub = j / tile_outputs, r = j % tile_outputs, b = out_row;
+            const int out = first_out + j;
+            if (out >= n_outputs) break;
             float v = 0.0f, up = 0.0f;
             for (int s = 0; s < k_slices; s++) {
                 v += red[sub * k_slices + s][r][b];
                 if (EPILOGUE == CUDA_GEMV_SWIGLU) up += red[sub * k_slices + s][r + 8][b];
             }
-            const int out = tile * tile_outputs + r;
-            if (out >= n_outputs) continue;
             const size_t at = (size_t)b * (size_t)n_outputs + (size_t)out;
             float *dst = static_cast<float *>(y_out) + at;
             if (EPILOGUE == CUDA_GEMV_SWIGLU) {
@@ -279,11 +283,10 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
                 if (Y_BF16) static_cast<bf16 *>(y_out)[at] = __float2bfloat16(value);
                 else *dst = value;
             } else if (EPILOGUE == CUDA_GEMV_ADD) {
-                const int i = (o - (int)threadIdx.x) / THREADS;
                 if (y_settled && it == 0 && i < SETTLED_PER_THREAD) {
                     float old = settled[0]; /* selected, not indexed, so settled stays in registers */
 #pragma unroll
-                    for (int j = 1; j < SETTLED_PER_THREAD; j++) old = i == j ? settled[j] : old;
+                    for (int m = 1; m < SETTLED_PER_THREAD; m++) old = i == m ? settled[m] : old;
                     *dst = old + v;
                 } else {
                     *dst += v;
@@ -300,12 +303,13 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
     }
 
     if (EPILOGUE == CUDA_GEMV_ARGMAX) {
-        /* A thread's batch row is threadIdx.x % BT throughout (THREADS % BT == 0). */
+        /* Thread t's batch row is t / EPILOGUE_LANES throughout. */
         best_scratch[threadIdx.x] = argmax_entry{best_value, best_index};
         __syncthreads();
         if ((int)threadIdx.x < BT) {
-            argmax_entry best = best_scratch[threadIdx.x];
-            for (int i = threadIdx.x + BT; i < THREADS; i += BT)
+            const int first = (int)threadIdx.x * EPILOGUE_LANES;
+            argmax_entry best = best_scratch[first];
+            for (int i = first + 1; i < first + EPILOGUE_LANES; i++)
                 if (argmax_better(best_scratch[i].value, best_scratch[i].index, best.value, best.index))
                     best = best_scratch[i];
             partial[(size_t)blockIdx.x * MAX_ROWS + threadIdx.x] = best;
