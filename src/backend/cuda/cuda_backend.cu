@@ -1305,10 +1305,10 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     if (getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS")) b->batch_lm_head_rows_max = atoi(getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"));
     if (b->batch_lm_head_rows_max > 32) b->batch_lm_head_rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
     /* Measured per step against cuBLASLt's products and separate norms, 4 slices: B=16 -8.5%, B=32 -7.2% (session
-     * 10, s10r8), B=64 -6.3%, B=128 -5.0% (session 11, s11r2). 256 rows are not measured yet. A split that does not
-     * fit the shapes is not used. */
+     * 10, s10r8), B=64 -6.3%, B=128 -5.0% (s11r2), B=256 -0.8% (s11r3); 2 and 8 slices were slower at B=16-128
+     * (s11r2). So every cuBLASLt bucket splits. A split that does not fit the shapes is not used. */
     b->batch_split = 4;
-    b->batch_split_max_rows = 128;
+    b->batch_split_max_rows = BATCH_MAX;
     if (getenv("KITE_CUDA_BATCH_SPLIT")) b->batch_split = atoi(getenv("KITE_CUDA_BATCH_SPLIT"));
     if (getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS")) b->batch_split_max_rows = atoi(getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS"));
     if (!batch_split_fits(c, b->batch_split)) b->batch_split = 0;
