@@ -193,9 +193,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         consumers_sync();
         ms.template store<GROUP>(warp, lane, m, l, acc);
         consumers_sync();
+        if (n_ranks == 1) { /* the batched path's clusters of one block (B = 32): the block's result is the output */
+            store_block_out<GROUP>(ms, target.out, target.first_head, threadIdx.x, CONSUMERS);
+            return;
+        }
         store_block_partial<GROUP>(sm.st, ms, threadIdx.x, CONSUMERS);
     }
-    combine_cluster_partials<GROUP>(sm.st, target.out, target.first_head, threadIdx.x, THREADS);
+    if (n_ranks > 1) combine_cluster_partials<GROUP>(sm.st, target.out, target.first_head, threadIdx.x, THREADS);
 }
 
 /* The kernel families, for the host side in decode_cluster.cuh: single stream, and batched (two blocks per

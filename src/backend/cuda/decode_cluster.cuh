@@ -169,6 +169,20 @@ __device__ __forceinline__ void store_block_partial(decode_cluster_state<GROUP> 
     }
 }
 
+/* A cluster of one block: its warps' results merged (in ms) are the output, written by threads thread,
+ * thread + n_threads, ... - what combine_cluster_partials would compute from this block's partial alone (a factor
+ * exp2(0) = 1), without the partial's round trip through shared memory and the two cluster barriers. */
+template <int GROUP, int WARPS, typename OutT>
+__device__ __forceinline__ void store_block_out(const warp_partials<WARPS, GROUP> &ms, OutT *out, int first_head,
+                                                int thread, int n_threads) {
+    for (int item = thread; item < GROUP * DECODE_HEAD_DIM; item += n_threads) {
+        const int g = item / DECODE_HEAD_DIM, d = item % DECODE_HEAD_DIM;
+        float m_all, l_all, a_all;
+        ms.merge(g, d, m_all, l_all, a_all);
+        store_decode_out(&out[(size_t)(first_head + g) * DECODE_HEAD_DIM + d], a_all / l_all);
+    }
+}
+
 /* Every block of the cluster calls it after store_block_partial: rank 0 combines the blocks' partials (read
  * through distributed shared memory) into out, by threads thread, thread + n_threads, ... */
 template <int GROUP, typename OutT>
