@@ -114,7 +114,7 @@ __device__ __forceinline__ void produce_tile(cluster_smem<GROUP> &sm, int tile, 
  * (GROUP <= 2: 96 registers instead of 123; GROUP 4 would spill), so twice as many sequences' clusters run at
  * once. The single stream keeps 1: with two blocks per SM possible, its clusters of 16 were placed two blocks
  * to an SM, on half the SMs (measured: 0.687 vs 0.647 ms per 0.6B token at depth 256, session 5). */
-template <int GROUP, typename OutT, int MIN_BLOCKS, bool TABLE_WINDOW>
+template <int GROUP, typename OutT, int MIN_BLOCKS, bool BATCHED>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     attention_decode_bulk_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                                  const int32_t *table_start, const int32_t *context_lens,
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
                 produce_tile(sm, tile, begin, end, position, kv, block_of, kv_head, producer_lane);
             }
         };
-        if (TABLE_WINDOW) {
+        if (BATCHED) { /* the producer reads its block table through a window */
             table_window table;
             table.init(target.block_table, (ctx + kv.block_size - 1) / kv.block_size, begin / kv.block_size, lane);
             produce([&](int i) { return table.entry(i, lane); }, lane);
@@ -193,13 +193,17 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         consumers_sync();
         ms.template store<GROUP>(warp, lane, m, l, acc);
         consumers_sync();
-        if (n_ranks == 1) { /* the batched path's clusters of one block (B = 32): the block's result is the output */
+        /* The batched path's clusters of one block (B = 17-32): the block's result is the output (measured: B=32
+         * -1.9% per step, s11r6). Batched only: the same branch in the single-stream kernel, whose clusters are of 8
+         * or 16, made it 2.9% slower at depth 256 (s11r7). */
+        if (BATCHED && n_ranks == 1) {
             store_block_out<GROUP>(ms, target.out, target.first_head, threadIdx.x, CONSUMERS);
             return;
         }
         store_block_partial<GROUP>(sm.st, ms, threadIdx.x, CONSUMERS);
     }
-    if (n_ranks > 1) combine_cluster_partials<GROUP>(sm.st, target.out, target.first_head, threadIdx.x, THREADS);
+    if (!BATCHED || n_ranks > 1)
+        combine_cluster_partials<GROUP>(sm.st, target.out, target.first_head, threadIdx.x, THREADS);
 }
 
 /* The kernel families, for the host side in decode_cluster.cuh: single stream, and batched (two blocks per
