@@ -1214,7 +1214,8 @@ const char *cuda_decode_path(backend *self) {
         snprintf(batched, sizeof batched,
                  "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond (o_proj/down in %d k slices up to %d "
                  "rows); attention: bulk-fed clusters up to %d rows, split-K beyond",
-                 b->rows_max, b->batch_lm_head_rows_max, b->batch_split, b->batch_split > 1 ? b->batch_split_max_rows : 0,
+                 b->rows_max, b->batch_lm_head_rows_max, b->batch_split,
+                 b->batch_split > 1 ? b->batch_split_max_rows : 0,
                  b->batch_bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (general path)");
@@ -1302,7 +1303,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     /* Measured (session 6): B=16 -2.3% per step against cuBLASLt; at 32 rows, normalising fp32 rows per block,
      * gemm_rows was +1-2% slower. */
     b->batch_lm_head_rows_max = 16;
-    if (getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS")) b->batch_lm_head_rows_max = atoi(getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"));
+    if (getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"))
+        b->batch_lm_head_rows_max = atoi(getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"));
     if (b->batch_lm_head_rows_max > 32) b->batch_lm_head_rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
     /* Measured per step against cuBLASLt's products and separate norms, 4 slices: B=16 -8.5%, B=32 -7.2% (session
      * 10, s10r8), B=64 -6.3%, B=128 -5.0% (s11r2), B=256 -0.8% (s11r3); 2 and 8 slices were slower at B=16-128

@@ -171,8 +171,8 @@ kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weig
  * epilogues per row b: y is (n_rows, rows), or (n_rows, rows / 2) for SWIGLU, fp32, or bf16 when y_bf16;
  * ARGMAX stores the logits and argmax_out[b] (ties: the lowest id) and needs
  * cuda_gemm_rows_argmax_workspace() bytes of workspace. cols % 8 == 0. A bf16 input is for ADD or ARGMAX without a
- * norm (o_proj, down; the lm_head of rows normalised already), a bf16 output for SWIGLU. The staged input must fit in shared memory:
- * cuda_gemm_rows_fits(n_rows, cols). */
+ * norm (o_proj, down; the lm_head of rows normalised already), a bf16 output for SWIGLU. The staged input must fit in
+ * shared memory: cuda_gemm_rows_fits(n_rows, cols). */
 size_t cuda_gemm_rows_argmax_workspace(void);
 int cuda_gemm_rows_fits(int n_rows, int cols);
 kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const float *norm_weight, float eps, void *y,

@@ -472,7 +472,8 @@ extern "C" kite_status cuda_gemm_rows(const void *weight, const void *x, int x_b
         (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemm_rows: unsupported shape %d x %d x %d", n_rows, rows, cols);
     const bool add = epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED;
-    if ((x_bf16 && ((!add && epilogue != CUDA_GEMV_ARGMAX) || norm_weight != NULL)) || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
+    const bool bf16_input_ok = !x_bf16 || ((add || epilogue == CUDA_GEMV_ARGMAX) && norm_weight == NULL);
+    if (!bf16_input_ok || (y_bf16 && epilogue != CUDA_GEMV_SWIGLU))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemm_rows: bf16 input (%d) / output (%d) with epilogue %d%s", x_bf16,
                          y_bf16, epilogue, norm_weight ? " and a norm" : "");
     if (!cuda_gemm_rows_fits(n_rows, cols))
