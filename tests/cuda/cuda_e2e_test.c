@@ -9,8 +9,8 @@
  * - the cluster decode attention equals the split-K one (short and long contexts);
  * - batched decode of 3, 8, 13, 20 and 33 sequences with mixed contexts against the CPU and against B = 1
  *   (bulk-fed and split-K batched attention; B=13 runs cuBLASLt products and the gemm_rows lm_head, B=20 and 33
- *   cuBLASLt throughout; by default B=13 and 20 with o_proj and down split along k), then B=33 split and B=13
- *   unsplit (cuda_backend_set_batch_split). */
+ *   cuBLASLt throughout; by default all three with o_proj and down split along k in 4 slices), then B=33 in 2
+ *   slices and B=13 unsplit (cuda_backend_set_batch_split). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -373,15 +373,15 @@ static void test_batched_decode(void) {
     test_batched_decode_n(8);
     TRY(cuda_backend_set_batch_bulk_max_rows(gpu, bulk_max_rows));
     /* The cuBLASLt buckets with o_proj and down split along k (the residual add and the next norm in one kernel;
-     * by default up to 32 rows, so B=13 and 20 above), then every bucket split, then none. */
-    TRY(cuda_backend_set_batch_split(gpu, 4, 256));
-    printf("  batched products: o_proj and down in 4 k slices at every B\n");
+     * by default 4 slices in every bucket, so B=13, 20 and 33 above), then in 2 slices, then not split. */
+    TRY(cuda_backend_set_batch_split(gpu, 2, 256));
+    printf("  batched products: o_proj and down in 2 k slices at every B\n");
     test_batched_decode_n(33);
     TRY(cuda_backend_set_batch_split(gpu, 0, 0));
     printf("  batched products: cuBLASLt's own, separate norms\n");
     test_batched_decode_n(13);
     CHECK(cuda_backend_set_batch_split(gpu, 7, 256) == KITE_ERROR_INVALID_ARGUMENT); /* 2,048 / 7: no whole slices */
-    TRY(cuda_backend_set_batch_split(gpu, 4, 32));
+    TRY(cuda_backend_set_batch_split(gpu, 4, 256)); /* the default again */
 }
 
 int main(void) {

@@ -39,7 +39,7 @@ int32_t cuda_backend_batch_bulk_max_rows(backend *self);
 int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows);
 /* Batched decode through cuBLASLt (buckets past KITE_CUDA_ROWS_MAX rows, up to max_rows rows): o_proj and down as
  * products split along k into `slices` partials, each added to the residual by the kernel that takes the next
- * RMSNorm; 0 or 1: cuBLASLt's own products and separate norms (default 4 slices up to 32 rows; env
+ * RMSNorm; 0 or 1: cuBLASLt's own products and separate norms (default 4 slices up to 256 rows; env
  * KITE_CUDA_BATCH_SPLIT and KITE_CUDA_BATCH_SPLIT_MAX_ROWS at creation). Refused where a slice is not a multiple
  * of 8 columns of both products, or slices > 16. Drops the captured batch graphs and the batch buffers. */
 kite_status cuda_backend_set_batch_split(backend *self, int slices, int32_t max_rows);
