@@ -832,11 +832,9 @@ kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl, bool normed_re
     const float eps = (float)c->rms_norm_eps;
     void *st = b->stream;
     if (rows <= b->batch_lm_head_rows_max && cuda_gemm_rows_fits(rows, hidden)) {
-        if (normed_ready)
-            return cuda_gemm_rows(b->lm_head, b->bat_normed, 1, NULL, 0.0f, b->bat_logits, 0, rows, vocab, hidden,
-                                  CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
-        return cuda_gemm_rows(b->lm_head, b->bat_x, 0, b->final_norm, eps, b->bat_logits, 0, rows, vocab, hidden,
-                              CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
+        const void *input = normed_ready ? static_cast<const void *>(b->bat_normed) : b->bat_x;
+        return cuda_gemm_rows(b->lm_head, input, normed_ready, normed_ready ? NULL : b->final_norm, eps, b->bat_logits,
+                              0, rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
     }
     if (!normed_ready) KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
     KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
