@@ -6,7 +6,8 @@
 # (comma-separated), so one binary can be compared under its env switches. The entries run interleaved, round
 # after round, so the drift of one lent machine (up to ~3% between calls, docs/BENCHMARKS.md) falls on all of
 # them alike: single-stream decode at depths 256 .. 16,384 (0.6B) and 256 (other shapes), batched decode B=8,
-# 16 and 32 at depth 256. SINGLE=0 leaves out the single-stream rows; BATCHES="8,16,32" picks the batch sizes.
+# 16 and 32 at depth 256. SINGLE=0 leaves out the single-stream rows; BATCHES="8,16,32" picks the batch sizes
+# (BATCHES=none: no batched rows); DEPTHS="256,16384" picks the 0.6B single-stream depths.
 # Writes ${OUT:-/tmp/kite-out}/ab.txt (every row of every round) and ab-summary.txt (ms per step, the mean of
 # the rounds, per build, and each build's change against the first).
 set -uo pipefail
@@ -26,15 +27,16 @@ for round in $(seq 1 "$rounds"); do
     [ -n "$vars" ] && IFS=, read -r -a more <<<"$vars" && env_args+=("${more[@]}")
     for shape in $shapes; do
       if [ "$shape" = qwen3-0.6b-base ]; then
-        args=(--depth 256,1024,2048,4096,16384 --batch 1)
+        args=(--depth "${DEPTHS:-256,1024,2048,4096,16384}" --batch 1)
       else
         args=(--depth 256 --batch 1)
       fi
       timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}" 2>&1 |
         grep '^tg' | sed "s/^/$name $shape /" >>"$raw"
     done
-    timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch "$batches" 2>&1 |
-      grep '^tg' | sed "s/^/$name qwen3-0.6b-base /" >>"$raw"
+    [ "$batches" = none ] ||
+      timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 \
+        --batch "$batches" 2>&1 | grep '^tg' | sed "s/^/$name qwen3-0.6b-base /" >>"$raw"
   done
 done
 # Rows: NAME SHAPE tgN [x B] @ depth D (variant) TOK_S MS FLOOR
