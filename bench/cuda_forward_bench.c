@@ -9,7 +9,9 @@
  *                           [--anatomy]    (decode with each part of a layer left out, then launched twice:
  *                                           what one part costs inside the graph, as differences)
  *                           [--batch 1,8,32] (decode steps of B sequences at once, each at the depth: the
- *                                           batched path; with --anatomy its parts too) */
+ *                                           batched path; with --anatomy its parts too)
+ *                           [--queued]     (decode also with the steps enqueued back to back, no host wait for
+ *                                           each step's ids: the host round trip's cost, as a difference) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,9 +88,11 @@ static void fill_context(backend *b, const int32_t *tokens, int depth, int n_seq
 }
 
 /* Median seconds per decode step of n_gen greedy steps of n_seqs sequences at `depth` positions each (one
- * sequence: the single-stream path, more: the batched path; the first repeat is warm-up). */
+ * sequence: the single-stream path, more: the batched path; the first repeat is warm-up). queued: the steps are
+ * enqueued back to back with the same input tokens and no host wait for each step's ids (one wait at the end),
+ * so the difference to the greedy loop is what the host's round trip between steps costs. */
 static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int depth, int n_gen, int reps,
-                             double *samples) {
+                             double *samples, int queued) {
     int32_t *next = malloc((size_t)n_seqs * sizeof *next), *start = malloc((size_t)(n_seqs + 1) * sizeof *start);
     int32_t *ctx = malloc((size_t)n_seqs * sizeof *ctx);
     const int32_t **tables = malloc((size_t)n_seqs * sizeof *tables);
@@ -110,8 +114,9 @@ static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int 
             for (int s = 0; s < n_seqs; s++) ctx[s] = depth + g + 1;
             step_batch batch = {n_seqs, n_seqs, next, start, ctx, tables, wants};
             TRY(b->ops->forward(b, &batch));
-            TRY(b->ops->argmax(b, next, n_seqs));
+            if (!queued) TRY(b->ops->argmax(b, next, n_seqs));
         }
+        if (queued) TRY(cuda_backend_synchronize(b));
         samples[r] = now_s() - t0;
     }
     free(next);
@@ -134,14 +139,14 @@ static void print_anatomy(backend *b, const int32_t *tokens, int n_seqs, int dep
                  {"down", CUDA_DECODE_PART_DOWN},       {"lm_head", CUDA_DECODE_PART_LM_HEAD},
                  {"all layers", CUDA_DECODE_PART_QKV | CUDA_DECODE_PART_ATTENTION | CUDA_DECODE_PART_O |
                                     CUDA_DECODE_PART_GATE_UP | CUDA_DECODE_PART_DOWN}};
-    const double full = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples);
+    const double full = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples, 0);
     printf("anatomy @ depth %d x %d sequences: full step %.4f ms; per part: us per layer left out / added twice\n",
            depth, n_seqs, 1e3 * full);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         TRY(cuda_backend_set_decode_anatomy(b, parts[i].mask, 0));
-        const double without = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples);
+        const double without = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples, 0);
         TRY(cuda_backend_set_decode_anatomy(b, 0, parts[i].mask));
-        const double twice = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples);
+        const double twice = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples, 0);
         const double per = parts[i].mask == CUDA_DECODE_PART_LM_HEAD ? 1.0 : (double)n_layers;
         printf("  %-12s without %.4f ms (-%.2f us)   twice %.4f ms (+%.2f us)\n", parts[i].name, 1e3 * without,
                1e6 * (full - without) / per, 1e3 * twice, 1e6 * (twice - full) / per);
@@ -155,7 +160,7 @@ int main(int argc, char **argv) {
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
     int batches[MAX_LIST] = {1}, n_batches = 1;
-    int n_gen = 128, reps = 5, variants = 0, anatomy = 0;
+    int n_gen = 128, reps = 5, variants = 0, anatomy = 0, queued = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_prompts = parse_list(argv[++i], prompts);
@@ -164,10 +169,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants")) variants = 1;
         else if (!strcmp(argv[i], "--anatomy")) anatomy = 1;
+        else if (!strcmp(argv[i], "--queued")) queued = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--batch 1,8,32] [--block-size 128]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--queued] [--batch 1,8,32] [--block-size 128]\n", argv[0]);
             return 2;
         }
     }
@@ -258,7 +264,7 @@ int main(int argc, char **argv) {
             const int n_seqs = batches[bi];
             for (int v = 0; v < n_variants; v++) {
                 TRY(cuda_backend_set_decode_options(gpu, variant_graph[v], variant_pdl[v]));
-                const double t = decode_seconds(gpu, tokens, n_seqs, depth, n_gen, reps, samples);
+                const double t = decode_seconds(gpu, tokens, n_seqs, depth, n_gen, reps, samples, 0);
                 const double avg_ctx = depth + n_gen / 2.0;
                 const double floor_s = (weight_bytes + n_seqs * kv_per_position * avg_ctx) / HBM_BYTES_PER_S;
                 char name[64];
@@ -269,6 +275,12 @@ int main(int argc, char **argv) {
                 printf("%-34s %12.1f %12.4f %9.1f%%\n", name, n_seqs / t, 1e3 * t, 100.0 * floor_s / t);
             }
             TRY(cuda_backend_set_decode_options(gpu, 1, 1));
+            if (queued) { /* a diagnostic: the same steps without the host's wait for each step's ids */
+                const double t = decode_seconds(gpu, tokens, n_seqs, depth, n_gen, reps, samples, 1);
+                char name[64];
+                snprintf(name, sizeof name, "tg%d x %d @ depth %d (queued)", n_gen, n_seqs, depth);
+                printf("%-34s %12.1f %12.4f %9s\n", name, n_seqs / t, 1e3 * t, "-");
+            }
             if (anatomy) print_anatomy(gpu, tokens, n_seqs, depth, n_gen, reps, samples, config.n_layers);
         }
     }
