@@ -541,6 +541,8 @@ static void test_attention_decode(void) {
     check_attention_decode(6, 2, 16, 300, 5, 0, 0);   /* group of 3: one head per block */
     check_attention_decode(32, 8, 64, 4099, 33, 0, 0);
     check_attention_decode(16, 8, 16, 16384, 66, 0, 0);
+    check_attention_decode(16, 8, 16, 16384, 200, 0, 0); /* more splits than threads: the combine in two passes */
+    check_attention_decode(6, 2, 16, 9000, 150, 0, 0);   /* the same with one head per block */
     check_attention_decode_gain(16, 8, 128, 1000, 66, 0, 0, 10.0f); /* peaky scores: many deferred rescales */
 }
 

@@ -63,29 +63,42 @@ __device__ __forceinline__ void merge_max_sum(float &m, float &l, float m_other,
 
 /* Combines the n_used splits of GROUP heads, written to the workspace rows (first_row + g) * n_splits + split,
  * into out_heads (GROUP rows of HEAD_DIM). It runs in the last block to finish, so it is the kernel's tail, and
- * every load of a phase is independent of the others (about one L2 round trip per phase):
- *   1. thread t folds the (max, sum) of splits t, t + THREADS, ...; the block merges them;
- *   2. warp w sums the accumulators of splits w, w + WARPS, ... (4 dims per lane), each scaled by
- *      exp2(its max - the overall max); the warps' sums meet in shared memory.
+ * its loads are issued in as few rounds as the registers allow (each round about one L2 round trip):
+ *   1. thread t folds the (max, sum) of splits t, t + THREADS, ...; the block merges them; thread t keeps split
+ *      t's pair, so its weight exp2(max - overall max) goes to shared memory without a second load;
+ *   2. warp w sums the accumulators of splits w, w + WARPS, ... (4 dims per lane), COMBINE_BATCH splits' loads
+ *      in flight at once, each scaled by its weight; the warps' sums meet in shared memory.
  * (One thread per dim looping over all splits was a chain of ~36 dependent L2 round trips at 66 splits.) */
+template <int GROUP>
+struct combine_scratch {
+    float weight[GROUP][THREADS]; /* exp2(split max - overall max) of the splits of one pass */
+};
+
 template <int GROUP, typename OutT>
-__device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP> &partials, const float *ws_acc,
+__device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP> &partials,
+                                               combine_scratch<GROUP> &scratch, const float *ws_acc,
                                                const float2 *ws_stats, size_t first_row, int n_splits, int n_used,
                                                OutT *out_heads) {
     static_assert(THREADS == HEAD_DIM, "thread d writes output dim d");
     constexpr int WARPS = THREADS / 32;
+    /* Splits per warp in flight: 2 x 9 float4 at GROUP 2 (two rounds for 66 splits, the kernel stays at 126
+     * registers); 8 at GROUP 1 (18 took it from 91 to 128 registers, 4 blocks per SM instead of 5). */
+    constexpr int COMBINE_BATCH = GROUP == 1 ? 8 : 18 / GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     float m[GROUP], l[GROUP];
+    float2 own[GROUP]; /* split threadIdx.x's (max, sum), when it exists */
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
         m[g] = DECODE_NO_SCORE;
         l[g] = 0.0f;
+        own[g] = make_float2(DECODE_NO_SCORE, 0.0f);
     }
     for (int sp = threadIdx.x; sp < n_used; sp += THREADS) {
 #pragma unroll
         for (int g = 0; g < GROUP; g++) {
             const float2 st = __ldcg(&ws_stats[(first_row + g) * (size_t)n_splits + sp]);
+            if (sp == (int)threadIdx.x) own[g] = st;
             merge_max_sum(m[g], l[g], st.x, st.y);
         }
     }
@@ -118,18 +131,44 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
     float4 a[GROUP];
 #pragma unroll
     for (int g = 0; g < GROUP; g++) a[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-    for (int sp = warp; sp < n_used; sp += WARPS) {
+    for (int base = 0; base < n_used; base += THREADS) { /* one pass unless there are more splits than threads */
+        const int sp = base + (int)threadIdx.x;
+        if (sp < n_used) {
 #pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-            const size_t row = (first_row + g) * (size_t)n_splits + sp;
-            const float f = exp2f(__ldcg(&ws_stats[row]).x - m_all[g]);
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(ws_acc + row * HEAD_DIM) + lane);
-            a[g].x += v.x * f;
-            a[g].y += v.y * f;
-            a[g].z += v.z * f;
-            a[g].w += v.w * f;
+            for (int g = 0; g < GROUP; g++) {
+                const float2 st = base == 0 ? own[g] : __ldcg(&ws_stats[(first_row + g) * (size_t)n_splits + sp]);
+                scratch.weight[g][threadIdx.x] = exp2f(st.x - m_all[g]);
+            }
         }
+        __syncthreads();
+        const int count = min(THREADS, n_used - base);
+        for (int first = warp; first < count; first += WARPS * COMBINE_BATCH) {
+            float4 v[COMBINE_BATCH][GROUP];
+#pragma unroll
+            for (int u = 0; u < COMBINE_BATCH; u++) {
+                const int i = first + u * WARPS;
+#pragma unroll
+                for (int g = 0; g < GROUP; g++) {
+                    const size_t row = (first_row + g) * (size_t)n_splits + (size_t)(base + i);
+                    v[u][g] = i < count ? __ldcg(reinterpret_cast<const float4 *>(ws_acc + row * HEAD_DIM) + lane)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < COMBINE_BATCH; u++) {
+                const int i = first + u * WARPS;
+                if (i >= count) break;
+#pragma unroll
+                for (int g = 0; g < GROUP; g++) {
+                    const float f = scratch.weight[g][i];
+                    a[g].x += v[u][g].x * f;
+                    a[g].y += v[u][g].y * f;
+                    a[g].z += v[u][g].z * f;
+                    a[g].w += v[u][g].w * f;
+                }
+            }
+        }
+        __syncthreads(); /* the weights of this pass are read before the next pass writes them */
     }
 #pragma unroll
     for (int g = 0; g < GROUP; g++) *reinterpret_cast<float4 *>(&partials.acc[warp][g][4 * lane]) = a[g];
@@ -154,6 +193,7 @@ __global__ void __launch_bounds__(THREADS)
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
                             int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
     __shared__ warp_partials<THREADS / 32, GROUP> partials;
+    __shared__ combine_scratch<GROUP> scratch;
     __shared__ float smem_q[GROUP][HEAD_DIM];
     __shared__ bool is_last;
 
@@ -309,7 +349,7 @@ __global__ void __launch_bounds__(THREADS)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    combine_splits<GROUP>(partials, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
+    combine_splits<GROUP>(partials, scratch, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
                           out + (size_t)first_head * HEAD_DIM);
     if (threadIdx.x == 0) counters[counter_index] = 0;
 }
