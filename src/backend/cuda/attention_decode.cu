@@ -16,8 +16,8 @@
  * last used split leave at once); with one split the block writes the output itself (no workspace, no
  * counter, no combine: the latency chain of a short-context step is what costs there). Every block normalises and rotates its own
  * query heads from the QKV projection; the block whose range holds the new position writes the new K and
- * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane asks L2 for
- * the first cache rows it will read: they do not depend on that kernel. */
+ * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane loads its first
+ * round of cache rows: they do not depend on that kernel. */
 #include "backend/cuda/decode_attention.cuh"
 
 namespace {
@@ -32,8 +32,6 @@ __device__ __forceinline__ void load_row(const bf16 *row, int sub, uint4 &a, uin
     a = __ldcs(p + sub); /* the cache is streamed: read once per step; pieces sub, sub + 8 (stream_dim) */
     b = __ldcs(p + sub + 8);
 }
-
-__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* Normalises (RMSNorm * weight) and rotates (RoPE, rotate-half) one head of 128 values with a warp:
  * lane l holds dims 2l, 2l + 1, 64 + 2l, 65 + 2l; its weights w and angles (c, s) are loaded earlier. */
@@ -218,17 +216,38 @@ __global__ void __launch_bounds__(THREADS)
     const int position = ctx - 1;
     const bf16 *cache = static_cast<const bf16 *>(kv.base);
 
-    if (split < n_used) { /* older positions do not depend on the previous kernel */
+    /* The cache block and slot of this stream's first position of a round, advanced by 2 x STREAMS positions
+     * per round (a division per position was ~25 instructions per lane). */
+    const size_t block_stride = (size_t)2 * kv.n_kv_heads * kv.block_size * HEAD_DIM;
+    const size_t v_offset = (size_t)kv.n_kv_heads * kv.block_size * HEAD_DIM;
+    const bf16 *head_cache = cache + (size_t)kv_head * kv.block_size * HEAD_DIM;
+    const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
+    int round_block = (begin + stream) / kv.block_size, round_slot = (begin + stream) % kv.block_size;
+    /* Two positions per stream and round in flight: 8 loads of 16 bytes per lane. */
+    auto load_round = [&](int round, uint4 (&k)[2][2], uint4 (&v)[2][2], bool (&valid)[2]) {
+        int block = round_block, slot = round_slot;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            const int p = begin + j * STREAMS + stream;
-            if (p < end && p != position) {
-                const int32_t block = block_table[p / kv.block_size], slot = p % kv.block_size;
-                prefetch_l2(cache + kv_offset(kv, block, 0, kv_head, slot) + sub * 16);
-                prefetch_l2(cache + kv_offset(kv, block, 1, kv_head, slot) + sub * 16);
+            const int p = begin + (round + j) * STREAMS + stream;
+            valid[j] = (round + j) < n_rounds && p < end;
+            if (valid[j]) {
+                const bf16 *row = head_cache + (size_t)block_table[block] * block_stride + (size_t)slot * HEAD_DIM;
+                load_row(row, sub, k[j][0], k[j][1]);
+                load_row(row + v_offset, sub, v[j][0], v[j][1]);
+            } else {
+                k[j][0] = k[j][1] = v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
             }
+            advance_slot(block, slot, STREAMS, kv.block_size);
         }
-    }
+        round_block = block;
+        round_slot = slot;
+    };
+    /* The first round's cached rows do not depend on the previous kernel: loaded before waiting for it, unless
+     * this block writes the new position in that round (it must write before it reads). */
+    const bool early = split < n_used && !(begin <= position && position < begin + 2 * STREAMS);
+    uint4 k_first[2][2], v_first[2][2];
+    bool valid_first[2];
+    if (early) load_round(0, k_first, v_first, valid_first);
     /* Norm weights and this position's angles do not depend on the previous kernel either. */
     const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
     const float qw[4] = {q_norm[d0], q_norm[d0 + 1], q_norm[d1], q_norm[d1 + 1]};
@@ -277,33 +296,7 @@ __global__ void __launch_bounds__(THREADS)
     float m[GROUP], l[GROUP], acc[GROUP][16];
     stream_init<GROUP>(m, l, acc);
 
-    const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
-    /* The cache block and slot of this stream's first position of the round, advanced by 2 x STREAMS positions
-     * per round (a division per position was ~25 instructions per lane). */
-    const size_t block_stride = (size_t)2 * kv.n_kv_heads * kv.block_size * HEAD_DIM;
-    const size_t v_offset = (size_t)kv.n_kv_heads * kv.block_size * HEAD_DIM;
-    const bf16 *head_cache = cache + (size_t)kv_head * kv.block_size * HEAD_DIM;
-    int round_block = (begin + stream) / kv.block_size, round_slot = (begin + stream) % kv.block_size;
-    for (int round = 0; round < n_rounds; round += 2) {
-        /* Two positions per stream in flight: 8 loads of 16 bytes per lane. */
-        uint4 k[2][2], v[2][2];
-        bool valid[2];
-        int block = round_block, slot = round_slot;
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int p = begin + (round + j) * STREAMS + stream;
-            valid[j] = (round + j) < n_rounds && p < end;
-            if (valid[j]) {
-                const bf16 *row = head_cache + (size_t)block_table[block] * block_stride + (size_t)slot * HEAD_DIM;
-                load_row(row, sub, k[j][0], k[j][1]);
-                load_row(row + v_offset, sub, v[j][0], v[j][1]);
-            } else {
-                k[j][0] = k[j][1] = v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
-            }
-            advance_slot(block, slot, STREAMS, kv.block_size);
-        }
-        round_block = block;
-        round_slot = slot;
+    auto fold_round = [&](const uint4 (&k)[2][2], const uint4 (&v)[2][2], const bool (&valid)[2]) {
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             float kf[16], vf[16];
@@ -319,6 +312,17 @@ __global__ void __launch_bounds__(THREADS)
             bf16x8_to_float(v[j][1], vf + 8);
             online_softmax_add_warp<GROUP>(m, l, acc, s, vf);
         }
+    };
+    int round = 0;
+    if (early) {
+        fold_round(k_first, v_first, valid_first);
+        round = 2;
+    }
+    for (; round < n_rounds; round += 2) {
+        uint4 k[2][2], v[2][2];
+        bool valid[2];
+        load_round(round, k, v, valid);
+        fold_round(k, v, valid);
     }
 
     merge_warp_streams<GROUP>(m, l, acc);
