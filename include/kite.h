@@ -194,6 +194,8 @@ typedef struct kite_engine_stats {
     int32_t waiting;                /* queued or preempted */
     int64_t preemptions;            /* total so far */
     int64_t steps;
+    int64_t steps_ahead;            /* greedy decode steps enqueued before the previous step's ids were read
+                                       (overlapped decode; KITE_ENGINE_OVERLAP=0 turns it off) */
 } kite_engine_stats;
 
 kite_engine_stats kite_engine_get_stats(const kite_engine *engine);

@@ -376,6 +376,41 @@ static kite_status next_tokens(bench_context *b, int32_t n_seqs, bench_sampling 
     return status;
 }
 
+/* Whether greedy tg rows run as the engine's overlapped decode does (engine.c): the backend offers it and
+ * KITE_ENGINE_OVERLAP is not 0. */
+static bool overlapped_decode(const backend *be) {
+    const char *env = getenv("KITE_ENGINE_OVERLAP");
+    return be->ops->argmax_begin && be->ops->argmax_end && !(env && strcmp(env, "0") == 0);
+}
+
+/* n_steps greedy steps as the engine's overlapped decode runs them: each step after the first enqueued with its
+ * tokens taken on the device from the previous step's argmax (tokens_from_argmax) before the host reads that
+ * step's ids, so the host's round trip overlaps the device's work. The ids read are fed back nowhere: the
+ * device already has them. */
+static kite_status decode_overlapped(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth,
+                                     const int32_t *first_tokens, int32_t *ids) {
+    backend *be = b->target;
+    int32_t seq_start[BENCH_MAX_SEQS + 1], context[BENCH_MAX_SEQS];
+    uint8_t wants[BENCH_MAX_SEQS];
+    for (int32_t s = 0; s < n_seqs; s++) {
+        seq_start[s] = s;
+        wants[s] = 1;
+    }
+    seq_start[n_seqs] = n_seqs;
+    KITE_TRY(forward_step(be, b->tables, n_seqs, first_tokens, 1, depth, true));
+    KITE_TRY(be->ops->argmax_begin(be, n_seqs));
+    for (int32_t step = 1; step < n_steps; step++) {
+        for (int32_t s = 0; s < n_seqs; s++) context[s] = depth + step + 1;
+        step_batch batch = {.n_seqs = n_seqs, .n_tokens = n_seqs, .token_ids = NULL, .seq_token_start = seq_start,
+                            .seq_context_len = context, .block_tables = (const int32_t *const *)b->tables,
+                            .seq_wants_logits = wants, .tokens_from_argmax = true};
+        KITE_TRY(be->ops->forward(be, &batch));
+        KITE_TRY(be->ops->argmax_begin(be, n_seqs));
+        KITE_TRY(be->ops->argmax_end(be, ids, n_seqs)); /* the previous step's, read while this one runs */
+    }
+    return be->ops->argmax_end(be, ids, n_seqs);
+}
+
 /* sampling NULL: greedy on the device; else the samplers' parameters (seeds: its seed plus the sequence index). */
 static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth, int reps,
                                const kite_sampling *sampling, row_result *out) {
@@ -397,13 +432,18 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         }
     }
     if (status == KITE_OK && depth > 0) status = fill_context(b, b->target, b->tables, n_seqs, depth, NULL);
+    const bool overlapped = !sampling && overlapped_decode(b->target);
     for (int rep = -1; rep < reps && status == KITE_OK; rep++) {
         random_tokens(b, tokens, (size_t)n_seqs);
         double t0 = seconds_now();
-        for (int32_t step = 0; step < n_steps && status == KITE_OK; step++) {
-            status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step, true);
-            if (status == KITE_OK) status = next_tokens(b, n_seqs, sampling ? &host : NULL, ids);
-            memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* feed back what was chosen */
+        if (overlapped) {
+            status = decode_overlapped(b, n_steps, n_seqs, depth, tokens, ids);
+        } else {
+            for (int32_t step = 0; step < n_steps && status == KITE_OK; step++) {
+                status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step, true);
+                if (status == KITE_OK) status = next_tokens(b, n_seqs, sampling ? &host : NULL, ids);
+                memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* feed back what was chosen */
+            }
         }
         double t = seconds_now() - t0;
         if (rep >= 0) {
@@ -471,6 +511,8 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
             printf(",\"decode_path\":");
             json_write_string(stdout, path, strlen(path));
         }
+        if (strncmp(test, "tg", 2) == 0) /* each step enqueued before the previous one's ids are read (engine.c) */
+            printf(",\"overlapped\":%s", !samples(o) && overlapped_decode(b->target) ? "true" : "false");
         if (samples(o) && strncmp(test, "tg", 2) == 0)
             printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,\"repetition_penalty\":%g}",
                    o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
@@ -551,6 +593,11 @@ static int run_bench(const bench_options *o) {
         printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n", KITE_VERSION_STRING,
                KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
         if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
+        if (!samples(o))
+            printf("greedy tg rows: %s\n", overlapped_decode(b.target)
+                                               ? "overlapped (each step enqueued before the previous step's ids are "
+                                                 "read, as the engine runs them; KITE_ENGINE_OVERLAP=0: serial)"
+                                               : "serial (each step waits for the previous step's ids)");
         if (samples(o))
             printf("tg rows sample on the host: temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g "
                    "(rows reduced on the backend where top-k allows, else full logits rows read back)\n",

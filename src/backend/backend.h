@@ -11,6 +11,7 @@
 #ifndef KITE_BACKEND_BACKEND_H
 #define KITE_BACKEND_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,11 @@ typedef struct step_batch {
     /* [n_seqs]: 1 when the sequence needs the logits of its last new token this step, else 0
      * (a prefill chunk that does not finish its prompt needs none). Rows come out in sequence order. */
     const uint8_t *seq_wants_logits;
+    /* Overlapped greedy decode (backends with argmax_begin): when true, token_ids is not read and sequence s's
+     * one new token is the argmax of row s of the previous forward's kept logits; that forward kept exactly
+     * n_seqs rows, and each sequence here adds one token and wants logits. The host need not know the tokens
+     * yet: the engine enqueues this step before it reads the previous one's ids. */
+    bool tokens_from_argmax;
 } step_batch;
 
 typedef struct backend backend;
@@ -80,7 +86,16 @@ typedef struct backend_ops {
      * NULL: the caller reads whole rows. */
     kite_status (*read_top)(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
                             backend_row_top *stats);
+    /* Overlapped greedy decode; both NULL where a backend does not offer it (then tokens_from_argmax is refused).
+     * argmax_begin starts the argmax of the kept rows (as argmax) and its way to the host without waiting for
+     * it; argmax_end waits for the oldest begun one and writes its n_rows ids (n_rows as begun). At most
+     * BACKEND_ARGMAX_PENDING may be begun and not ended: the engine begins step n's, enqueues step n + 1 with
+     * tokens_from_argmax, begins that one's, then ends step n's while step n + 1 runs. */
+    kite_status (*argmax_begin)(backend *self, int32_t n_rows);
+    kite_status (*argmax_end)(backend *self, int32_t *out_ids, int32_t n_rows);
 } backend_ops;
+
+#define BACKEND_ARGMAX_PENDING 2
 
 /* Implementations embed this as their first member. */
 struct backend {

@@ -6,6 +6,14 @@
  * admitted running request is preempted: its blocks are freed and it goes back to the queue to be
  * recomputed later (as vLLM does), so nothing ever crashes or produces wrong tokens for lack of memory.
  * One backend forward then serves the whole step; sequences whose prompt is complete get a token sampled.
+ *
+ * Overlapped greedy decode: while the same greedy requests keep decoding (nothing waiting, no prompt being
+ * read, no length limit at the next token), a step enqueues the next one before it reads its own ids, the
+ * next step's tokens taken on the device from this step's argmax (step_batch.tokens_from_argmax). The host's
+ * round trip between steps (the ids' copy, the wait, the next step's setup and launch: 20-28 us per step on
+ * the H200, bench/results/logs/2026-11-30-s12r2) then overlaps the device's work. The step in flight is
+ * resolved at the next kite_engine_step; a row whose request finished or was cancelled meanwhile is dropped.
+ * KITE_ENGINE_OVERLAP=0 turns it off.
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,8 +63,13 @@ struct kite_engine {
     reduced_rows reduced;
     sampler **row_samplers; /* row_requests' samplers */
 
-    int64_t steps, preemptions;
+    int64_t steps, preemptions, steps_ahead;
     kite_engine_timings timings;
+
+    /* Overlapped greedy decode (see the top): */
+    bool overlap;                    /* the backend offers it and KITE_ENGINE_OVERLAP is not 0 */
+    int32_t ahead_rows;              /* > 0: a step is in flight, its argmax begun and not read */
+    engine_request **ahead_requests; /* its rows' requests, in row order (not freed while it is in flight) */
 };
 
 static double now_seconds(void) {
@@ -149,11 +162,15 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->top_ids = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(int32_t));
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
         e->row_samplers = calloc(seqs, sizeof *e->row_samplers);
+        e->ahead_requests = calloc(seqs, sizeof *e->ahead_requests);
+        const backend *b = model->backend;
+        const char *overlap = getenv("KITE_ENGINE_OVERLAP");
+        e->overlap = b->ops->argmax_begin && b->ops->argmax_end && !(overlap && strcmp(overlap, "0") == 0);
         const char *reduced = getenv("KITE_ENGINE_REDUCED_SAMPLING");
         e->reduced_sampling = !(reduced && strcmp(reduced, "0") == 0);
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
             !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
-            !e->top_ids || !e->top_logprobs || !e->row_samplers)
+            !e->top_ids || !e->top_logprobs || !e->row_samplers || !e->ahead_requests)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
     }
     if (status == KITE_OK) status = reduced_rows_alloc(&e->reduced, (int32_t)seqs);
@@ -169,6 +186,11 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
 
 void kite_engine_free(kite_engine *e) {
     if (!e) return;
+    if (e->ahead_rows > 0) { /* the step in flight: its ids are read and dropped, so the backend has none pending */
+        backend *b = e->model->backend;
+        kite_status ignored = b->ops->argmax_end(b, e->sampled, e->ahead_rows);
+        (void)ignored;
+    }
     for (int32_t i = 0; i < e->n_requests; i++) request_free(e->requests[i]);
     free(e->requests);
     kv_pool_destroy(&e->pool);
@@ -187,6 +209,7 @@ void kite_engine_free(kite_engine *e) {
     free(e->top_logprobs);
     reduced_rows_free(&e->reduced);
     free(e->row_samplers);
+    free(e->ahead_requests);
     if (e->attached) e->model->engine_attached = false;
     free(e);
 }
@@ -280,6 +303,7 @@ static void remove_finished(kite_engine *e) {
 }
 
 bool kite_engine_idle(const kite_engine *e) {
+    if (e->ahead_rows > 0) return false; /* a step in flight is resolved by the next kite_engine_step */
     for (int32_t i = 0; i < e->n_requests; i++)
         if (e->requests[i]->state != REQUEST_FINISHED) return false;
     return true;
@@ -421,7 +445,108 @@ static kite_status sample_whole_row(void *context, int32_t row) {
  * millisecond, which a large batch would otherwise pay once per sequence on one core. */
 static kite_status sample_rows(kite_engine *e, int32_t rows) { return kite_parallel_for(rows, sample_whole_row, e); }
 
+/* The sampled tokens of one step's rows join their requests (text, stop checks) and go to the callbacks, in row
+ * order. A row whose request is no longer running (cancelled, or ended by a token while this step ran ahead)
+ * is dropped. Returns the rows taken. */
+static kite_status take_tokens(kite_engine *e, engine_request *const *row_requests, int32_t rows,
+                               bool sampled_on_host, int32_t *taken) {
+    *taken = 0;
+    for (int32_t row = 0; row < rows; row++) {
+        engine_request *r = row_requests[row];
+        if (r->state != REQUEST_RUNNING) continue;
+        int32_t token = e->sampled[row];
+        KITE_TRY(request_append_token(r, token, e->model->config.eos_ids, e->model->config.n_eos_ids,
+                                      (size_t)e->max_context));
+        if (r->finish != KITE_FINISH_NONE) {
+            r->state = REQUEST_FINISHED;
+            release_blocks(e, r); /* a finished request's blocks are free for the next step */
+        }
+        emit_event(r, token, sampled_on_host ? e->sampled_logprob[row] : NAN, sampled_on_host ? r->n_logprobs : 0,
+                   e->top_ids + (size_t)row * KITE_MAX_LOGPROBS, e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
+        (*taken)++;
+    }
+    return KITE_OK;
+}
+
+/* ---- overlapped greedy decode ------------------------------------------------------------------- */
+
+/* Whether the step after the one whose ids are coming (rows `row_requests`, enqueued or in flight) may be
+ * enqueued before those ids are read: every request still active is one of these greedy rows (nothing waiting,
+ * no prompt being read), and none meets a length limit at the coming token (it would end there, whatever the
+ * token). Gives each row the block for its next position; false when the pool is short. */
+static kite_status can_run_ahead(kite_engine *e, engine_request *const *row_requests, int32_t rows, bool *ok) {
+    *ok = false;
+    if (!e->overlap || rows <= 0) return KITE_OK;
+    int32_t active = 0;
+    for (int32_t i = 0; i < e->n_requests; i++) active += e->requests[i]->state != REQUEST_FINISHED;
+    if (active != rows) return KITE_OK;
+    for (int32_t row = 0; row < rows; row++) {
+        const engine_request *r = row_requests[row];
+        if (r->state != REQUEST_RUNNING || !r->greedy || r->n_logprobs > 0) return KITE_OK;
+        if (r->max_tokens > 0 && r->n_generated + 1 >= r->max_tokens) return KITE_OK;
+        if (r->n_tokens + 1 >= (size_t)e->max_context) return KITE_OK;
+    }
+    for (int32_t row = 0; row < rows; row++) {
+        bool got = false;
+        KITE_TRY(ensure_blocks(e, row_requests[row], (int64_t)row_requests[row]->n_computed + 1, &got));
+        if (!got) return KITE_OK;
+    }
+    *ok = true;
+    return KITE_OK;
+}
+
+/* Enqueues the step after the one whose rows are row_requests (each row's new token: that step's argmax, taken
+ * on the device) and begins its argmax; the blocks come from can_run_ahead. */
+static kite_status enqueue_ahead(kite_engine *e, engine_request *const *row_requests, int32_t rows) {
+    for (int32_t s = 0; s < rows; s++) {
+        engine_request *r = row_requests[s];
+        e->ahead_requests[s] = r; /* row_requests may be ahead_requests itself: the same list */
+        e->seq_token_start[s] = s;
+        e->seq_context_len[s] = (int32_t)r->n_computed + 1;
+        e->block_tables[s] = r->block_table;
+        e->wants_logits[s] = 1;
+    }
+    e->seq_token_start[rows] = rows;
+    step_batch batch = {.n_seqs = rows, .n_tokens = rows, .token_ids = NULL, .seq_token_start = e->seq_token_start,
+                        .seq_context_len = e->seq_context_len, .block_tables = e->block_tables,
+                        .seq_wants_logits = e->wants_logits, .tokens_from_argmax = true};
+    backend *b = e->model->backend;
+    KITE_TRY(b->ops->forward(b, &batch));
+    KITE_TRY(b->ops->argmax_begin(b, rows));
+    for (int32_t s = 0; s < rows; s++) e->ahead_requests[s]->n_computed++;
+    e->ahead_rows = rows;
+    e->steps_ahead++;
+    return KITE_OK;
+}
+
+/* Reads the ids of the step `rows` were begun for, having enqueued the next step first where can_run_ahead
+ * allows. The pending argmax is read also when enqueueing fails, so the backend holds none the engine forgot. */
+static kite_status read_ids_running_ahead(kite_engine *e, engine_request *const *row_requests, int32_t rows) {
+    backend *b = e->model->backend;
+    bool ahead = false;
+    kite_status status = can_run_ahead(e, row_requests, rows, &ahead);
+    e->ahead_rows = 0;
+    if (status == KITE_OK && ahead) status = enqueue_ahead(e, row_requests, rows);
+    kite_status read = b->ops->argmax_end(b, e->sampled, rows);
+    return status != KITE_OK ? status : read;
+}
+
+/* A call that finds a step in flight: enqueues the next one if nothing changed, then takes the tokens of the
+ * one in flight. */
+static kite_status step_ahead(kite_engine *e) {
+    double start = now_seconds();
+    const int32_t rows = e->ahead_rows;
+    KITE_TRY(read_ids_running_ahead(e, e->ahead_requests, rows));
+    int32_t taken = 0;
+    KITE_TRY(take_tokens(e, e->ahead_requests, rows, false, &taken));
+    e->steps++;
+    e->timings.decode_seconds += now_seconds() - start;
+    e->timings.decode_tokens += taken;
+    return KITE_OK;
+}
+
 kite_status kite_engine_step(kite_engine *e) {
+    if (e->ahead_rows > 0) return step_ahead(e);
     remove_finished(e);
     int32_t n = 0;
     KITE_TRY(schedule_step(e, &n));
@@ -471,7 +596,10 @@ kite_status kite_engine_step(kite_engine *e) {
     for (int32_t s = 0; s < n; s++)
         if (e->wants_logits[s]) e->row_requests[rows++] = e->step_requests[s];
     if (rows > 0) {
-        if (all_greedy) {
+        if (all_greedy && e->overlap) {
+            KITE_TRY(b->ops->argmax_begin(b, rows));
+            KITE_TRY(read_ids_running_ahead(e, e->row_requests, rows));
+        } else if (all_greedy) {
             KITE_TRY(b->ops->argmax(b, e->sampled, rows));
         } else {
             bool sampled = false;
@@ -483,20 +611,8 @@ kite_status kite_engine_step(kite_engine *e) {
             }
         }
     }
-    /* In sequence order: the token joins its request (text, stop checks) and goes to the callback. */
-    for (int32_t row = 0; row < rows; row++) {
-        engine_request *r = e->row_requests[row];
-        int32_t token = e->sampled[row];
-        KITE_TRY(request_append_token(r, token, e->model->config.eos_ids, e->model->config.n_eos_ids,
-                                      (size_t)e->max_context));
-        if (r->finish != KITE_FINISH_NONE) {
-            r->state = REQUEST_FINISHED;
-            release_blocks(e, r); /* a finished request's blocks are free for the next step */
-        }
-        bool sampled_on_host = !all_greedy;
-        emit_event(r, token, sampled_on_host ? e->sampled_logprob[row] : NAN, sampled_on_host ? r->n_logprobs : 0,
-                   e->top_ids + (size_t)row * KITE_MAX_LOGPROBS, e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
-    }
+    int32_t taken = 0;
+    KITE_TRY(take_tokens(e, e->row_requests, rows, !all_greedy, &taken));
     double elapsed = now_seconds() - start;
     e->steps++;
     if (prefill_tokens > 0) {
@@ -529,6 +645,7 @@ kite_engine_stats kite_engine_get_stats(const kite_engine *e) {
     }
     s.preemptions = e->preemptions;
     s.steps = e->steps;
+    s.steps_ahead = e->steps_ahead;
     return s;
 }
 

@@ -12,8 +12,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cases import case, finish  # noqa: E402
 
 
-def run(*argv, check_exit=None):
-    p = subprocess.run([KITE, *argv], capture_output=True, timeout=600)
+def run(*argv, check_exit=None, env=None):
+    p = subprocess.run([KITE, *argv], capture_output=True, timeout=600,
+                       env=None if env is None else {**os.environ, **env})
     if check_exit is not None and p.returncode != check_exit:
         raise AssertionError(f"kite {' '.join(argv)}: exit {p.returncode}, stderr: {p.stderr.decode(errors='replace')}")
     return p
@@ -166,6 +167,11 @@ def bench_rows_as_json_lines():
         for key in ("test", "batch", "tok_s", "gpu", "commit", "date", "gate"):
             assert key in r, (key, r)
         assert r["tok_s"] > 0 and r["gate"] == "oracle"
+        # greedy tg rows run as the engine's overlapped decode, unless KITE_ENGINE_OVERLAP=0
+        assert r.get("overlapped") is (True if r["test"].startswith("tg") else None), r
+    serial = run("bench", "--dummy", "tiny", "--backend", "cpu", "-p", "0", "-n", "3", "--depth", "4", "-r", "1",
+                 "-o", "jsonl", check_exit=0, env={"KITE_ENGINE_OVERLAP": "0"})
+    assert last_json(serial.stdout)["overlapped"] is False, serial.stdout
     assert run("bench", "--dummy", "nonexistent-shape", "--backend", "cpu").returncode == 1
     assert run("bench", "--dummy", "tiny", "-o", "xml").returncode == 2
 
@@ -180,6 +186,7 @@ def bench_sampled_decode_rows():
     for r in rows:
         chosen = {key: r["sampling"][key] for key in ("temperature", "top_k", "top_p")}
         assert r["tok_s"] > 0 and chosen == {"temperature": 0.8, "top_k": 5, "top_p": 0.9}, r
+        assert r["overlapped"] is False, r
     greedy = run("bench", "--dummy", "tiny", "--backend", "cpu", "-p", "0", "-n", "2", "--depth", "4", "-r", "1",
                  "-o", "jsonl", check_exit=0)
     assert "sampling" not in json.loads(greedy.stdout.decode().strip()), greedy.stdout

@@ -10,7 +10,9 @@
  * - batched decode of 3, 8, 13, 20 and 33 sequences with mixed contexts against the CPU and against B = 1
  *   (bulk-fed and split-K batched attention; B=13 runs cuBLASLt products and the gemm_rows lm_head, B=20 and 33
  *   cuBLASLt throughout; by default all three with o_proj and down split along k in 4 slices), then B=33 in 2
- *   slices and B=13 unsplit (cuda_backend_set_batch_split). */
+ *   slices and B=13 unsplit (cuda_backend_set_batch_split);
+ * - overlapped decode (each step's tokens taken on the device from the previous step's argmax) equals serial
+ *   decode on every path. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,7 +58,7 @@ static void run_seq(backend *b, int seq, const int32_t *tokens, int n, int befor
     int32_t start[2] = {0, n}, ctx = before + n;
     const int32_t *table = tables[seq];
     uint8_t wants = 1;
-    step_batch batch = {1, n, tokens, start, &ctx, &table, &wants};
+    step_batch batch = {1, n, tokens, start, &ctx, &table, &wants, false};
     TRY(b->ops->forward(b, &batch));
 }
 
@@ -181,7 +183,7 @@ static void test_chunked_prefill(void) {
     uint8_t wants[2] = {1, 1};
     /* seq 0 is reused here as scratch: prefill it with the same 300 tokens first */
     run_seq(gpu, 0, tokens, n, 0);
-    step_batch batch = {2, 2, toks, start, ctx, tb, wants};
+    step_batch batch = {2, 2, toks, start, ctx, tb, wants, false};
     TRY(gpu->ops->forward(gpu, &batch));
     TRY(gpu->ops->read_logits(gpu, mixed, 2));
     const double e1 = rel_l2(mixed, graph_logits, (size_t)V), e2 = rel_l2(mixed + V, graph_logits, (size_t)V);
@@ -304,11 +306,11 @@ static void test_batched_decode_n(int n) {
         prompt_tokens(prompt, len, 100 + (uint32_t)s);
         int32_t pstart[2] = {0, len}, pctx = len;
         uint8_t pw = 1;
-        step_batch p = {1, len, prompt, pstart, &pctx, &bt[s], &pw};
+        step_batch p = {1, len, prompt, pstart, &pctx, &bt[s], &pw, false};
         TRY(cpu->ops->forward(cpu, &p));
         TRY(gpu->ops->forward(gpu, &p));
         st[0] = single_tables[s];
-        step_batch q = {1, len, prompt, pstart, &pctx, st, &pw};
+        step_batch q = {1, len, prompt, pstart, &pctx, st, &pw, false};
         TRY(gpu->ops->forward(gpu, &q));
         ctx[s] = len;
         tokens[s] = (int32_t)((s * 7919 + 13) % V);
@@ -320,7 +322,7 @@ static void test_batched_decode_n(int n) {
     int near_ties = 0;
     for (int step = 0; step < BATCH_STEPS; step++) {
         for (int s = 0; s < n; s++) ctx[s]++;
-        step_batch b = {n, n, tokens, start, ctx, bt, wants};
+        step_batch b = {n, n, tokens, start, ctx, bt, wants, false};
         TRY(gpu->ops->forward(gpu, &b));
         TRY(gpu->ops->read_logits(gpu, gpu_rows, n));
         TRY(gpu->ops->argmax(gpu, ids, n));
@@ -336,7 +338,7 @@ static void test_batched_decode_n(int n) {
             int32_t one_start[2] = {0, 1}, one_ctx = ctx[s], one_id = -1;
             uint8_t w1 = 1;
             st[0] = single_tables[s];
-            step_batch o = {1, 1, &tokens[s], one_start, &one_ctx, st, &w1};
+            step_batch o = {1, 1, &tokens[s], one_start, &one_ctx, st, &w1, false};
             TRY(gpu->ops->forward(gpu, &o));
             TRY(gpu->ops->read_logits(gpu, one, 1));
             TRY(gpu->ops->argmax(gpu, &one_id, 1));
@@ -384,6 +386,85 @@ static void test_batched_decode(void) {
     TRY(cuda_backend_set_batch_split(gpu, 4, 256)); /* the default again */
 }
 
+/* Greedy ids of n sequences (prompts of 20 + 7 s tokens, read in one general-path step) over `steps` decode
+ * steps: out[step * n + s] is what the step before `step` chose (the prompt's for step 0). Serial: each step
+ * fed the ids read back. Overlapped (the engine's overlapped decode): each step enqueued with
+ * tokens_from_argmax, its argmax begun, then the previous step's ids read. */
+static void greedy_ids(int n, int steps, int overlapped, int32_t *out) {
+    int32_t prompt[N_SEQS * 48], start[N_SEQS + 1], one_start[N_SEQS + 1], ctx[N_SEQS], last[N_SEQS];
+    const int32_t *tb[N_SEQS];
+    uint8_t wants[N_SEQS];
+    int total = 0;
+    for (int s = 0; s < n; s++) {
+        const int len = 20 + 7 * s;
+        start[s] = total;
+        prompt_tokens(prompt + total, len, 500 + (uint32_t)s);
+        total += len;
+        ctx[s] = len;
+        tb[s] = tables[s];
+        wants[s] = 1;
+    }
+    start[n] = total;
+    for (int s = 0; s <= n; s++) one_start[s] = s;
+    step_batch p = {n, total, prompt, start, ctx, tb, wants, false};
+    TRY(gpu->ops->forward(gpu, &p));
+    if (overlapped) TRY(gpu->ops->argmax_begin(gpu, n));
+    for (int step = 0; step < steps; step++) {
+        for (int s = 0; s < n; s++) ctx[s]++;
+        if (overlapped) {
+            step_batch d = {n, n, NULL, one_start, ctx, tb, wants, true};
+            TRY(gpu->ops->forward(gpu, &d));
+            TRY(gpu->ops->argmax_begin(gpu, n));
+            TRY(gpu->ops->argmax_end(gpu, out + (size_t)step * n, n));
+        } else {
+            TRY(gpu->ops->argmax(gpu, out + (size_t)step * n, n));
+            step_batch d = {n, n, out + (size_t)step * n, one_start, ctx, tb, wants, false};
+            TRY(gpu->ops->forward(gpu, &d));
+        }
+    }
+    if (overlapped) TRY(gpu->ops->argmax_end(gpu, last, n)); /* the last step's, not compared */
+}
+
+/* Overlapped decode equals serial decode, id for id, on every path a step's tokens can come from: one sequence
+ * (the decode graph; its first step copies the token from the prefill's argmax, later ones read dec_token in
+ * place), 4 sequences (the batched graph: bat_ids), both without the graphs, one sequence on the persistent
+ * kernel, 4 on the general path; misuse is refused. */
+static void test_overlapped_decode(void) {
+    enum { STEPS = 24 };
+    int32_t serial[STEPS * N_SEQS], overlapped[STEPS * N_SEQS];
+    const char *names[5] = {"graphs", "no graphs", "persistent", "general path", NULL};
+    for (int mode = 0; names[mode]; mode++) {
+        if (mode == 1) TRY(cuda_backend_set_decode_options(gpu, 0, 0));
+        if (mode == 2) {
+            TRY(cuda_backend_set_decode_options(gpu, 1, 1));
+            TRY(cuda_backend_set_persistent_decode(gpu, 1));
+            if (!cuda_backend_persistent_decode(gpu)) continue;
+        }
+        if (mode == 3) {
+            TRY(cuda_backend_set_persistent_decode(gpu, 0));
+            TRY(cuda_backend_set_batched_decode(gpu, 0));
+        }
+        for (int n = 1; n <= N_SEQS; n += N_SEQS - 1) {
+            if ((mode == 2 && n > 1) || (mode == 3 && n == 1)) continue;
+            greedy_ids(n, STEPS, 0, serial);
+            greedy_ids(n, STEPS, 1, overlapped);
+            int differ = 0;
+            for (int i = 0; i < STEPS * n; i++) differ += serial[i] != overlapped[i];
+            CHECK_MSG(differ == 0, "%s, %d sequences: %d of %d ids differ", names[mode], n, differ, STEPS * n);
+            printf("  overlapped decode (%s, %d sequences, %d steps): ids equal to serial decode\n", names[mode], n,
+                   STEPS);
+        }
+    }
+    TRY(cuda_backend_set_batched_decode(gpu, 1));
+    int32_t id = -1;
+    CHECK(gpu->ops->argmax_end(gpu, &id, 1) != KITE_OK); /* none begun */
+    int32_t one_start[3] = {0, 1, 2}, ctx[2] = {5, 5};
+    const int32_t *tb[2] = {tables[0], tables[1]};
+    uint8_t wants[2] = {1, 1};
+    step_batch d = {2, 2, NULL, one_start, ctx, tb, wants, true}; /* the last forward kept 4 rows */
+    CHECK(gpu->ops->forward(gpu, &d) != KITE_OK);
+}
+
 int main(void) {
     char reason[256];
     if (!cuda_backend_available(reason, sizeof reason)) {
@@ -415,6 +496,7 @@ int main(void) {
     TEST_RUN(test_cluster_vs_split);
     TEST_RUN(test_bulk_vs_cluster);
     TEST_RUN(test_batched_decode);
+    TEST_RUN(test_overlapped_decode);
     gpu->ops->destroy(gpu);
     cpu->ops->destroy(cpu);
     dummy_model_free(model);

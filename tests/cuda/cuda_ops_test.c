@@ -9,26 +9,32 @@
 #define NMSE_F32_OUT 1e-8
 #define NMSE_ATTENTION 1e-4 /* P rounded to bf16 before P.V */
 
+/* With fallback ids: a negative id takes fallback[t] (overlapped decode), a valid one its own. */
 static void test_embed(void) {
     const int vocab = 1000, hidden = 1032, n = 7;
     uint16_t *table = xmalloc((size_t)vocab * hidden * 2);
     random_bf16(table, NULL, (size_t)vocab * hidden, 1.0f);
-    int32_t ids[7] = {0, 999, 5, 5, 123, 998, 1};
+    int32_t ids[7] = {0, 999, 5, 5, 123, 998, 1}, chained[7] = {-1, 999, -1, 5, -1, 998, -1};
+    int32_t fallback[7] = {0, 7, 5, 8, 123, 9, 1};
     void *d_table = device_buffer((size_t)vocab * hidden * 2, table);
-    void *d_ids = device_buffer(sizeof ids, ids);
-    float *d_x = device_buffer((size_t)n * hidden * 4, NULL);
-    DEVICE_CHECK(cuda_embed(d_table, d_ids, d_x, n, hidden, NULL, 0));
     float *x = xmalloc((size_t)n * hidden * 4);
-    DEVICE_CHECK(kite_cuda_copy_to_host(x, d_x, (size_t)n * hidden * 4));
-    int bad = 0;
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < hidden; i++)
-            if (x[(size_t)t * hidden + i] != bf16_to_float(table[(size_t)ids[t] * hidden + i])) bad++;
-    CHECK_MSG(bad == 0, "%d elements differ", bad);
-    CHECK(guard_intact(d_x, (size_t)n * hidden * 4));
+    for (int with_fallback = 0; with_fallback < 2; with_fallback++) {
+        void *d_ids = device_buffer(sizeof ids, with_fallback ? chained : ids);
+        void *d_fallback = device_buffer(sizeof fallback, fallback);
+        float *d_x = device_buffer((size_t)n * hidden * 4, NULL);
+        DEVICE_CHECK(cuda_embed(d_table, d_ids, with_fallback ? d_fallback : NULL, d_x, n, hidden, NULL, 0));
+        DEVICE_CHECK(kite_cuda_copy_to_host(x, d_x, (size_t)n * hidden * 4));
+        int bad = 0;
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < hidden; i++)
+                if (x[(size_t)t * hidden + i] != bf16_to_float(table[(size_t)ids[t] * hidden + i])) bad++;
+        CHECK_MSG(bad == 0, "fallback %d: %d elements differ", with_fallback, bad);
+        CHECK(guard_intact(d_x, (size_t)n * hidden * 4));
+        kite_cuda_free(d_ids);
+        kite_cuda_free(d_fallback);
+        kite_cuda_free(d_x);
+    }
     kite_cuda_free(d_table);
-    kite_cuda_free(d_ids);
-    kite_cuda_free(d_x);
     free(table);
     free(x);
 }

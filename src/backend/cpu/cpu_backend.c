@@ -76,6 +76,14 @@ typedef struct cpu_backend {
     int32_t n_logit_rows;
     float *logit_inputs; /* (rows, hidden) final hidden states of the tokens that want logits */
     float *logits;       /* (rows, vocab) */
+
+    /* Overlapped decode (argmax_begin / argmax_end): begun argmaxes in order, a ring of BACKEND_ARGMAX_PENDING;
+     * the host computes each at once, so "begun" only means "not yet handed out". */
+    int32_t *begun_ids[BACKEND_ARGMAX_PENDING];
+    int32_t begun_capacity[BACKEND_ARGMAX_PENDING], begun_rows[BACKEND_ARGMAX_PENDING];
+    int64_t n_begun, n_ended;
+    int32_t *chained_ids; /* a tokens_from_argmax forward's tokens (capacity chained_capacity) */
+    int32_t chained_capacity;
 } cpu_backend;
 
 static const backend_ops cpu_backend_ops;
@@ -209,6 +217,8 @@ static void cpu_destroy(backend *self) {
     scratch_free(&b->scratch);
     free(b->logit_inputs);
     free(b->logits);
+    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) free(b->begun_ids[i]);
+    free(b->chained_ids);
     free(b);
 }
 
@@ -333,7 +343,8 @@ static kite_status check_batch(const cpu_backend *b, const step_batch *batch, in
     if (batch->n_seqs < 0 || batch->n_tokens < 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: %d sequences, %d tokens",
                          batch->n_seqs, batch->n_tokens);
-    if (batch->n_seqs > 0 && (!batch->token_ids || !batch->seq_token_start || !batch->seq_context_len ||
+    if (batch->n_seqs > 0 && ((!batch->token_ids && !batch->tokens_from_argmax) || !batch->seq_token_start ||
+                              !batch->seq_context_len ||
                               !batch->block_tables || !batch->seq_wants_logits))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: forward: a batch array is NULL");
     if (batch->n_seqs == 0 && batch->n_tokens != 0)
@@ -379,7 +390,13 @@ static kite_status check_batch(const cpu_backend *b, const step_batch *batch, in
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                          "cpu backend: forward: seq_token_start[%d] is %d, not n_tokens %d", batch->n_seqs,
                          batch->seq_token_start[batch->n_seqs], batch->n_tokens);
-    for (int32_t t = 0; t < batch->n_tokens; t++) {
+    if (batch->tokens_from_argmax && (batch->n_tokens != batch->n_seqs || rows != batch->n_seqs ||
+                                      b->n_logit_rows != batch->n_seqs))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "cpu backend: forward: tokens from the argmax need one token and a logits row per sequence "
+                         "(%d sequences, %d tokens, %d rows) and as many kept rows (%d)",
+                         batch->n_seqs, batch->n_tokens, rows, b->n_logit_rows);
+    for (int32_t t = 0; t < batch->n_tokens && !batch->tokens_from_argmax; t++) {
         if (batch->token_ids[t] < 0 || batch->token_ids[t] >= c->vocab_size)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                              "cpu backend: forward: token %d has id %d, outside the vocabulary [0, %d)", t,
@@ -580,13 +597,34 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 }
 
+static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows);
+
+/* A tokens_from_argmax forward's tokens: the argmax of the kept rows, taken before this forward replaces them. */
+static kite_status chained_tokens(cpu_backend *b, int32_t n, const int32_t **ids) {
+    if (n > b->chained_capacity) {
+        int32_t *p = realloc(b->chained_ids, (size_t)n * sizeof *p);
+        if (!p) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory");
+        b->chained_ids = p;
+        b->chained_capacity = n;
+    }
+    KITE_TRY(cpu_argmax(&b->base, b->chained_ids, n));
+    *ids = b->chained_ids;
+    return KITE_OK;
+}
+
 static kite_status cpu_forward(backend *self, const step_batch *batch) {
     cpu_backend *b = (cpu_backend *)self;
     const qwen3_config *c = &b->config;
-    b->n_logit_rows = 0;
     int32_t rows = 0;
     int32_t longest_context = 0;
-    KITE_TRY(check_batch(b, batch, &rows, &longest_context));
+    const int32_t *token_ids = NULL;
+    kite_status status = check_batch(b, batch, &rows, &longest_context);
+    if (status == KITE_OK) {
+        token_ids = batch->token_ids;
+        if (batch->tokens_from_argmax) status = chained_tokens(b, batch->n_tokens, &token_ids);
+    }
+    b->n_logit_rows = 0; /* the kept rows are gone, also when this forward fails */
+    if (status != KITE_OK) return status;
     if (batch->n_tokens == 0) return KITE_OK;
     KITE_TRY(scratch_reserve(b, batch->n_tokens, longest_context));
     KITE_TRY(logits_reserve(b, rows));
@@ -606,7 +644,7 @@ static kite_status cpu_forward(backend *self, const step_batch *batch) {
         }
     }
     for (int32_t t = 0; t < batch->n_tokens; t++)
-        memcpy(s->hidden + (size_t)t * hidden, b->embed_tokens + (size_t)batch->token_ids[t] * hidden,
+        memcpy(s->hidden + (size_t)t * hidden, b->embed_tokens + (size_t)token_ids[t] * hidden,
                hidden * sizeof(float));
 
     for (int32_t l = 0; l < c->n_layers; l++) layer_forward(b, batch, l);
@@ -656,6 +694,35 @@ static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
             if (logits[i] > logits[best]) best = i;
         out_ids[r] = (int32_t)best;
     }
+    return KITE_OK;
+}
+
+static kite_status cpu_argmax_begin(backend *self, int32_t n_rows) {
+    cpu_backend *b = (cpu_backend *)self;
+    if (b->n_begun - b->n_ended >= BACKEND_ARGMAX_PENDING)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: argmax_begin with %d begun and not ended",
+                         BACKEND_ARGMAX_PENDING);
+    const int slot = (int)(b->n_begun % BACKEND_ARGMAX_PENDING);
+    if (n_rows > b->begun_capacity[slot]) {
+        int32_t *p = realloc(b->begun_ids[slot], (size_t)n_rows * sizeof *p);
+        if (!p) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory");
+        b->begun_ids[slot] = p;
+        b->begun_capacity[slot] = n_rows;
+    }
+    KITE_TRY(cpu_argmax(self, b->begun_ids[slot], n_rows));
+    b->begun_rows[slot] = n_rows;
+    b->n_begun++;
+    return KITE_OK;
+}
+
+static kite_status cpu_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows) {
+    cpu_backend *b = (cpu_backend *)self;
+    const int slot = (int)(b->n_ended % BACKEND_ARGMAX_PENDING);
+    if (b->n_ended == b->n_begun || n_rows != b->begun_rows[slot] || (!out_ids && n_rows > 0))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: argmax_end of %d rows: %s", n_rows,
+                         b->n_ended == b->n_begun ? "none begun" : "not the rows begun");
+    if (n_rows > 0) memcpy(out_ids, b->begun_ids[slot], (size_t)n_rows * sizeof *out_ids);
+    b->n_ended++;
     return KITE_OK;
 }
 
@@ -732,4 +799,6 @@ static const backend_ops cpu_backend_ops = {
     .device_name = cpu_device_name,
     .decode_path = NULL,
     .read_top = cpu_read_top,
+    .argmax_begin = cpu_argmax_begin,
+    .argmax_end = cpu_argmax_end,
 };

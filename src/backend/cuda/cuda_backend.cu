@@ -147,6 +147,13 @@ struct cuda_backend {
     int32_t kept_rows;
     bool kept_decode; /* the kept row came from the decode path: its argmax is already on the device */
     bool kept_batch;  /* the kept rows came from the batched path: their argmax is on the device (bat_ids) */
+
+    /* Overlapped decode (argmax_begin / argmax_end): begun argmaxes in order, a ring of BACKEND_ARGMAX_PENDING
+     * pinned buffers, each filled by a copy on the stream and marked by its event. */
+    int32_t *begun_host[BACKEND_ARGMAX_PENDING];
+    int32_t begun_capacity[BACKEND_ARGMAX_PENDING], begun_rows[BACKEND_ARGMAX_PENDING];
+    cudaEvent_t begun_copied[BACKEND_ARGMAX_PENDING];
+    int64_t n_begun, n_ended;
 };
 
 cuda_backend *as_cuda(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
@@ -413,7 +420,7 @@ cuda_kv_layer kv_layer(cuda_backend *b, int layer) {
 
 /* ---- the general path ------------------------------------------------------------------------------- */
 
-kite_status forward_general(cuda_backend *b, const step_batch *batch) {
+kite_status forward_general(cuda_backend *b, const step_batch *batch, const int32_t *chained) {
     const qwen3_config *c = &b->config;
     const int32_t T = batch->n_tokens, S = batch->n_seqs, bs = b->kv_block_size;
     int32_t rows = 0;
@@ -435,7 +442,10 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
     int32_t *ids = h, *positions = ids + T, *slots = positions + T, *token_start = slots + T;
     int32_t *ctx = token_start + S + 1, *table_start = ctx + S, *tables = table_start + S;
     int32_t *logit_rows = tables + table_ints;
-    memcpy(ids, batch->token_ids, (size_t)T * sizeof(int32_t));
+    if (chained) /* the ids are copied on the device below */
+        memset(ids, 0, (size_t)T * sizeof(int32_t));
+    else
+        memcpy(ids, batch->token_ids, (size_t)T * sizeof(int32_t));
     size_t table_at = 0;
     int32_t row = 0;
     for (int32_t s = 0; s < S; s++) {
@@ -456,6 +466,9 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
     token_start[S] = batch->seq_token_start[S];
     CUDA_CHECK(cudaMemcpyAsync(b->meta_device, h, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice, b->stream));
     CUDA_CHECK(cudaEventRecord(b->meta_copied, b->stream));
+    if (chained) /* one token per sequence: the previous step's argmax rows, in order */
+        CUDA_CHECK(cudaMemcpyAsync(b->meta_device, chained, (size_t)T * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                   b->stream));
 
     int32_t *d = b->meta_device;
     const int32_t *d_ids = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_token_start = d + 3 * T;
@@ -473,7 +486,7 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch) {
     const int hidden = c->hidden_size, inter = c->intermediate_size;
     const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
-    KITE_TRY(cuda_embed(b->embed, d_ids, b->x, T, hidden, st, 0));
+    KITE_TRY(cuda_embed(b->embed, d_ids, NULL, b->x, T, hidden, st, 0));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const cuda_kv_layer kv = kv_layer(b, l);
@@ -523,7 +536,9 @@ kite_status decode_launches(cuda_backend *b, int attention) {
     const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     const int32_t *step = b->step_device;
-    DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, step + STEP_TOKEN, b->dec_x, 1, hidden, st, 0));
+    /* A negative token: the previous decode step's argmax (overlapped decode, forward_decode). */
+    DECODE_PART(CUDA_DECODE_PART_EMBED,
+                cuda_embed(b->embed, step + STEP_TOKEN, b->dec_token, b->dec_x, 1, hidden, st, 0));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const cuda_kv_layer kv = kv_layer(b, l);
@@ -588,12 +603,16 @@ kite_status destroy_decode_graphs(cuda_backend *b) {
     return KITE_OK;
 }
 
-kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
+/* chained: the device id of this step's token (overlapped decode), else NULL: the batch's. */
+kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32_t *chained) {
     const int32_t bs = b->kv_block_size, context = batch->seq_context_len[0];
     const int32_t position = context - 1, n_blocks = KITE_CEIL_DIV(context, bs);
+    const bool persistent = b->use_persistent && bs % 16 == 0; /* the kernel copies K/V in pieces of 16 slots */
+    /* The graphs' embedding reads dec_token for a negative id; the persistent kernel reads the id itself. */
+    const bool chained_in_place = chained == b->dec_token && !persistent;
     CUDA_CHECK(cudaEventSynchronize(b->step_copied));
     int32_t *h = b->step_host;
-    h[STEP_TOKEN] = batch->token_ids[0];
+    h[STEP_TOKEN] = chained ? (chained_in_place ? -1 : 0) : batch->token_ids[0];
     h[STEP_POSITION] = position;
     h[STEP_SLOT] = batch->block_tables[0][position / bs] * bs + position % bs;
     h[STEP_CONTEXT] = context;
@@ -601,7 +620,10 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch) {
     CUDA_CHECK(cudaMemcpyAsync(b->step_device, h, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, b->stream));
     CUDA_CHECK(cudaEventRecord(b->step_copied, b->stream));
-    if (b->use_persistent && bs % 16 == 0) { /* the kernel copies K/V in pieces of 16 slots */
+    if (chained && !chained_in_place)
+        CUDA_CHECK(cudaMemcpyAsync(b->step_device + STEP_TOKEN, chained, sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                   b->stream));
+    if (persistent) {
         cuda_decode_args *a = &b->persistent;
         a->kv_cache = b->kv_cache; /* kv_reserve may have moved these */
         a->kv_block_size = bs;
@@ -849,7 +871,8 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
     const float eps = (float)c->rms_norm_eps;
     const int32_t *tokens = b->bat_step_device + BATCH_TOKENS;
     const int pdl = b->use_pdl ? 1 : 0;
-    DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, tokens, b->bat_x, rows, hidden, st, 0));
+    /* A negative token: that row's argmax of the previous batched step (overlapped decode, forward_batch). */
+    DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, tokens, b->bat_ids, b->bat_x, rows, hidden, st, 0));
     if (batch_gemm_rows(b, rows)) {
         /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). The
          * attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input to bf16
@@ -932,7 +955,7 @@ kite_status capture_batch_graph(cuda_backend *b, int bucket) {
     return KITE_OK;
 }
 
-kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
+kite_status forward_batch(cuda_backend *b, const step_batch *batch, const int32_t *chained) {
     const int32_t n = batch->n_seqs, bs = b->kv_block_size;
     const int bucket = bucket_index(n);
     const int32_t rows = BUCKETS[bucket];
@@ -948,7 +971,8 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
     for (int32_t s = 0; s < rows; s++) {
         if (s < n) {
             const int32_t context = batch->seq_context_len[s], n_blocks = KITE_CEIL_DIV(context, bs);
-            h[BATCH_TOKENS + s] = batch->token_ids[s];
+            /* The graph's embedding reads bat_ids[s] for a negative id (overlapped decode after a batched step). */
+            h[BATCH_TOKENS + s] = chained ? (chained == b->bat_ids ? -1 : 0) : batch->token_ids[s];
             h[BATCH_CONTEXT + s] = context;
             h[BATCH_TABLE_START + s] = (int32_t)at;
             memcpy(tables + at, batch->block_tables[s], (size_t)n_blocks * sizeof(int32_t));
@@ -962,6 +986,9 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch) {
     CUDA_CHECK(cudaMemcpyAsync(b->bat_step_device, h, ((size_t)BATCH_TABLES + at) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, b->stream));
     CUDA_CHECK(cudaEventRecord(b->bat_step_copied, b->stream));
+    if (chained && chained != b->bat_ids)
+        CUDA_CHECK(cudaMemcpyAsync(b->bat_step_device + BATCH_TOKENS, chained, (size_t)n * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, b->stream));
     if (b->use_graph && b->bat_graphs[bucket]) {
         CUDA_CHECK(cudaGraphLaunch(b->bat_graphs[bucket], b->stream));
     } else {
@@ -1010,6 +1037,10 @@ void free_all(cuda_backend *b) {
     cudaFreeHost(b->step_host);
     if (b->meta_copied) cudaEventDestroy(b->meta_copied);
     if (b->step_copied) cudaEventDestroy(b->step_copied);
+    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) {
+        cudaFreeHost(b->begun_host[i]);
+        if (b->begun_copied[i]) cudaEventDestroy(b->begun_copied[i]);
+    }
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b);
 }
@@ -1053,12 +1084,21 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
 kite_status validate_batch(const cuda_backend *b, const step_batch *batch) {
     const qwen3_config *c = &b->config;
     if (!b->kv_cache) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: forward before kv_reserve");
-    if (!batch || batch->n_seqs <= 0 || batch->n_tokens <= 0 || !batch->token_ids || !batch->seq_token_start ||
-        !batch->seq_context_len || !batch->block_tables || !batch->seq_wants_logits)
+    if (!batch || batch->n_seqs <= 0 || batch->n_tokens <= 0 || (!batch->token_ids && !batch->tokens_from_argmax) ||
+        !batch->seq_token_start || !batch->seq_context_len || !batch->block_tables || !batch->seq_wants_logits)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: empty or incomplete step batch");
+    if (batch->tokens_from_argmax) {
+        bool all_want = batch->n_tokens == batch->n_seqs;
+        for (int32_t s = 0; s < batch->n_seqs; s++) all_want &= batch->seq_wants_logits[s] != 0;
+        if (!all_want || b->kept_rows != batch->n_seqs)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "cuda backend: tokens from the argmax need one token and a logits row per sequence (%d "
+                             "sequences, %d tokens) and as many kept rows (%d)",
+                             batch->n_seqs, batch->n_tokens, b->kept_rows);
+    }
     if (batch->seq_token_start[0] != 0 || batch->seq_token_start[batch->n_seqs] != batch->n_tokens)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: seq_token_start does not span %d tokens", batch->n_tokens);
-    for (int32_t t = 0; t < batch->n_tokens; t++)
+    for (int32_t t = 0; t < batch->n_tokens && !batch->tokens_from_argmax; t++)
         if (batch->token_ids[t] < 0 || batch->token_ids[t] >= c->vocab_size)
             return kite_fail(KITE_ERROR_INVALID_INPUT, "cuda backend: token id %d at %d is outside [0, %d)",
                              batch->token_ids[t], t, c->vocab_size);
@@ -1080,16 +1120,33 @@ kite_status validate_batch(const cuda_backend *b, const step_batch *batch) {
     return KITE_OK;
 }
 
+/* The device ids of the kept rows' argmax: where the decode graphs left them, else computed into ids_device. */
+kite_status kept_argmax_device(cuda_backend *b, int32_t n_rows, const int32_t **ids) {
+    if (b->kept_decode) {
+        *ids = b->dec_token;
+    } else if (b->kept_batch) {
+        *ids = b->bat_ids;
+    } else {
+        KITE_TRY(ensure_logits(b, n_rows));
+        KITE_TRY(cuda_argmax_rows(b->kept_logits, b->ids_device, n_rows, b->config.vocab_size, b->stream));
+        *ids = b->ids_device;
+    }
+    return KITE_OK;
+}
+
 kite_status cuda_forward(backend *self, const step_batch *batch) {
     cuda_backend *b = as_cuda(self);
     KITE_TRY(validate_batch(b, batch));
-    if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0]) return forward_decode(b, batch);
+    const int32_t *chained = NULL; /* tokens_from_argmax: the kept rows' argmax, before this step replaces them */
+    if (batch->tokens_from_argmax) KITE_TRY(kept_argmax_device(b, batch->n_seqs, &chained));
+    if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0])
+        return forward_decode(b, batch, chained);
     if (b->use_batch && batch->n_seqs > 1 && batch->n_seqs <= BATCH_MAX && batch->n_tokens == batch->n_seqs) {
         bool all_want = true; /* one new token each (validated: at least one each), all wanting logits */
         for (int32_t s = 0; s < batch->n_seqs; s++) all_want &= batch->seq_wants_logits[s] != 0;
-        if (all_want) return forward_batch(b, batch);
+        if (all_want) return forward_batch(b, batch, chained);
     }
-    return forward_general(b, batch);
+    return forward_general(b, batch, chained);
 }
 
 kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
@@ -1176,6 +1233,43 @@ kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     return KITE_OK;
 }
 
+kite_status cuda_argmax_begin(backend *self, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    if (n_rows <= 0 || n_rows > b->kept_rows || b->n_begun - b->n_ended >= BACKEND_ARGMAX_PENDING)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax_begin of %d rows (%d kept, %lld pending)",
+                         n_rows, b->kept_rows, (long long)(b->n_begun - b->n_ended));
+    const int slot = (int)(b->n_begun % BACKEND_ARGMAX_PENDING);
+    if (n_rows > b->begun_capacity[slot]) { /* this slot's previous copy was waited for by argmax_end */
+        if (b->begun_host[slot]) CUDA_CHECK(cudaFreeHost(b->begun_host[slot]));
+        b->begun_host[slot] = NULL;
+        b->begun_capacity[slot] = 0;
+        const int32_t capacity = grown_capacity((int32_t)0, (int32_t)8, n_rows);
+        CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&b->begun_host[slot]), (size_t)capacity * sizeof(int32_t),
+                                 cudaHostAllocDefault));
+        b->begun_capacity[slot] = capacity;
+    }
+    const int32_t *ids = NULL;
+    KITE_TRY(kept_argmax_device(b, n_rows, &ids));
+    CUDA_CHECK(cudaMemcpyAsync(b->begun_host[slot], ids, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                               b->stream));
+    CUDA_CHECK(cudaEventRecord(b->begun_copied[slot], b->stream));
+    b->begun_rows[slot] = n_rows;
+    b->n_begun++;
+    return KITE_OK;
+}
+
+kite_status cuda_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    const int slot = (int)(b->n_ended % BACKEND_ARGMAX_PENDING);
+    if (b->n_ended == b->n_begun || n_rows != b->begun_rows[slot] || !out_ids)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax_end of %d rows: %s", n_rows,
+                         b->n_ended == b->n_begun ? "none begun" : "not the rows begun");
+    CUDA_CHECK(cudaEventSynchronize(b->begun_copied[slot]));
+    memcpy(out_ids, b->begun_host[slot], (size_t)n_rows * sizeof(int32_t));
+    b->n_ended++;
+    return KITE_OK;
+}
+
 kite_status cuda_memory_info(backend *self, size_t *free_bytes, size_t *total_bytes) {
     cuda_backend *b = as_cuda(self);
     CUDA_CHECK(cudaSetDevice(b->device));
@@ -1223,7 +1317,7 @@ const char *cuda_decode_path(backend *self) {
 
 const backend_ops cuda_ops = {
     "cuda", cuda_destroy, cuda_kv_reserve, cuda_forward, cuda_read_logits, cuda_argmax, cuda_memory_info,
-    cuda_device_name, cuda_decode_path, cuda_read_top,
+    cuda_device_name, cuda_decode_path, cuda_read_top, cuda_argmax_begin, cuda_argmax_end,
 };
 
 kite_status check_device(int device, char *reason, size_t capacity) {
@@ -1330,6 +1424,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     STEP(cuda_step(cudaEventCreateWithFlags(&b->meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
     STEP(cuda_step(cudaEventCreateWithFlags(&b->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
     STEP(cuda_step(cudaEventCreateWithFlags(&b->bat_step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
+        STEP(cuda_step(cudaEventCreateWithFlags(&b->begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
     STEP(cuda_gemm_create(&b->gemm));
     STEP(upload_weights(b, weights));
     STEP(upload_rope(b));
@@ -1495,6 +1591,13 @@ extern "C" kite_status cuda_backend_set_persistent_decode(backend *self, int on)
 }
 
 extern "C" int cuda_backend_persistent_decode(backend *self) { return as_cuda(self)->use_persistent ? 1 : 0; }
+
+extern "C" kite_status cuda_backend_set_batched_decode(backend *self, int on) {
+    cuda_backend *b = as_cuda(self);
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    b->use_batch = on != 0;
+    return KITE_OK;
+}
 
 extern "C" kite_status cuda_backend_synchronize(backend *self) {
     CUDA_CHECK(cudaStreamSynchronize(as_cuda(self)->stream));

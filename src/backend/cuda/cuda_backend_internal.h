@@ -17,6 +17,9 @@ kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int us
  * correct, but not yet faster (docs/notes-cuda.md). cuda_backend_persistent_decode says whether it is on. */
 kite_status cuda_backend_set_persistent_decode(backend *self, int on);
 int cuda_backend_persistent_decode(backend *self);
+/* Batched decode (2..BATCH_MAX sequences of one token each) through its graphs; off: the general path. On by
+ * default (env KITE_CUDA_BATCH=0 turns it off at creation). */
+kite_status cuda_backend_set_batched_decode(backend *self, int on);
 /* Single-stream decode attention: contexts up to max_context run the cluster kernel
  * (attention_decode_cluster.cu), longer ones the split-K kernel (env KITE_CUDA_CLUSTER_MAX_CONTEXT sets it at
  * creation). cuda_backend_attention_cluster gives the cluster size in use, 0 where the device or shape cannot

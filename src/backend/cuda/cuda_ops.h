@@ -50,9 +50,10 @@ typedef struct cuda_seq_meta {
     int32_t max_new_tokens; /* the most new tokens of any sequence */
 } cuda_seq_meta;
 
-/* x[t, :] = float(table[ids[t], :]) for t < n_tokens. table bf16 (vocab, hidden); x fp32. */
-kite_status cuda_embed(const void *table, const int32_t *ids, float *x, int n_tokens, int hidden,
-                       void *stream, int use_pdl);
+/* x[t, :] = float(table[id, :]) for t < n_tokens, id = ids[t], or fallback[t] where ids[t] is negative (fallback
+ * may be NULL when no id is). table bf16 (vocab, hidden); x fp32. */
+kite_status cuda_embed(const void *table, const int32_t *ids, const int32_t *fallback, float *x, int n_tokens,
+                       int hidden, void *stream, int use_pdl);
 
 /* out[r, :] = bf16(x[src, :] * rsqrt(mean(x[src, :]^2) + eps) * weight), src = row_index ? row_index[r] : r.
  * x fp32 (rows, dim); weight fp32 (dim); out bf16 (n_rows, dim). dim % 4 == 0. */

@@ -1,14 +1,17 @@
 /* Token embedding lookup: one block per token, 16-byte loads of the bf16 row, fp32 out (the residual
- * stream is fp32). */
+ * stream is fp32). A negative id stands for fallback[t] (overlapped decode: the previous step's argmax, which
+ * the host has not read yet when it enqueues this step). */
 #include "backend/cuda/cuda_common.cuh"
 
 namespace {
 
-__global__ void embed_kernel(const bf16 *__restrict__ table, const int32_t *ids, float *x, int hidden) {
+__global__ void embed_kernel(const bf16 *__restrict__ table, const int32_t *ids, const int32_t *fallback, float *x,
+                             int hidden) {
     pdl_wait();
     pdl_launch_dependents();
     const size_t token = blockIdx.x;
-    const int32_t id = ids[token];
+    int32_t id = ids[token];
+    if (id < 0 && fallback) id = fallback[token];
     const uint4 *row = reinterpret_cast<const uint4 *>(table + (size_t)id * (size_t)hidden);
     float4 *out = reinterpret_cast<float4 *>(x + token * (size_t)hidden);
     for (int c = threadIdx.x; c < hidden / 8; c += blockDim.x) {
@@ -21,11 +24,11 @@ __global__ void embed_kernel(const bf16 *__restrict__ table, const int32_t *ids,
 
 } // namespace
 
-extern "C" kite_status cuda_embed(const void *table, const int32_t *ids, float *x, int n_tokens, int hidden,
-                                  void *stream, int use_pdl) {
+extern "C" kite_status cuda_embed(const void *table, const int32_t *ids, const int32_t *fallback, float *x,
+                                  int n_tokens, int hidden, void *stream, int use_pdl) {
     if (hidden % 8 != 0 || n_tokens <= 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_embed: hidden %d tokens %d", hidden, n_tokens);
     CUDA_CHECK(launch_kernel(embed_kernel, dim3(n_tokens), dim3(128), 0, static_cast<cudaStream_t>(stream),
-                             use_pdl != 0, static_cast<const bf16 *>(table), ids, x, hidden));
+                             use_pdl != 0, static_cast<const bf16 *>(table), ids, fallback, x, hidden));
     return KITE_OK;
 }
