@@ -36,7 +36,25 @@ __global__ void argmax_rows_kernel(const float *__restrict__ logits, int32_t *id
     if (threadIdx.x == 0) ids[blockIdx.x] = argmax_id(best);
 }
 
+/* Copies n ids into slot (*parity & 1) of a ring of two in mapped host memory (overlapped decode: the host reads
+ * a step's ids there after its event, while the next step writes the other slot). */
+__global__ void publish_ids_kernel(const int32_t *ids, int n, const int32_t *parity, int32_t *ring) {
+    pdl_wait();
+    pdl_launch_dependents();
+    int32_t *slot = ring + (size_t)(*parity & 1) * (size_t)n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) slot[i] = ids[i];
+}
+
 } // namespace
+
+extern "C" kite_status cuda_publish_ids(const int32_t *ids, int n, const int32_t *parity, int32_t *ring, void *stream,
+                                        int use_pdl) {
+    if (n <= 0 || !ids || !parity || !ring)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_publish_ids: %d ids", n);
+    CUDA_CHECK(launch_kernel(publish_ids_kernel, dim3(1), dim3(32), 0, static_cast<cudaStream_t>(stream), use_pdl != 0,
+                             ids, n, parity, ring));
+    return KITE_OK;
+}
 
 extern "C" kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream) {
     if (n_rows <= 0 || vocab <= 0)

@@ -154,6 +154,13 @@ struct cuda_backend {
     int32_t begun_capacity[BACKEND_ARGMAX_PENDING], begun_rows[BACKEND_ARGMAX_PENDING];
     cudaEvent_t begun_copied[BACKEND_ARGMAX_PENDING];
     int64_t n_begun, n_ended;
+    /* Experiment (KITE_CUDA_PUBLISH_IDS=1): the single-stream decode step writes its id into slot (position & 1)
+     * of a mapped host ring itself (cuda_publish_ids, the step's last kernel), so a begun argmax of it needs no
+     * copy on the stream. published_slot: the kept decode step's slot, -1 when it wrote none. */
+    bool publish_ids;
+    int32_t *publish_host, *publish_device; /* 2 ints, mapped */
+    int published_slot;
+    const volatile int32_t *begun_mapped[BACKEND_ARGMAX_PENDING]; /* NULL: the copy in begun_host */
 };
 
 cuda_backend *as_cuda(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
@@ -572,6 +579,7 @@ kite_status decode_launches(cuda_backend *b, int attention) {
     DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
                                                     c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,
                                                     b->dec_token, st, pdl));
+    if (b->publish_ids) KITE_TRY(cuda_publish_ids(b->dec_token, 1, step + STEP_POSITION, b->publish_device, st, pdl));
     return KITE_OK;
 }
 
@@ -644,6 +652,7 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32
     b->kept_logits = b->dec_logits;
     b->kept_rows = 1;
     b->kept_decode = true;
+    b->published_slot = b->publish_ids && !persistent ? position & 1 : -1;
     b->kept_batch = false;
     return KITE_OK;
 }
@@ -1037,6 +1046,7 @@ void free_all(cuda_backend *b) {
     cudaFreeHost(b->step_host);
     if (b->meta_copied) cudaEventDestroy(b->meta_copied);
     if (b->step_copied) cudaEventDestroy(b->step_copied);
+    cudaFreeHost(b->publish_host);
     for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) {
         cudaFreeHost(b->begun_host[i]);
         if (b->begun_copied[i]) cudaEventDestroy(b->begun_copied[i]);
@@ -1239,6 +1249,19 @@ kite_status cuda_argmax_begin(backend *self, int32_t n_rows) {
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax_begin of %d rows (%d kept, %lld pending)",
                          n_rows, b->kept_rows, (long long)(b->n_begun - b->n_ended));
     const int slot = (int)(b->n_begun % BACKEND_ARGMAX_PENDING);
+    b->begun_mapped[slot] = NULL;
+    if (b->kept_decode && b->published_slot >= 0) {
+        const volatile int32_t *mapped = b->publish_host + b->published_slot;
+        bool taken = false; /* the pending one reads the same slot: copy instead */
+        for (int64_t i = b->n_ended; i < b->n_begun; i++) taken |= b->begun_mapped[i % BACKEND_ARGMAX_PENDING] == mapped;
+        if (!taken) {
+            CUDA_CHECK(cudaEventRecord(b->begun_copied[slot], b->stream));
+            b->begun_mapped[slot] = mapped;
+            b->begun_rows[slot] = 1;
+            b->n_begun++;
+            return KITE_OK;
+        }
+    }
     if (n_rows > b->begun_capacity[slot]) { /* this slot's previous copy was waited for by argmax_end */
         if (b->begun_host[slot]) CUDA_CHECK(cudaFreeHost(b->begun_host[slot]));
         b->begun_host[slot] = NULL;
@@ -1265,7 +1288,10 @@ kite_status cuda_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows) {
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax_end of %d rows: %s", n_rows,
                          b->n_ended == b->n_begun ? "none begun" : "not the rows begun");
     CUDA_CHECK(cudaEventSynchronize(b->begun_copied[slot]));
-    memcpy(out_ids, b->begun_host[slot], (size_t)n_rows * sizeof(int32_t));
+    if (b->begun_mapped[slot])
+        out_ids[0] = *b->begun_mapped[slot];
+    else
+        memcpy(out_ids, b->begun_host[slot], (size_t)n_rows * sizeof(int32_t));
     b->n_ended++;
     return KITE_OK;
 }
@@ -1426,6 +1452,14 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     STEP(cuda_step(cudaEventCreateWithFlags(&b->bat_step_copied, cudaEventDisableTiming), "cudaEventCreate"));
     for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
         STEP(cuda_step(cudaEventCreateWithFlags(&b->begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
+    b->published_slot = -1;
+    b->publish_ids = env_flag("KITE_CUDA_PUBLISH_IDS", false);
+    if (b->publish_ids) {
+        STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&b->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
+                       "cudaHostAlloc"));
+        STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&b->publish_device), b->publish_host, 0),
+                       "cudaHostGetDevicePointer"));
+    }
     STEP(cuda_gemm_create(&b->gemm));
     STEP(upload_weights(b, weights));
     STEP(upload_rope(b));

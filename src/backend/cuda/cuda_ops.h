@@ -202,6 +202,9 @@ kite_status cuda_top_candidates(const float *logits, int n_rows, int vocab, int 
 
 /* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
 kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);
+/* ring[(*parity & 1) * n + i] = ids[i] for i < n: a step's ids into one of two slots of mapped host memory. */
+kite_status cuda_publish_ids(const int32_t *ids, int n, const int32_t *parity, int32_t *ring, void *stream,
+                             int use_pdl);
 
 /* Prefill GEMM through cuBLASLt: Y (n, m) = X (n, k) . W (m, k)^T + beta * Y. X, W bf16; Y bf16 when
  * out_f32 == 0, fp32 otherwise (beta only with fp32). fp32 accumulation; the algorithm is chosen by the
