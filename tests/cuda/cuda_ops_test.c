@@ -970,6 +970,32 @@ static void check_argmax_rows(int vocab) {
     free(logits);
 }
 
+/* cuda_publish_ids: the ids land in slot (parity & 1) of the ring; the other slot is untouched. */
+static void test_publish_ids(void) {
+    enum { N = 37 };
+    int32_t ids[N], ring[2 * N];
+    for (int i = 0; i < N; i++) ids[i] = 1000 + 3 * i;
+    void *d_ids = device_buffer(sizeof ids, ids);
+    for (int32_t parity = 6; parity <= 7; parity++) {
+        void *d_parity = device_buffer(sizeof parity, &parity);
+        int32_t *d_ring = device_buffer(sizeof ring, NULL);
+        DEVICE_CHECK(kite_cuda_memset(d_ring, 0xff, sizeof ring));
+        DEVICE_CHECK(cuda_publish_ids(d_ids, N, d_parity, d_ring, NULL, 0));
+        DEVICE_CHECK(kite_cuda_copy_to_host(ring, d_ring, sizeof ring));
+        int bad = 0;
+        for (int i = 0; i < 2 * N; i++) {
+            const int32_t want = i / N == (parity & 1) ? ids[i % N] : -1;
+            bad += ring[i] != want;
+        }
+        CHECK_MSG(bad == 0, "parity %d: %d ring entries wrong", parity, bad);
+        CHECK(guard_intact(d_ring, sizeof ring));
+        kite_cuda_free(d_parity);
+        kite_cuda_free(d_ring);
+    }
+    CHECK(cuda_publish_ids(d_ids, 0, d_ids, d_ids, NULL, 0) == KITE_ERROR_INVALID_ARGUMENT);
+    kite_cuda_free(d_ids);
+}
+
 static void test_argmax_rows(void) {
     check_argmax_rows(151936);
     check_argmax_rows(1003);
@@ -1177,6 +1203,7 @@ int main(void) {
     TEST_RUN(test_attention_decode_bulk_rows);
     TEST_RUN(test_gemm_rows);
     TEST_RUN(test_argmax_rows);
+    TEST_RUN(test_publish_ids);
     TEST_RUN(test_top_candidates);
     TEST_RUN(test_gemm);
     return test_finish();
