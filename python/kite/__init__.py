@@ -65,7 +65,8 @@ class _EngineParams(ctypes.Structure):
 class _EngineStats(ctypes.Structure):
     _fields_ = [("kv_block_size", c_int32), ("kv_blocks_total", c_int32), ("kv_blocks_free", c_int32),
                 ("kv_capacity_tokens", c_size_t), ("max_concurrent_full", c_int32), ("max_context", c_int32),
-                ("running", c_int32), ("waiting", c_int32), ("preemptions", c_int64), ("steps", c_int64)]
+                ("running", c_int32), ("waiting", c_int32), ("preemptions", c_int64), ("steps", c_int64),
+                ("steps_ahead", c_int64)]
 
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}

@@ -74,6 +74,15 @@ def stream_equals_generate_and_sampling_is_seeded():
 
 
 @case
+def greedy_generation_runs_ahead():
+    # the engine's overlapped decode (kite_engine_stats.steps_ahead): the stats struct carries the field
+    with model() as m:
+        out = m.generate("The capital of France is", max_tokens=16, ignore_eos=True)
+        stats = m.engine_stats()
+        assert len(out.tokens) == 16 and stats["steps_ahead"] > 0, stats
+
+
+@case
 def an_abandoned_stream_is_cancelled():
     with model() as m:
         stream = m.stream("The capital of France is", max_tokens=50, ignore_eos=True)
