@@ -160,6 +160,10 @@ struct cuda_backend {
      * slot, -1 when it wrote none (the persistent kernel, other paths). */
     int32_t *publish_host, *publish_device; /* 2 ints, mapped */
     int published_slot;
+    /* The same for the batched step: its bucket's ids into slot (row 0's context & 1) of a ring of 2 x BATCH_MAX;
+     * bat_published: the kept batched step's offset in it, -1 when none. */
+    int32_t *bat_publish_host, *bat_publish_device;
+    int32_t bat_published;
     const volatile int32_t *begun_mapped[BACKEND_ARGMAX_PENDING]; /* NULL: the copy in begun_host */
 };
 
@@ -864,12 +868,16 @@ kite_status batch_lm_head(cuda_backend *b, int32_t rows, int pdl, bool normed_re
     void *st = b->stream;
     if (rows <= b->batch_lm_head_rows_max && cuda_gemm_rows_fits(rows, hidden)) {
         const void *input = normed_ready ? static_cast<const void *>(b->bat_normed) : b->bat_x;
-        return cuda_gemm_rows(b->lm_head, input, normed_ready, normed_ready ? NULL : b->final_norm, eps, b->bat_logits,
-                              0, rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids, st, pdl);
+        KITE_TRY(cuda_gemm_rows(b->lm_head, input, normed_ready, normed_ready ? NULL : b->final_norm, eps,
+                                b->bat_logits, 0, rows, vocab, hidden, CUDA_GEMV_ARGMAX, b->bat_argmax_ws, b->bat_ids,
+                                st, pdl));
+    } else {
+        if (!normed_ready) KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
+        KITE_TRY(cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st));
     }
-    if (!normed_ready) KITE_TRY(cuda_rmsnorm(b->bat_x, b->final_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-    KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, b->lm_head, b->bat_logits, 1, 0.0f, rows, vocab, hidden, st));
-    return cuda_argmax_rows(b->bat_logits, b->bat_ids, rows, vocab, st);
+    /* The ids to the host by the step itself (bat_publish_host), as the single-stream step does. */
+    return cuda_publish_ids(b->bat_ids, rows, b->bat_step_device + BATCH_CONTEXT, b->bat_publish_device, st, pdl);
 }
 
 kite_status batch_launches(cuda_backend *b, int32_t rows) {
@@ -1009,6 +1017,7 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch, const int32_
     b->kept_logits = b->bat_logits;
     b->kept_rows = n;
     b->kept_decode = false;
+    b->bat_published = (batch->seq_context_len[0] & 1) * rows;
     b->kept_batch = true;
     return KITE_OK;
 }
@@ -1047,6 +1056,7 @@ void free_all(cuda_backend *b) {
     if (b->meta_copied) cudaEventDestroy(b->meta_copied);
     if (b->step_copied) cudaEventDestroy(b->step_copied);
     cudaFreeHost(b->publish_host);
+    cudaFreeHost(b->bat_publish_host);
     for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) {
         cudaFreeHost(b->begun_host[i]);
         if (b->begun_copied[i]) cudaEventDestroy(b->begun_copied[i]);
@@ -1221,14 +1231,21 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
     return KITE_OK;
 }
 
+/* Where the kept decode step (single-stream or batched) wrote its ids in host memory itself, else NULL. */
+const volatile int32_t *kept_published_ids(const cuda_backend *b) {
+    if (b->kept_decode && b->published_slot >= 0) return b->publish_host + b->published_slot;
+    if (b->kept_batch && b->bat_published >= 0) return b->bat_publish_host + b->bat_published;
+    return NULL;
+}
+
 kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     cuda_backend *b = as_cuda(self);
     if (n_rows < 0 || n_rows > b->kept_rows)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax of %d rows asked, %d kept", n_rows, b->kept_rows);
     if (n_rows == 0) return KITE_OK;
-    if (b->kept_decode && b->published_slot >= 0) { /* the step wrote its id to the host itself */
+    if (const volatile int32_t *mapped = kept_published_ids(b)) { /* the step wrote its ids to the host itself */
         CUDA_CHECK(cudaStreamSynchronize(b->stream));
-        out_ids[0] = *(const volatile int32_t *)(b->publish_host + b->published_slot);
+        for (int32_t i = 0; i < n_rows; i++) out_ids[i] = mapped[i];
         return KITE_OK;
     }
     if (b->kept_decode) {
@@ -1255,17 +1272,19 @@ kite_status cuda_argmax_begin(backend *self, int32_t n_rows) {
                          n_rows, b->kept_rows, (long long)(b->n_begun - b->n_ended));
     const int slot = (int)(b->n_begun % BACKEND_ARGMAX_PENDING);
     b->begun_mapped[slot] = NULL;
-    if (b->kept_decode && b->published_slot >= 0) {
-        const volatile int32_t *mapped = b->publish_host + b->published_slot;
-        bool taken = false; /* the pending one reads the same slot: copy instead */
-        for (int64_t i = b->n_ended; i < b->n_begun; i++) taken |= b->begun_mapped[i % BACKEND_ARGMAX_PENDING] == mapped;
-        if (!taken) {
-            CUDA_CHECK(cudaEventRecord(b->begun_copied[slot], b->stream));
-            b->begun_mapped[slot] = mapped;
-            b->begun_rows[slot] = 1;
-            b->n_begun++;
-            return KITE_OK;
-        }
+    const volatile int32_t *mapped = kept_published_ids(b);
+    bool taken = false; /* a pending one reads the same host memory (the next step will overwrite it): copy */
+    for (int64_t i = b->n_ended; i < b->n_begun && mapped; i++) {
+        const int other = (int)(i % BACKEND_ARGMAX_PENDING);
+        const volatile int32_t *p = b->begun_mapped[other];
+        taken |= p && p < mapped + n_rows && mapped < p + b->begun_rows[other];
+    }
+    if (mapped && !taken) {
+        CUDA_CHECK(cudaEventRecord(b->begun_copied[slot], b->stream));
+        b->begun_mapped[slot] = mapped;
+        b->begun_rows[slot] = n_rows;
+        b->n_begun++;
+        return KITE_OK;
     }
     if (n_rows > b->begun_capacity[slot]) { /* this slot's previous copy was waited for by argmax_end */
         if (b->begun_host[slot]) CUDA_CHECK(cudaFreeHost(b->begun_host[slot]));
@@ -1294,7 +1313,7 @@ kite_status cuda_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows) {
                          b->n_ended == b->n_begun ? "none begun" : "not the rows begun");
     CUDA_CHECK(cudaEventSynchronize(b->begun_copied[slot]));
     if (b->begun_mapped[slot])
-        out_ids[0] = *b->begun_mapped[slot];
+        for (int32_t i = 0; i < n_rows; i++) out_ids[i] = b->begun_mapped[slot][i];
     else
         memcpy(out_ids, b->begun_host[slot], (size_t)n_rows * sizeof(int32_t));
     b->n_ended++;
@@ -1458,9 +1477,15 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
         STEP(cuda_step(cudaEventCreateWithFlags(&b->begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
     b->published_slot = -1;
+    b->bat_published = -1;
     STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&b->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
                    "cudaHostAlloc"));
     STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&b->publish_device), b->publish_host, 0),
+                   "cudaHostGetDevicePointer"));
+    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&b->bat_publish_host), 2 * BATCH_MAX * sizeof(int32_t),
+                                 cudaHostAllocMapped),
+                   "cudaHostAlloc"));
+    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&b->bat_publish_device), b->bat_publish_host, 0),
                    "cudaHostGetDevicePointer"));
     STEP(cuda_gemm_create(&b->gemm));
     STEP(upload_weights(b, weights));
