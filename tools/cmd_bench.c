@@ -81,7 +81,8 @@ static void random_tokens(bench_context *b, int32_t *out, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = (int32_t)(next_random(&b->rng) % (uint64_t)b->config->vocab_size);
 }
 
-/* One forward of n_seqs sequences with n_new tokens each, continuing contexts of `start` positions. */
+/* One forward of n_seqs sequences with n_new tokens each, continuing contexts of `start` positions. tokens NULL:
+ * one token each, the previous forward's argmax taken on the device (tokens_from_argmax). */
 static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
                                 int32_t start, bool want_logits) {
     int32_t seq_start[BENCH_MAX_SEQS + 1];
@@ -96,7 +97,8 @@ static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, c
     seq_start[n_seqs] = n_seqs * n_new;
     step_batch batch = {.n_seqs = n_seqs, .n_tokens = n_seqs * n_new, .token_ids = tokens,
                         .seq_token_start = seq_start, .seq_context_len = context,
-                        .block_tables = (const int32_t *const *)tables, .seq_wants_logits = wants};
+                        .block_tables = (const int32_t *const *)tables, .seq_wants_logits = wants,
+                        .tokens_from_argmax = tokens == NULL};
     return be->ops->forward(be, &batch);
 }
 
@@ -376,13 +378,6 @@ static kite_status next_tokens(bench_context *b, int32_t n_seqs, bench_sampling 
     return status;
 }
 
-/* Whether greedy tg rows run as the engine's overlapped decode does (engine.c): the backend offers it and
- * KITE_ENGINE_OVERLAP is not 0. */
-static bool overlapped_decode(const backend *be) {
-    const char *env = getenv("KITE_ENGINE_OVERLAP");
-    return be->ops->argmax_begin && be->ops->argmax_end && !(env && strcmp(env, "0") == 0);
-}
-
 /* n_steps greedy steps as the engine's overlapped decode runs them: each step after the first enqueued with its
  * tokens taken on the device from the previous step's argmax (tokens_from_argmax) before the host reads that
  * step's ids, so the host's round trip overlaps the device's work. The ids read are fed back nowhere: the
@@ -390,21 +385,10 @@ static bool overlapped_decode(const backend *be) {
 static kite_status decode_overlapped(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth,
                                      const int32_t *first_tokens, int32_t *ids) {
     backend *be = b->target;
-    int32_t seq_start[BENCH_MAX_SEQS + 1], context[BENCH_MAX_SEQS];
-    uint8_t wants[BENCH_MAX_SEQS];
-    for (int32_t s = 0; s < n_seqs; s++) {
-        seq_start[s] = s;
-        wants[s] = 1;
-    }
-    seq_start[n_seqs] = n_seqs;
     KITE_TRY(forward_step(be, b->tables, n_seqs, first_tokens, 1, depth, true));
     KITE_TRY(be->ops->argmax_begin(be, n_seqs));
     for (int32_t step = 1; step < n_steps; step++) {
-        for (int32_t s = 0; s < n_seqs; s++) context[s] = depth + step + 1;
-        step_batch batch = {.n_seqs = n_seqs, .n_tokens = n_seqs, .token_ids = NULL, .seq_token_start = seq_start,
-                            .seq_context_len = context, .block_tables = (const int32_t *const *)b->tables,
-                            .seq_wants_logits = wants, .tokens_from_argmax = true};
-        KITE_TRY(be->ops->forward(be, &batch));
+        KITE_TRY(forward_step(be, b->tables, n_seqs, NULL, 1, depth + step, true));
         KITE_TRY(be->ops->argmax_begin(be, n_seqs));
         KITE_TRY(be->ops->argmax_end(be, ids, n_seqs)); /* the previous step's, read while this one runs */
     }
@@ -432,7 +416,7 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         }
     }
     if (status == KITE_OK && depth > 0) status = fill_context(b, b->target, b->tables, n_seqs, depth, NULL);
-    const bool overlapped = !sampling && overlapped_decode(b->target);
+    const bool overlapped = !sampling && backend_overlapped_decode(b->target);
     for (int rep = -1; rep < reps && status == KITE_OK; rep++) {
         random_tokens(b, tokens, (size_t)n_seqs);
         double t0 = seconds_now();
@@ -512,7 +496,7 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
             json_write_string(stdout, path, strlen(path));
         }
         if (strncmp(test, "tg", 2) == 0) /* each step enqueued before the previous one's ids are read (engine.c) */
-            printf(",\"overlapped\":%s", !samples(o) && overlapped_decode(b->target) ? "true" : "false");
+            printf(",\"overlapped\":%s", !samples(o) && backend_overlapped_decode(b->target) ? "true" : "false");
         if (samples(o) && strncmp(test, "tg", 2) == 0)
             printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,\"repetition_penalty\":%g}",
                    o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
@@ -594,7 +578,7 @@ static int run_bench(const bench_options *o) {
                KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
         if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
         if (!samples(o))
-            printf("greedy tg rows: %s\n", overlapped_decode(b.target)
+            printf("greedy tg rows: %s\n", backend_overlapped_decode(b.target)
                                                ? "overlapped (each step enqueued before the previous step's ids are "
                                                  "read, as the engine runs them; KITE_ENGINE_OVERLAP=0: serial)"
                                                : "serial (each step waits for the previous step's ids)");

@@ -112,6 +112,9 @@ typedef struct backend_params {
     int32_t emulate_bf16_activations;
 } backend_params;
 
+/* Whether greedy decode runs overlapped (the engine's, and kite bench's greedy tg rows): the backend offers
+ * argmax_begin / argmax_end and KITE_ENGINE_OVERLAP is not 0. */
+bool backend_overlapped_decode(const backend *b);
 /* Bytes of KV cache for one position over all layers (K and V), at the backend's storage precision. */
 size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size);
 

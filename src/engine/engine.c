@@ -163,9 +163,7 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
         e->row_samplers = calloc(seqs, sizeof *e->row_samplers);
         e->ahead_requests = calloc(seqs, sizeof *e->ahead_requests);
-        const backend *b = model->backend;
-        const char *overlap = getenv("KITE_ENGINE_OVERLAP");
-        e->overlap = b->ops->argmax_begin && b->ops->argmax_end && !(overlap && strcmp(overlap, "0") == 0);
+        e->overlap = backend_overlapped_decode(model->backend);
         const char *reduced = getenv("KITE_ENGINE_REDUCED_SAMPLING");
         e->reduced_sampling = !(reduced && strcmp(reduced, "0") == 0);
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||

@@ -329,70 +329,72 @@ static void test_reduced_sampling_matches_full_rows(void) {
     }
 }
 
+/* Runs two requests together to the end on a fresh engine of m, with the overlapped decode on or off
+ * (KITE_ENGINE_OVERLAP, read when the engine is created); returns the engine's stats at the end. */
+static kite_engine_stats run_two(kite_model *m, bool overlap, const kite_request *ra, const kite_request *rb) {
+    kite_engine_stats st = {0};
+    if (!overlap) setenv("KITE_ENGINE_OVERLAP", "0", 1);
+    kite_engine *e = NULL;
+    kite_status s = kite_engine_create(m, NULL, &e);
+    unsetenv("KITE_ENGINE_OVERLAP");
+    CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
+    if (s != KITE_OK) return st;
+    CHECK(kite_engine_submit(e, ra, NULL) == KITE_OK);
+    CHECK(kite_engine_submit(e, rb, NULL) == KITE_OK);
+    CHECK(kite_engine_run(e) == KITE_OK);
+    st = kite_engine_get_stats(e);
+    kite_engine_free(e);
+    return st;
+}
+
 /* Overlapped greedy decode (engine.c): with it on, steps run ahead and every token is still the reference's;
  * with KITE_ENGINE_OVERLAP=0 none does. The rest of this file runs with it on, and the runs that matter most
  * run again with it off (main). */
 static void test_overlap_runs_ahead(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
     for (int off = 0; off < 2; off++) {
-        if (off) setenv("KITE_ENGINE_OVERLAP", "0", 1);
-        kite_model *m = load_tiny();
-        if (!m) return;
-        kite_engine *e = NULL;
-        CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
         token_record a = {0}, b = {0};
         kite_request ra = greedy_request(&prompts[0], 24, &a), rb = greedy_request(&prompts[1], 12, &b);
-        CHECK(kite_engine_submit(e, &ra, NULL) == KITE_OK);
-        CHECK(kite_engine_submit(e, &rb, NULL) == KITE_OK);
-        CHECK(kite_engine_run(e) == KITE_OK);
+        const kite_engine_stats st = run_two(m, !off, &ra, &rb);
         CHECK(a.n == 24 && b.n == 12 && a.finals == 1 && b.finals == 1 && a.after_final == 0 && b.after_final == 0);
         for (int k = 0; k < a.n; k++) CHECK(a.tokens[k] == prompts[0].greedy[k]);
         for (int k = 0; k < b.n; k++) CHECK(b.tokens[k] == prompts[1].greedy[k]);
-        const kite_engine_stats st = kite_engine_get_stats(e);
         /* On: from the first decode step on, every step but the ones before each length limit runs ahead. */
         if (off) CHECK_MSG(st.steps_ahead == 0, "%lld steps ahead with the overlap off", (long long)st.steps_ahead);
         else CHECK_MSG(st.steps_ahead >= 18, "%lld steps ahead of %lld", (long long)st.steps_ahead, (long long)st.steps);
         CHECK(st.kv_blocks_free == st.kv_blocks_total);
-        kite_engine_free(e);
-        kite_model_free(m);
-        unsetenv("KITE_ENGINE_OVERLAP");
     }
+    kite_model_free(m);
 }
 
 /* A request that ends by a stop string while the next step already runs ahead: its tokens stop there (the
  * step in flight's token is dropped), the other request keeps the reference's tokens, every block comes back;
  * the same with the overlap off. The stop string is the text of the reference's first 10 tokens. */
 static void test_stop_while_running_ahead(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    char *stop = NULL;
+    size_t stop_length = 0;
+    CHECK(kite_detokenize(m, prompts[2].greedy, 10, &stop, &stop_length) == KITE_OK);
     for (int off = 0; off < 2; off++) {
-        if (off) setenv("KITE_ENGINE_OVERLAP", "0", 1);
-        kite_model *m = load_tiny();
-        if (!m) return;
-        char *stop = NULL;
-        size_t stop_length = 0;
-        CHECK(kite_detokenize(m, prompts[2].greedy, 10, &stop, &stop_length) == KITE_OK);
-        kite_engine *e = NULL;
-        CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
         token_record a = {0}, b = {0};
         kite_request ra = greedy_request(&prompts[0], 24, &a), rb = greedy_request(&prompts[2], 24, &b);
         const char *stops[1] = {stop};
         rb.stop_strings = stops;
         rb.n_stop_strings = stop && stop_length > 0 ? 1 : 0;
-        CHECK(kite_engine_submit(e, &ra, NULL) == KITE_OK);
-        CHECK(kite_engine_submit(e, &rb, NULL) == KITE_OK);
-        CHECK(kite_engine_run(e) == KITE_OK);
+        const kite_engine_stats st = run_two(m, !off, &ra, &rb);
         CHECK(a.n == 24 && a.finish == KITE_FINISH_LENGTH);
         for (int k = 0; k < a.n; k++) CHECK(a.tokens[k] == prompts[0].greedy[k]);
         CHECK_MSG(b.finish == KITE_FINISH_STOP && b.n >= 1 && b.n <= 10, "off %d: finish %d after %d tokens", off,
                   b.finish, b.n);
         for (int k = 0; k < b.n; k++) CHECK(b.tokens[k] == prompts[2].greedy[k]);
         CHECK(b.finals == 1 && b.after_final == 0);
-        const kite_engine_stats st = kite_engine_get_stats(e);
         CHECK(st.kv_blocks_free == st.kv_blocks_total);
         if (!off) CHECK(st.steps_ahead > 0);
-        kite_engine_free(e);
-        kite_model_free(m);
-        kite_free(stop);
-        unsetenv("KITE_ENGINE_OVERLAP");
     }
+    kite_free(stop);
+    kite_model_free(m);
 }
 
 /* The engine tests that schedule most (staggered arrivals, preemption, cancel) with the overlap off. */

@@ -156,14 +156,12 @@ struct cuda_backend {
     int64_t n_begun, n_ended;
     /* The single-stream decode step (graph or launches) writes its id into slot (position & 1) of a mapped host
      * ring itself (cuda_publish_ids, its last kernel), so a begun argmax of it records an event instead of a copy
-     * on the stream (tg128 at depth 256 +1.3% against the copy, s12r4). published_slot: the kept decode step's
-     * slot, -1 when it wrote none (the persistent kernel, other paths). */
-    int32_t *publish_host, *publish_device; /* 2 ints, mapped */
-    int published_slot;
-    /* The same for the batched step: its bucket's ids into slot (row 0's context & 1) of a ring of 2 x BATCH_MAX;
-     * bat_published: the kept batched step's offset in it, -1 when none. */
-    int32_t *bat_publish_host, *bat_publish_device;
-    int32_t bat_published;
+     * on the stream (tg128 at depth 256 +1.3% against the copy, s12r4); the batched step its bucket's ids into
+     * slot (row 0's context & 1) of a ring of 2 x BATCH_MAX (B=32 +0.7%, s12r6). kept_published: where the kept
+     * step wrote its ids, NULL when it wrote none (the persistent kernel, the general path). */
+    int32_t *publish_host, *publish_device;         /* 2 ints, mapped */
+    int32_t *bat_publish_host, *bat_publish_device; /* 2 x BATCH_MAX ints, mapped */
+    const volatile int32_t *kept_published;
     const volatile int32_t *begun_mapped[BACKEND_ARGMAX_PENDING]; /* NULL: the copy in begun_host */
 };
 
@@ -520,6 +518,7 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch, const int3
     b->kept_rows = rows;
     b->kept_decode = false;
     b->kept_batch = false;
+    b->kept_published = NULL;
     return KITE_OK;
 }
 
@@ -656,7 +655,7 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32
     b->kept_logits = b->dec_logits;
     b->kept_rows = 1;
     b->kept_decode = true;
-    b->published_slot = persistent ? -1 : position & 1;
+    b->kept_published = persistent ? NULL : b->publish_host + (position & 1);
     b->kept_batch = false;
     return KITE_OK;
 }
@@ -752,6 +751,7 @@ kite_status release_batch(cuda_backend *b) {
         b->kept_logits = NULL;
         b->kept_rows = 0;
         b->kept_batch = false;
+        b->kept_published = NULL;
     }
     return KITE_OK;
 }
@@ -1017,7 +1017,7 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch, const int32_
     b->kept_logits = b->bat_logits;
     b->kept_rows = n;
     b->kept_decode = false;
-    b->bat_published = (batch->seq_context_len[0] & 1) * rows;
+    b->kept_published = b->bat_publish_host + (batch->seq_context_len[0] & 1) * rows;
     b->kept_batch = true;
     return KITE_OK;
 }
@@ -1231,35 +1231,20 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
     return KITE_OK;
 }
 
-/* Where the kept decode step (single-stream or batched) wrote its ids in host memory itself, else NULL. */
-const volatile int32_t *kept_published_ids(const cuda_backend *b) {
-    if (b->kept_decode && b->published_slot >= 0) return b->publish_host + b->published_slot;
-    if (b->kept_batch && b->bat_published >= 0) return b->bat_publish_host + b->bat_published;
-    return NULL;
-}
-
 kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     cuda_backend *b = as_cuda(self);
     if (n_rows < 0 || n_rows > b->kept_rows)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax of %d rows asked, %d kept", n_rows, b->kept_rows);
     if (n_rows == 0) return KITE_OK;
-    if (const volatile int32_t *mapped = kept_published_ids(b)) { /* the step wrote its ids to the host itself */
+    if (const volatile int32_t *mapped = b->kept_published) { /* the step wrote its ids to the host itself */
         CUDA_CHECK(cudaStreamSynchronize(b->stream));
         for (int32_t i = 0; i < n_rows; i++) out_ids[i] = mapped[i];
         return KITE_OK;
     }
-    if (b->kept_decode) {
-        KITE_TRY(ensure_logits(b, 1));
-        CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->dec_token, sizeof(int32_t), cudaMemcpyDeviceToHost, b->stream));
-    } else if (b->kept_batch) {
-        KITE_TRY(ensure_logits(b, n_rows));
-        CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->bat_ids, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                   b->stream));
-    } else {
-        KITE_TRY(cuda_argmax_rows(b->kept_logits, b->ids_device, n_rows, b->config.vocab_size, b->stream));
-        CUDA_CHECK(cudaMemcpyAsync(b->ids_host, b->ids_device, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                   b->stream));
-    }
+    KITE_TRY(ensure_logits(b, n_rows)); /* ids_host */
+    const int32_t *ids = NULL;
+    KITE_TRY(kept_argmax_device(b, n_rows, &ids));
+    CUDA_CHECK(cudaMemcpyAsync(b->ids_host, ids, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, b->stream));
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     memcpy(out_ids, b->ids_host, (size_t)n_rows * sizeof(int32_t));
     return KITE_OK;
@@ -1272,7 +1257,7 @@ kite_status cuda_argmax_begin(backend *self, int32_t n_rows) {
                          n_rows, b->kept_rows, (long long)(b->n_begun - b->n_ended));
     const int slot = (int)(b->n_begun % BACKEND_ARGMAX_PENDING);
     b->begun_mapped[slot] = NULL;
-    const volatile int32_t *mapped = kept_published_ids(b);
+    const volatile int32_t *mapped = b->kept_published;
     bool taken = false; /* a pending one reads the same host memory (the next step will overwrite it): copy */
     for (int64_t i = b->n_ended; i < b->n_begun && mapped; i++) {
         const int other = (int)(i % BACKEND_ARGMAX_PENDING);
@@ -1476,8 +1461,6 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     STEP(cuda_step(cudaEventCreateWithFlags(&b->bat_step_copied, cudaEventDisableTiming), "cudaEventCreate"));
     for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
         STEP(cuda_step(cudaEventCreateWithFlags(&b->begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
-    b->published_slot = -1;
-    b->bat_published = -1;
     STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&b->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
                    "cudaHostAlloc"));
     STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&b->publish_device), b->publish_host, 0),
