@@ -11,7 +11,9 @@
  *                           [--batch 1,8,32] (decode steps of B sequences at once, each at the depth: the
  *                                           batched path; with --anatomy its parts too)
  *                           [--queued]     (decode also with the steps enqueued back to back, no host wait for
- *                                           each step's ids: the host round trip's cost, as a difference) */
+ *                                           each step's ids: the host round trip's cost, as a difference)
+ *                           [--timeline F] (single stream: 4 decode steps recorded block by block into F.DEPTH.bin,
+ *                                           a build with cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +163,7 @@ int main(int argc, char **argv) {
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
     int batches[MAX_LIST] = {1}, n_batches = 1;
     int n_gen = 128, reps = 5, variants = 0, anatomy = 0, queued = 0;
+    const char *timeline = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_prompts = parse_list(argv[++i], prompts);
@@ -169,11 +172,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants")) variants = 1;
         else if (!strcmp(argv[i], "--anatomy")) anatomy = 1;
+        else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--queued")) queued = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--queued] [--batch 1,8,32] [--block-size 128]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--queued] [--timeline FILE] [--batch 1,8,32] [--block-size 128]\n", argv[0]);
             return 2;
         }
     }
@@ -282,6 +286,15 @@ int main(int argc, char **argv) {
                 printf("%-34s %12.1f %12.4f %9s\n", name, n_seqs / t, 1e3 * t, "-");
             }
             if (anatomy) print_anatomy(gpu, tokens, n_seqs, depth, n_gen, reps, samples, config.n_layers);
+            if (timeline && n_seqs == 1) { /* 4 warm steps (2 repeats of 2) recorded block by block */
+                char path[512];
+                snprintf(path, sizeof path, "%s.%d.bin", timeline, depth);
+                unsigned n_records = 0;
+                TRY(cuda_timeline_start(1u << 20));
+                decode_seconds(gpu, tokens, 1, depth, 2, 1, samples, 0);
+                TRY(cuda_timeline_stop(path, &n_records));
+                printf("# timeline @ depth %d: %u records in %s\n", depth, n_records, path);
+            }
         }
     }
     gpu->ops->destroy(gpu);

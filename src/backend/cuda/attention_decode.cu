@@ -190,6 +190,7 @@ __global__ void __launch_bounds__(THREADS)
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
                             int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
+    TIMELINE_START();
     __shared__ warp_partials<THREADS / 32, GROUP> partials;
     __shared__ combine_scratch<GROUP> scratch;
     __shared__ float smem_q[GROUP][HEAD_DIM];
@@ -256,7 +257,11 @@ __global__ void __launch_bounds__(THREADS)
     const float2 rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
     pdl_wait();
     pdl_launch_dependents();
-    if (split >= n_used) return;
+    TIMELINE_WAITED();
+    if (split >= n_used) {
+        TIMELINE_END(TIMELINE_ATTENTION, 0);
+        return;
+    }
 
     /* The query heads of this block, and (in the block that owns the new position) the new K and V. */
     const bool owns_new = begin <= position && position < end;
@@ -287,6 +292,7 @@ __global__ void __launch_bounds__(THREADS)
         }
     }
     __syncthreads(); /* smem_q ready; the new K/V row is in global memory for this block's reads */
+    TIMELINE_MARK(0);
 
     float qr[GROUP][16];
 #pragma unroll
@@ -329,6 +335,7 @@ __global__ void __launch_bounds__(THREADS)
     partials.template store<GROUP>(warp, lane, m, l, acc);
     __syncthreads();
 
+    TIMELINE_MARK(1); /* the block's positions are folded */
     /* This split's partial result per head: thread d owns dim d. */
     const int d = threadIdx.x;
 #pragma unroll
@@ -343,7 +350,10 @@ __global__ void __launch_bounds__(THREADS)
         ws_acc[index * HEAD_DIM + d] = a_all;
         if (d == 0) ws_stats[index] = make_float2(m_all, l_all);
     }
-    if (n_used == 1) return;
+    if (n_used == 1) {
+        TIMELINE_END(TIMELINE_ATTENTION, 1);
+        return;
+    }
 
     /* The last block of this head group to finish combines all splits. */
     __threadfence();
@@ -351,14 +361,20 @@ __global__ void __launch_bounds__(THREADS)
     const unsigned counter_index = (unsigned)(seq_heads / GROUP) + (unsigned)(first_head / GROUP);
     if (threadIdx.x == 0) is_last = atomicAdd(&counters[counter_index], 1u) == (unsigned)(n_used - 1);
     __syncthreads();
-    if (!is_last) return;
+    if (!is_last) {
+        TIMELINE_END(TIMELINE_ATTENTION, 1);
+        return;
+    }
     __threadfence();
     combine_splits<GROUP>(partials, scratch, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
                           out + (size_t)first_head * HEAD_DIM);
     if (threadIdx.x == 0) counters[counter_index] = 0;
+    TIMELINE_END(TIMELINE_ATTENTION, 2);
 }
 
 } // namespace
+
+KITE_TIMELINE_FILE(attention_decode)
 
 extern "C" kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int *blocks) {
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)

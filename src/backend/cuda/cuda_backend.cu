@@ -5,8 +5,9 @@
  * - general (any step batch: prefill chunks and decode tokens of several sequences): cuBLASLt GEMMs,
  *   the tensor-core flash attention over the paged cache, an fp32 residual stream;
  * - single-stream decode (one sequence, one token, logits wanted): GEMV kernels that read each weight
- *   once, cluster attention (bulk-copy fed up to bulk_max_context, cp.async fed up to cluster_max_context,
- *   split-K beyond), lm_head + argmax on the device, captured as a CUDA graph (one per attention kernel)
+ *   once, attention by the bulk-copy fed cluster kernel up to bulk_max_context (1,024), by the split-K kernel
+ *   beyond (the cp.async cluster kernel where cluster_max_context asks for it), lm_head + argmax on the device,
+ *   captured as a CUDA graph (one per attention kernel)
  *   and replayed.
  *   Per-step values (token, position, cache slot, context length, block table) live in device memory and
  *   are refreshed by one small copy before each replay; kernels chain by programmatic dependent launch.
@@ -45,8 +46,8 @@ enum { STEP_TOKEN = 0, STEP_POSITION = 1, STEP_SLOT = 2, STEP_CONTEXT = 3, STEP_
  * step buffer holds BATCH_MAX tokens, BATCH_MAX context lengths, BATCH_MAX table offsets, then the
  * block tables (entry 0: the scratch block). */
 /* The single-stream decode attention kernels, by the contexts they serve best (measured, docs/notes-cuda.md):
- * the bulk-copy fed cluster kernel up to bulk_max_context, the cp.async one up to cluster_max_context, the
- * split-K one beyond (and wherever the device cannot run clusters). */
+ * the bulk-copy fed cluster kernel up to bulk_max_context, the cp.async one up to cluster_max_context (0 by
+ * default: none), the split-K one beyond (and wherever the device cannot run clusters). */
 enum { DECODE_ATTENTION_BULK = 0, DECODE_ATTENTION_CLUSTER = 1, DECODE_ATTENTION_SPLIT = 2, N_DECODE_ATTENTION = 3 };
 
 constexpr int N_BUCKETS = 8;
@@ -1527,13 +1528,14 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
             if (b->attention_bulk > 0 && asked == 8) b->attention_bulk = 8;
         }
     }
-    /* Measured (tg128, 0.6B, session 4): the bulk-copy fed kernel is faster than the cp.async one up to depth
-     * 2,048 (0.820 vs 0.839 ms per token), slower from 4,096 (1.010 vs 0.948). */
-    b->bulk_max_context = 2048;
+    /* The bulk-fed cluster kernel up to depth 1,024, the split-K one beyond; the cp.async cluster kernel only where
+     * KITE_CUDA_CLUSTER_MAX_CONTEXT asks for it. Since its tail and head work (sessions 11-12) the split-K kernel is
+     * the faster one from 2,048 (0.6B, ms per step: 0.7275 vs 0.7828 at 2,048, s13r3; 0.7849 vs 0.8855 at 4,096,
+     * s13r2) and even at 256 for 0.6B (0.6184 vs 0.6244), but at 256 it costs the 1.7B and 4B shapes 2.4% and 2.9%
+     * (s13r3); at 1,024 the two are equal for 0.6B (0.6663 vs 0.6685, s13r2). */
+    b->bulk_max_context = 1024;
     if (getenv("KITE_CUDA_BULK_MAX_CONTEXT")) b->bulk_max_context = atoi(getenv("KITE_CUDA_BULK_MAX_CONTEXT"));
-    /* Measured (tg64, 0.6B): the cluster kernel is faster up to depth 4,096 (978 vs 900 tok/s), the split-K one
-     * from 8,192 (826 vs 811; 704 vs 608 at 16,384). */
-    b->cluster_max_context = 6144;
+    b->cluster_max_context = 0;
     if (getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT")) b->cluster_max_context = atoi(getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT"));
     if (status == KITE_OK && b->use_persistent) status = setup_persistent_decode(b);
     STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));

@@ -22,13 +22,13 @@ int cuda_backend_persistent_decode(backend *self);
 kite_status cuda_backend_set_batched_decode(backend *self, int on);
 /* Single-stream decode attention: contexts up to max_context run the cluster kernel
  * (attention_decode_cluster.cu), longer ones the split-K kernel (env KITE_CUDA_CLUSTER_MAX_CONTEXT sets it at
- * creation). cuda_backend_attention_cluster gives the cluster size in use, 0 where the device or shape cannot
+ * creation; 0 by default: the split-K kernel is the faster one, docs/notes-cuda.md). cuda_backend_attention_cluster gives the cluster size in use, 0 where the device or shape cannot
  * run the cluster kernel (then every context takes the split-K kernel). */
 kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_cluster_max_context(backend *self);
 int cuda_backend_attention_cluster(backend *self);
 /* Contexts up to bulk_max_context take the bulk-copy fed cluster kernel (attention_decode_bulk.cu) instead
- * (env KITE_CUDA_BULK_MAX_CONTEXT at creation); cuda_backend_attention_bulk gives its cluster size, 0 where
+ * (env KITE_CUDA_BULK_MAX_CONTEXT at creation, 1,024 by default); cuda_backend_attention_bulk gives its cluster size, 0 where
  * the device cannot run it. */
 kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_bulk_max_context(backend *self);
@@ -65,6 +65,13 @@ enum {
 kite_status cuda_backend_set_decode_anatomy(backend *self, unsigned skip_parts, unsigned twice_parts);
 /* Waits for all work queued by the backend (for timing). */
 kite_status cuda_backend_synchronize(backend *self);
+
+/* The timeline diagnostic (builds with cmake -DKITE_TIMELINE=ON; elsewhere KITE_ERROR_UNSUPPORTED): from start to
+ * stop, every block of the decode GEMVs and the split-K attention appends when it started, passed its PDL wait and
+ * ended (global timer, ns) to a buffer of `capacity` records; stop writes them to `path` as raw records
+ * (cuda_common.cuh, timeline_record) for bench/timeline_summary.py. */
+kite_status cuda_timeline_start(unsigned capacity);
+kite_status cuda_timeline_stop(const char *path, unsigned *n_records);
 
 #ifdef __cplusplus
 }

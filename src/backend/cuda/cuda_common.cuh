@@ -141,6 +141,64 @@ __device__ __forceinline__ void pdl_launch_dependents(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* Timeline (a diagnostic build only: cmake -DKITE_TIMELINE=ON). Thread 0 of each block of an instrumented kernel
+ * appends one record: the global timer (32 ns steps on the H200) when the block started, when its PDL wait
+ * returned, at up to two marks of the kernel's own and when it ended, its kind and a detail
+ * (bench/cuda_forward_bench --timeline writes them out; bench/timeline_summary.py reads them). The start, wait and
+ * end times are ordered against the kernel's memory operations (volatile asm on both sides); a mark is not: the
+ * compiler may move arithmetic across it, so read marks as approximate.
+ * Each .cu file has its own copy of the buffer pointer (no relocatable device code): KITE_TIMELINE_FILE(name)
+ * defines the host function that sets it, cuda_timeline.cu calls them all. */
+enum {
+    TIMELINE_GEMV = 1,        /* detail: epilogue * 100000 + cols */
+    TIMELINE_ATTENTION = 2,   /* split-K decode attention; detail: 0 idle split, 1 split, 2 split that combined */
+    TIMELINE_ARGMAX = 3,      /* the lm_head's argmax reduction */
+};
+struct timeline_record {
+    unsigned long long start, waited, mark1, mark2, end; /* mark1, mark2: two points of the kernel's own (0: none) */
+    unsigned kind, detail;
+};
+#ifdef KITE_TIMELINE
+static __device__ timeline_record *timeline_records;
+static __device__ unsigned *timeline_count;
+static __device__ unsigned timeline_capacity;
+__device__ __forceinline__ unsigned long long timeline_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+/* The record's slot is taken when the block starts, before its wait (an atomic at the end held each block's exit
+ * ~1.5 us behind a contended counter, and with it the next kernel). */
+#define TIMELINE_START()                                                                                 \
+    const unsigned long long timeline_start_ = timeline_now();                                           \
+    const unsigned timeline_slot_ =                                                                      \
+        threadIdx.x == 0 && timeline_records != nullptr ? atomicAdd(timeline_count, 1u) : 0xffffffffu
+#define TIMELINE_WAITED()                                                                                \
+    const unsigned long long timeline_waited_ = timeline_now();                                          \
+    unsigned long long timeline_mark_[2] = {0, 0}
+#define TIMELINE_MARK(i) (timeline_mark_[i] = timeline_now())
+#define TIMELINE_END(kind, detail)                                                                       \
+    do {                                                                                                 \
+        if (timeline_slot_ < timeline_capacity)                                                          \
+            timeline_records[timeline_slot_] = timeline_record{timeline_start_,   timeline_waited_, timeline_mark_[0], \
+                                                               timeline_mark_[1], timeline_now(),    (unsigned)(kind), \
+                                                               (unsigned)(detail)};                      \
+    } while (0)
+#define KITE_TIMELINE_FILE(name)                                                                         \
+    extern "C" cudaError_t kite_timeline_attach_##name(timeline_record *records, unsigned *count, unsigned capacity) { \
+        cudaError_t e = cudaMemcpyToSymbol(timeline_records, &records, sizeof records);                  \
+        if (e == cudaSuccess) e = cudaMemcpyToSymbol(timeline_count, &count, sizeof count);               \
+        if (e == cudaSuccess) e = cudaMemcpyToSymbol(timeline_capacity, &capacity, sizeof capacity);      \
+        return e;                                                                                        \
+    }
+#else
+#define TIMELINE_START() (void)0
+#define TIMELINE_WAITED() (void)0
+#define TIMELINE_MARK(i) (void)0
+#define TIMELINE_END(kind, detail) (void)0
+#define KITE_TIMELINE_FILE(name)
+#endif
+
 /* Launches kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when use_pdl is set. */
 template <typename... KernelArgs, typename... Args>
 static inline cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Summarises a decode timeline (cuda_forward_bench --timeline, a build with cmake -DKITE_TIMELINE=ON).
+
+Each record is one block of an instrumented kernel: when it started, when its PDL wait returned, when it ended
+(the GPU's global timer, ns), its kind and a detail (src/backend/cuda/cuda_common.cuh, "Timeline"). A kernel's
+blocks cannot pass their wait before the kernel before it has ended, so sorted by that time the records fall
+into the step's kernels in order. For each kind of kernel of a layer this prints, averaged over the layers of
+the last whole step (microseconds):
+  lead     its first block started this long before its wait returned (what ran before the wait: weights)
+  release  from the previous kernel's last block end to this kernel's first wait return (the hand-over)
+  span     from its first wait return to its last block end (what the chain pays after the hand-over)
+  block    the median block's time from its wait return to its end, and (second line) split at the kernel's
+           marks: gemv: input staged (and normalised); attention: query ready, positions folded (approximate:
+           the compiler may move arithmetic across a mark)
+  early    the share of its blocks that started before the previous kernel's last block ended
+usage: timeline_summary.py FILE.bin [n_layers]
+"""
+import struct
+import sys
+from statistics import mean, median
+
+RECORD = struct.Struct("<QQQQQII")
+GEMV, ATTENTION, ARGMAX = 1, 2, 3
+EPILOGUES = {0: "store", 1: "add", 2: "swiglu", 3: "argmax"}
+
+
+def load(path):
+    data = open(path, "rb").read()
+    n = len(data) // RECORD.size
+    return [RECORD.unpack_from(data, i * RECORD.size) for i in range(n)]
+
+
+def kernel_name(kind, detail):
+    if kind == ATTENTION:
+        return "attention"
+    if kind == ARGMAX:
+        return "argmax"
+    epilogue, cols = divmod(detail, 100000)
+    return "gemv %s %d" % (EPILOGUES.get(epilogue, str(epilogue)), cols)
+
+
+def split_kernels(records):
+    """Consecutive records (by wait return) of one kernel name form one launch."""
+    records = sorted(records, key=lambda r: r[1])
+    launches = []
+    for r in records:
+        name = kernel_name(r[5], r[6])
+        if not launches or launches[-1]["name"] != name:
+            launches.append({"name": name, "blocks": []})
+        launches[-1]["blocks"].append(r)
+    return launches
+
+
+def describe(launch, previous):
+    blocks = launch["blocks"]
+    start = min(b[0] for b in blocks)
+    release = min(b[1] for b in blocks)
+    end = max(b[4] for b in blocks)
+    d = {
+        "name": launch["name"],
+        "n": len(blocks),
+        "start": start,
+        "release_at": release,
+        "end": end,
+        "lead": (release - start) / 1e3,
+        "span": (end - release) / 1e3,
+        "block": median((b[4] - b[1]) for b in blocks) / 1e3,
+    }
+    marked = [b for b in blocks if b[2]]
+    if marked:  # the kernel's own points (gemv: input staged; attention: query ready, positions folded)
+        d["to_mark1"] = median((b[2] - b[1]) for b in marked) / 1e3
+        last = [(b[3] if b[3] else b[2]) for b in marked]
+        d["mark1_to_mark2"] = median((l - b[2]) for l, b in zip(last, marked)) / 1e3
+        d["mark2_to_end"] = median((b[4] - l) for l, b in zip(last, marked)) / 1e3
+    if launch["name"] == "attention":
+        combine = [b for b in blocks if b[6] == 2]
+        splits = [b for b in blocks if b[6] == 1]
+        if combine and splits:
+            d["combine_tail"] = (max(b[4] for b in combine) - max(b[4] for b in splits)) / 1e3
+    if previous is not None:
+        d["release"] = (release - previous["end"]) / 1e3
+        d["early"] = sum(1 for b in blocks if b[0] < previous["end"]) / len(blocks)
+    return d
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        sys.exit(2)
+    records = load(sys.argv[1])
+    if not records:
+        print("no records")
+        sys.exit(1)
+    times = sorted({t for r in records for t in (r[0], r[1], r[4])})
+    steps_ns = [b - a for a, b in zip(times, times[1:]) if b > a]
+    print("%d records; smallest timer step %d ns" % (len(records), min(steps_ns) if steps_ns else -1))
+    launches = split_kernels(records)
+    described = []
+    for i, launch in enumerate(launches):
+        described.append(describe(launch, described[-1] if described else None))
+    # The last whole step: from the launch after the second-to-last argmax to the last argmax.
+    argmax_at = [i for i, d in enumerate(described) if d["name"] == "argmax"]
+    if len(argmax_at) < 2:
+        print("fewer than two whole steps recorded")
+        sys.exit(1)
+    first, last = argmax_at[-2] + 1, argmax_at[-1]
+    step = described[first:last + 1]
+    step_us = (step[-1]["end"] - described[argmax_at[-2]]["end"]) / 1e3
+    print("last step: %d launches, %.1f us from the previous step's argmax end to this one's" % (len(step), step_us))
+    kinds = {}
+    for d in step[1:]:  # the first launch's release spans the embedding and the host
+        kinds.setdefault(d["name"], []).append(d)
+    print("%-18s %5s %8s %8s %8s %8s %6s %8s %8s" % ("kernel", "count", "blocks", "lead", "release", "span", "early",
+                                                     "block", "combine"))
+    total = 0.0
+    for name, ds in kinds.items():
+        row = (name, len(ds), mean(d["n"] for d in ds), mean(d["lead"] for d in ds),
+               mean(d.get("release", 0.0) for d in ds), mean(d["span"] for d in ds),
+               mean(d.get("early", 0.0) for d in ds), mean(d["block"] for d in ds))
+        combine = [d["combine_tail"] for d in ds if "combine_tail" in d]
+        print("%-18s %5d %8.0f %8.2f %8.2f %8.2f %6.2f %8.2f %8s" % (row + (("%.2f" % mean(combine)) if combine else "-",)))
+        if all("to_mark1" in d for d in ds):
+            print("%-18s median block after its wait: %.2f to mark 1, %.2f more to mark 2 (if any), %.2f to its end" % (
+                "", mean(d["to_mark1"] for d in ds), mean(d["mark1_to_mark2"] for d in ds),
+                mean(d["mark2_to_end"] for d in ds)))
+        total += len(ds) * (row[4] + row[5])
+    print("sum of release + span over the step's launches: %.1f us (the rest: embedding, publish, host)" % total)
+    if len(sys.argv) > 2:
+        n_layers = int(sys.argv[2])
+        print("layer 1 in order:")
+        layer = [d for d in step if d["name"] != "argmax"][5:10] if n_layers > 1 else []
+        for d in layer:
+            print("  %-16s blocks %4d lead %6.2f release %6.2f span %6.2f early %.2f block %.2f" % (
+                d["name"], d["n"], d["lead"], d.get("release", 0.0), d["span"], d.get("early", 0.0), d["block"]))
+
+
+if __name__ == "__main__":
+    main()
