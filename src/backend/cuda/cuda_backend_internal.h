@@ -22,14 +22,15 @@ int cuda_backend_persistent_decode(backend *self);
 kite_status cuda_backend_set_batched_decode(backend *self, int on);
 /* Single-stream decode attention: contexts up to max_context run the cluster kernel
  * (attention_decode_cluster.cu), longer ones the split-K kernel (env KITE_CUDA_CLUSTER_MAX_CONTEXT sets it at
- * creation; 0 by default: the split-K kernel is the faster one, docs/notes-cuda.md). cuda_backend_attention_cluster gives the cluster size in use, 0 where the device or shape cannot
- * run the cluster kernel (then every context takes the split-K kernel). */
+ * creation; 0 by default: the split-K kernel is the faster one, docs/notes-cuda.md). cuda_backend_attention_cluster
+ * gives the cluster size in use, 0 where the device or shape cannot run the cluster kernel (then every context
+ * takes the split-K kernel). */
 kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_cluster_max_context(backend *self);
 int cuda_backend_attention_cluster(backend *self);
 /* Contexts up to bulk_max_context take the bulk-copy fed cluster kernel (attention_decode_bulk.cu) instead
- * (env KITE_CUDA_BULK_MAX_CONTEXT at creation, 1,024 by default); cuda_backend_attention_bulk gives its cluster size, 0 where
- * the device cannot run it. */
+ * (env KITE_CUDA_BULK_MAX_CONTEXT at creation, 1,024 by default); cuda_backend_attention_bulk gives its cluster
+ * size, 0 where the device cannot run it. */
 kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context);
 int32_t cuda_backend_bulk_max_context(backend *self);
 int cuda_backend_attention_bulk(backend *self);

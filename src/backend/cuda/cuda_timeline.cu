@@ -52,7 +52,8 @@ extern "C" kite_status cuda_timeline_stop(const char *path, unsigned *n_records)
     if (f) {
         if (fwrite(host, sizeof(timeline_record), count, f) != count)
             status = kite_fail(KITE_ERROR_IO, "cuda_timeline_stop: writing %s failed", path);
-        if (fclose(f) != 0 && status == KITE_OK) status = kite_fail(KITE_ERROR_IO, "cuda_timeline_stop: closing %s failed", path);
+        if (fclose(f) != 0 && status == KITE_OK)
+            status = kite_fail(KITE_ERROR_IO, "cuda_timeline_stop: closing %s failed", path);
     }
     free(host);
     cudaFree(timeline_device_records);
@@ -65,12 +66,14 @@ extern "C" kite_status cuda_timeline_stop(const char *path, unsigned *n_records)
 #else
 extern "C" kite_status cuda_timeline_start(unsigned capacity) {
     (void)capacity;
-    return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_timeline_start: this build has no timeline (cmake -DKITE_TIMELINE=ON)");
+    return kite_fail(KITE_ERROR_UNSUPPORTED,
+                     "cuda_timeline_start: this build has no timeline (cmake -DKITE_TIMELINE=ON)");
 }
 
 extern "C" kite_status cuda_timeline_stop(const char *path, unsigned *n_records) {
     (void)path;
     *n_records = 0;
-    return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_timeline_stop: this build has no timeline (cmake -DKITE_TIMELINE=ON)");
+    return kite_fail(KITE_ERROR_UNSUPPORTED,
+                     "cuda_timeline_stop: this build has no timeline (cmake -DKITE_TIMELINE=ON)");
 }
 #endif

@@ -4,8 +4,9 @@
  *
  * Work split: a warp owns R weight rows at a time and walks them together, U chunks of 8 bf16 per lane per
  * row and step, with the next step's R * U 16-byte loads in flight while it multiplies the current one.
- * Blocks loop over warp tasks (a grid of at most four 4-warp blocks per SM, five for the lm_head), so the prologue (and its RMSNorm)
- * is paid once per block, and under PDL each warp fetches its first two steps before the previous kernel ends. */
+ * Blocks loop over warp tasks (a grid of at most four 4-warp blocks per SM, five for the lm_head), so the prologue
+ * (and its RMSNorm) is paid once per block, and under PDL each warp fetches its first two steps before the previous
+ * kernel ends. */
 #include "backend/cuda/gemv_task.cuh"
 
 #include <float.h>
@@ -259,6 +260,7 @@ kite_status gemv_launch(const gemv_call &c) {
 template <int EPILOGUE>
 kite_status gemv_pick(const gemv_call &c) {
     constexpr int MIN_BLOCKS = 5, STEP_LOADS = 8;
+    static_assert(LM_HEAD_BLOCKS_PER_SM <= MIN_BLOCKS, "the lm_head's blocks per SM must fit the registers");
     if constexpr (EPILOGUE == CUDA_GEMV_SWIGLU) {
         const bool one_round = KITE_CEIL_DIV(c.rows / 2, 2) <= gemv_max_grid() * GEMV_WARPS;
         return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS>(c)
