@@ -13,13 +13,15 @@ the last whole step (microseconds):
            marks: gemv: input staged (and normalised); attention: query ready, positions folded (approximate:
            the compiler may move arithmetic across a mark)
   early    the share of its blocks that started before the previous kernel's last block ended
+Then, per kernel of a layer, its blocks' median time from their wait return to their end, by how many blocks of
+the next kernel had started on the same SM before they ended (does the next kernel's early traffic hold them back?).
 usage: timeline_summary.py FILE.bin [n_layers]
 """
 import struct
 import sys
 from statistics import mean, median
 
-RECORD = struct.Struct("<QQQQQII")
+RECORD = struct.Struct("<QQQQQIIII")  # start, waited, mark1, mark2, end, kind, detail, sm, block
 GEMV, ATTENTION, ARGMAX = 1, 2, 3
 EPILOGUES = {0: "store", 1: "add", 2: "swiglu", 3: "argmax"}
 
@@ -83,6 +85,22 @@ def describe(launch, previous):
     return d
 
 
+def print_crowding(launches):
+    """Blocks' wait-to-end times by the number of next-kernel blocks already started on their SM."""
+    by_kernel = {}
+    for launch, following in zip(launches, launches[1:]):
+        started = {}
+        for n in following["blocks"]:
+            started.setdefault(n[7], []).append(n[0])
+        for b in launch["blocks"]:
+            k = sum(1 for t in started.get(b[7], []) if t < b[4])
+            by_kernel.setdefault(launch["name"], {}).setdefault(k, []).append((b[4] - b[1]) / 1e3)
+    print("wait-to-end of a block (median us, blocks) by the next kernel's blocks started on its SM before it ended:")
+    for name, by_k in by_kernel.items():
+        cells = ["%d: %.2f (%d)" % (k, median(v), len(v)) for k, v in sorted(by_k.items())]
+        print("  %-18s %s" % (name, "  ".join(cells)))
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -125,6 +143,7 @@ def main():
                 mean(d["mark2_to_end"] for d in ds)))
         total += len(ds) * (row[4] + row[5])
     print("sum of release + span over the step's launches: %.1f us (the rest: embedding, publish, host)" % total)
+    print_crowding(launches[first:last + 1])
     if len(sys.argv) > 2:
         n_layers = int(sys.argv[2])
         print("layer 1 in order:")

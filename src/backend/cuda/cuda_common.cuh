@@ -157,11 +157,17 @@ enum {
 struct timeline_record {
     unsigned long long start, waited, mark1, mark2, end; /* mark1, mark2: two points of the kernel's own (0: none) */
     unsigned kind, detail;
+    unsigned sm, block; /* the SM the block ran on, its linear index in the grid */
 };
 #ifdef KITE_TIMELINE
 static __device__ timeline_record *timeline_records;
 static __device__ unsigned *timeline_count;
 static __device__ unsigned timeline_capacity;
+__device__ __forceinline__ unsigned timeline_sm() {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    return sm;
+}
 __device__ __forceinline__ unsigned long long timeline_now() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -180,9 +186,10 @@ __device__ __forceinline__ unsigned long long timeline_now() {
 #define TIMELINE_END(kind, detail)                                                                       \
     do {                                                                                                 \
         if (timeline_slot_ < timeline_capacity)                                                          \
-            timeline_records[timeline_slot_] = timeline_record{timeline_start_,   timeline_waited_, timeline_mark_[0], \
-                                                               timeline_mark_[1], timeline_now(),    (unsigned)(kind), \
-                                                               (unsigned)(detail)};                      \
+            timeline_records[timeline_slot_] = timeline_record{                                          \
+                timeline_start_,   timeline_waited_, timeline_mark_[0], timeline_mark_[1], timeline_now(),        \
+                (unsigned)(kind),  (unsigned)(detail), timeline_sm(),                                           \
+                blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)};                                 \
     } while (0)
 #define KITE_TIMELINE_FILE(name)                                                                         \
     extern "C" cudaError_t kite_timeline_attach_##name(timeline_record *records, unsigned *count, unsigned capacity) { \
