@@ -144,33 +144,44 @@ static void test_batch_invariance_tiny(void) {
     if (s == KITE_OK) run_case("tiny", 0, 0, false);
 }
 
-/* Greedy requests without logprobs, all submitted at once: with the overlapped decode (engine.c) steps run
- * ahead, and every token equals the run with KITE_ENGINE_OVERLAP=0 (the same batches reach the device in the
- * same order; only the host's waits move). */
-static void run_greedy(bool overlap, token_record *out, kite_engine_stats *stats) {
-    if (!overlap) setenv("KITE_ENGINE_OVERLAP", "0", 1);
+/* Runs N_REQUESTS requests on a fresh engine of the 0.6B dummy, request i built by build(i, r, out), with the
+ * environment variable env_name set to env_value (NULL: unset) while the engine lives; its stats after the run. */
+typedef void (*request_builder)(int i, kite_request *r, void *out);
+static void run_requests(const char *env_name, const char *env_value, request_builder build, void *out,
+                         kite_engine_stats *stats) {
+    if (env_value) setenv(env_name, env_value, 1);
+    else unsetenv(env_name);
     kite_model *m = load("qwen3-0.6b-base");
-    if (!m) return;
-    kite_engine *e = NULL;
-    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
-    for (int i = 0; i < N_REQUESTS; i++) {
-        kite_request r = make_request(i, &out[i]);
-        r.n_logprobs = 0;
-        r.max_tokens = N_STEPS - 3 * i; /* they end at different steps */
-        CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+    if (m) {
+        kite_engine *e = NULL;
+        CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+        for (int i = 0; i < N_REQUESTS; i++) {
+            kite_request r;
+            build(i, &r, out);
+            CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+        }
+        CHECK(kite_engine_run(e) == KITE_OK);
+        if (stats) *stats = kite_engine_get_stats(e);
+        kite_engine_free(e);
+        kite_model_free(m);
     }
-    CHECK(kite_engine_run(e) == KITE_OK);
-    *stats = kite_engine_get_stats(e);
-    kite_engine_free(e);
-    kite_model_free(m);
-    unsetenv("KITE_ENGINE_OVERLAP");
+    unsetenv(env_name);
+}
+
+/* Greedy requests without logprobs that end at different steps, all submitted at once: with the overlapped
+ * decode (engine.c) steps run ahead, and every token equals the run with KITE_ENGINE_OVERLAP=0 (the same batches
+ * reach the device in the same order; only the host's waits move). */
+static void build_greedy(int i, kite_request *r, void *out) {
+    *r = make_request(i, &((token_record *)out)[i]);
+    r->n_logprobs = 0;
+    r->max_tokens = N_STEPS - 3 * i;
 }
 
 static void test_overlapped_decode(void) {
     token_record on[N_REQUESTS] = {0}, off[N_REQUESTS] = {0};
     kite_engine_stats on_stats = {0}, off_stats = {0};
-    run_greedy(true, on, &on_stats);
-    run_greedy(false, off, &off_stats);
+    run_requests("KITE_ENGINE_OVERLAP", NULL, build_greedy, on, &on_stats);
+    run_requests("KITE_ENGINE_OVERLAP", "0", build_greedy, off, &off_stats);
     for (int i = 0; i < N_REQUESTS; i++) {
         CHECK_MSG(on[i].n == N_STEPS - 3 * i && off[i].n == on[i].n, "request %d: %d and %d tokens", i, on[i].n,
                   off[i].n);
@@ -202,40 +213,28 @@ static void sampled_collect(const kite_token_event *event, void *user_data) {
     }
 }
 
-/* All requests at once with mixed sampling (top-k, top-k + top-p + min-p, greedy), reading reduced rows from
- * the device (cuda_top_candidates through read_top) or, with KITE_ENGINE_REDUCED_SAMPLING=0, whole rows. */
-static void run_sampled(bool reduced, sampled_record *out) {
-    if (reduced) unsetenv("KITE_ENGINE_REDUCED_SAMPLING");
-    else setenv("KITE_ENGINE_REDUCED_SAMPLING", "0", 1);
-    kite_model *m = load("qwen3-0.6b-base");
-    if (!m) return;
-    kite_engine *e = NULL;
-    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
-    for (int i = 0; i < N_REQUESTS; i++) {
-        kite_request r = kite_request_default();
-        r.prompt_ids = prompts[i];
-        r.n_prompt_ids = (size_t)prompt_lengths[i];
-        r.max_tokens = N_STEPS;
-        r.ignore_eos = true;
-        const kite_sampling modes[3] = {{0.8f, 20, 1.0f, 0.0f, 1.0f, 0}, {1.2f, 64, 0.9f, 0.05f, 1.0f, 0},
-                                        {0.0f, 0, 1.0f, 0.0f, 1.0f, 0}};
-        r.sampling = modes[i % 3];
-        r.sampling.seed = 100 + (uint64_t)i;
-        r.on_token = sampled_collect;
-        r.user_data = &out[i];
-        CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
-    }
-    CHECK(kite_engine_run(e) == KITE_OK);
-    kite_engine_free(e);
-    kite_model_free(m);
-    unsetenv("KITE_ENGINE_REDUCED_SAMPLING");
+/* Requests with mixed sampling (top-k, top-k + top-p + min-p, greedy), all at once: with reduced sampling the
+ * engine reads reduced rows from the device (cuda_top_candidates through read_top), with
+ * KITE_ENGINE_REDUCED_SAMPLING=0 whole rows. */
+static void build_sampled(int i, kite_request *r, void *out) {
+    *r = kite_request_default();
+    r->prompt_ids = prompts[i];
+    r->n_prompt_ids = (size_t)prompt_lengths[i];
+    r->max_tokens = N_STEPS;
+    r->ignore_eos = true;
+    const kite_sampling modes[3] = {{0.8f, 20, 1.0f, 0.0f, 1.0f, 0}, {1.2f, 64, 0.9f, 0.05f, 1.0f, 0},
+                                    {0.0f, 0, 1.0f, 0.0f, 1.0f, 0}};
+    r->sampling = modes[i % 3];
+    r->sampling.seed = 100 + (uint64_t)i;
+    r->on_token = sampled_collect;
+    r->user_data = &((sampled_record *)out)[i];
 }
 
 /* The device's reduced rows sample exactly what whole rows sample (the same logits, the same generators). */
 static void test_reduced_sampling_matches_full_rows(void) {
     sampled_record full[N_REQUESTS] = {0}, reduced[N_REQUESTS] = {0};
-    run_sampled(false, full);
-    run_sampled(true, reduced);
+    run_requests("KITE_ENGINE_REDUCED_SAMPLING", "0", build_sampled, full, NULL);
+    run_requests("KITE_ENGINE_REDUCED_SAMPLING", NULL, build_sampled, reduced, NULL);
     int compared = 0;
     for (int i = 0; i < N_REQUESTS; i++) {
         CHECK_MSG(full[i].n == N_STEPS && reduced[i].n == N_STEPS, "request %d: %d / %d tokens", i, full[i].n,
