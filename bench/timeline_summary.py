@@ -14,7 +14,9 @@ the last whole step (microseconds):
            the compiler may move arithmetic across a mark)
   early    the share of its blocks that started before the previous kernel's last block ended
 Then, per kernel of a layer, its blocks' median time from their wait return to their end, by how many blocks of
-the next kernel had started on the same SM before they ended (does the next kernel's early traffic hold them back?).
+the next kernel had started on the same SM before they ended (does the next kernel's early traffic hold them back?),
+and the split-K attention's folding blocks as percentiles of their start, wait return, query ready, positions folded
+and end, from the kernel's first wait return (how far the last split trails the median one).
 usage: timeline_summary.py FILE.bin [n_layers]
 """
 import struct
@@ -101,6 +103,42 @@ def print_crowding(launches):
         print("  %-18s %s" % (name, "  ".join(cells)))
 
 
+def print_attention_profile(launches):
+    """Where the attention's blocks spend the layer: percentiles over the step's attention blocks of their start,
+    wait return, marks and end, relative to the kernel's first wait return (us), and of the span by start."""
+    rows = []
+    for launch in launches:
+        if launch["name"] != "attention":
+            continue
+        blocks = [b for b in launch["blocks"] if b[2] and b[3]]  # splits that folded positions
+        if not blocks:
+            continue
+        release = min(b[1] for b in launch["blocks"])
+        for b in blocks:
+            rows.append([(b[i] - release) / 1e3 for i in (0, 1, 2, 3, 4)])
+    if not rows:
+        return
+    def pct(values, q):
+        values = sorted(values)
+        return values[min(len(values) - 1, int(q * len(values)))]
+    print("attention blocks (us from the kernel's first wait return; %d blocks over the step's layers):" % len(rows))
+    print("  %-14s %7s %7s %7s %7s %7s" % ("", "p10", "p50", "p90", "p99", "max"))
+    names = ("start", "waited", "query ready", "folded", "end")
+    for i, name in enumerate(names):
+        v = [r[i] for r in rows]
+        print("  %-14s %7.2f %7.2f %7.2f %7.2f %7.2f" % (name, pct(v, .1), pct(v, .5), pct(v, .9), pct(v, .99), max(v)))
+    fold = [r[3] - r[2] for r in rows]
+    print("  %-14s %7.2f %7.2f %7.2f %7.2f %7.2f" % ("fold time", pct(fold, .1), pct(fold, .5), pct(fold, .9),
+                                                      pct(fold, .99), max(fold)))
+    late = [r for r in rows if r[0] > 0]
+    early = [r for r in rows if r[0] <= 0]
+    for label, group in (("started early", early), ("started late", late)):
+        if group:
+            print("  %-14s %d blocks: median start %.2f, query ready %.2f, folded %.2f, end %.2f" % (
+                label, len(group), median(r[0] for r in group), median(r[2] for r in group),
+                median(r[3] for r in group), median(r[4] for r in group)))
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -144,6 +182,7 @@ def main():
         total += len(ds) * (row[4] + row[5])
     print("sum of release + span over the step's launches: %.1f us (the rest: embedding, publish, host)" % total)
     print_crowding(launches[first:last + 1])
+    print_attention_profile(launches[first:last + 1])
     if len(sys.argv) > 2:
         n_layers = int(sys.argv[2])
         print("layer 1 in order:")
