@@ -15,7 +15,8 @@ the last whole step (microseconds):
   early    the share of its blocks that started before the previous kernel's last block ended
 Then, per kernel of a layer, its blocks' median time from their wait return to their end, by how many blocks of
 the next kernel had started on the same SM before they ended (does the next kernel's early traffic hold them back?),
-and the split-K attention's folding blocks as percentiles of their start, wait return, query ready, positions folded
+where each kernel's blocks ran (SMs used, block time by blocks of the same launch on its SM), and the split-K
+attention's folding blocks as percentiles of their start, wait return, query ready, positions folded
 and end, from the kernel's first wait return (how far the last split trails the median one).
 usage: timeline_summary.py FILE.bin [n_layers]
 """
@@ -103,6 +104,24 @@ def print_crowding(launches):
         print("  %-18s %s" % (name, "  ".join(cells)))
 
 
+def print_placement(launches):
+    """Where each kernel's blocks ran: SMs used per launch, and the median block (wait return to end) by how many
+    blocks of the same launch shared its SM (the block scheduler fills the SMs that free up first)."""
+    by_kernel = {}
+    for launch in launches:
+        per_sm = {}
+        for b in launch["blocks"]:
+            per_sm[b[7]] = per_sm.get(b[7], 0) + 1
+        k = by_kernel.setdefault(launch["name"], {"sms": [], "by_count": {}})
+        k["sms"].append(len(per_sm))
+        for b in launch["blocks"]:
+            k["by_count"].setdefault(per_sm[b[7]], []).append((b[4] - b[1]) / 1e3)
+    print("placement: SMs used per launch (mean), and the median block (us, blocks) by blocks of its launch on its SM:")
+    for name, k in by_kernel.items():
+        cells = ["%d: %.2f (%d)" % (n, median(v), len(v)) for n, v in sorted(k["by_count"].items())]
+        print("  %-18s %5.1f SMs  %s" % (name, mean(k["sms"]), "  ".join(cells)))
+
+
 def print_attention_profile(launches):
     """Where the attention's blocks spend the layer: percentiles over the step's attention blocks of their start,
     wait return, marks and end, relative to the kernel's first wait return (us), and of the span by start."""
@@ -182,6 +201,7 @@ def main():
         total += len(ds) * (row[4] + row[5])
     print("sum of release + span over the step's launches: %.1f us (the rest: embedding, publish, host)" % total)
     print_crowding(launches[first:last + 1])
+    print_placement(launches[first:last + 1])
     print_attention_profile(launches[first:last + 1])
     if len(sys.argv) > 2:
         n_layers = int(sys.argv[2])
