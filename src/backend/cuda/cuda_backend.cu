@@ -21,6 +21,7 @@
 #include "backend/cuda/decode_attention.cuh" /* decode_group_size */
 
 #include <math.h>
+#include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,15 @@
 #include "backend/cuda/cuda_backend_internal.h"
 
 namespace {
+
+/* A named NVTX range over a scope of host code (what an Nsight Systems timeline shows above the kernels it
+ * enqueued); header-only NVTX 3, a no-op unless a profiler is attached. */
+struct nvtx_scope {
+    explicit nvtx_scope(const char *name) { nvtxRangePushA(name); }
+    ~nvtx_scope() { nvtxRangePop(); }
+    nvtx_scope(const nvtx_scope &) = delete;
+    nvtx_scope &operator=(const nvtx_scope &) = delete;
+};
 
 struct cuda_layer {
     bf16 *qkv;     /* ((n_heads + 2 n_kv_heads) * head_dim, hidden): q_proj, k_proj, v_proj rows */
@@ -1160,17 +1170,24 @@ kite_status cuda_forward(backend *self, const step_batch *batch) {
     KITE_TRY(validate_batch(b, batch));
     const int32_t *chained = NULL; /* tokens_from_argmax: the kept rows' argmax, before this step replaces them */
     if (batch->tokens_from_argmax) KITE_TRY(kept_argmax_device(b, batch->n_seqs, &chained));
-    if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0])
+    if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0]) {
+        nvtx_scope range("kite decode step");
         return forward_decode(b, batch, chained);
+    }
     if (b->use_batch && batch->n_seqs > 1 && batch->n_seqs <= BATCH_MAX && batch->n_tokens == batch->n_seqs) {
         bool all_want = true; /* one new token each (validated: at least one each), all wanting logits */
         for (int32_t s = 0; s < batch->n_seqs; s++) all_want &= batch->seq_wants_logits[s] != 0;
-        if (all_want) return forward_batch(b, batch, chained);
+        if (all_want) {
+            nvtx_scope range("kite batched decode step");
+            return forward_batch(b, batch, chained);
+        }
     }
+    nvtx_scope range("kite forward (prefill or mixed)");
     return forward_general(b, batch, chained);
 }
 
 kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
+    nvtx_scope range("kite read logits");
     cuda_backend *b = as_cuda(self);
     if (n_rows < 0 || n_rows > b->kept_rows)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d logits rows asked, %d kept", n_rows, b->kept_rows);
@@ -1204,6 +1221,7 @@ kite_status ensure_top(cuda_backend *b, int32_t rows) {
 
 kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
                           backend_row_top *stats) {
+    nvtx_scope range("kite read top candidates");
     cuda_backend *b = as_cuda(self);
     if (n_rows < 0 || n_rows > b->kept_rows || k <= 0 || k > BACKEND_TOP_MAX)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: read_top of %d rows (%d kept), k %d (at most %d)",
@@ -1233,6 +1251,7 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
 }
 
 kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
+    nvtx_scope range("kite argmax (wait for ids)");
     cuda_backend *b = as_cuda(self);
     if (n_rows < 0 || n_rows > b->kept_rows)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax of %d rows asked, %d kept", n_rows, b->kept_rows);
@@ -1297,7 +1316,10 @@ kite_status cuda_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows) {
     if (b->n_ended == b->n_begun || n_rows != b->begun_rows[slot] || !out_ids)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: argmax_end of %d rows: %s", n_rows,
                          b->n_ended == b->n_begun ? "none begun" : "not the rows begun");
-    CUDA_CHECK(cudaEventSynchronize(b->begun_copied[slot]));
+    {
+        nvtx_scope range("kite wait for token ids");
+        CUDA_CHECK(cudaEventSynchronize(b->begun_copied[slot]));
+    }
     if (b->begun_mapped[slot])
         for (int32_t i = 0; i < n_rows; i++) out_ids[i] = b->begun_mapped[slot][i];
     else
