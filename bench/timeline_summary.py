@@ -123,8 +123,9 @@ def print_placement(launches):
 
 
 def print_attention_profile(launches):
-    """Where the attention's blocks spend the layer: percentiles over the step's attention blocks of their start,
-    wait return, marks and end, relative to the kernel's first wait return (us), and of the span by start."""
+    """Where the attention's blocks spend the layer: percentiles over the step's folding attention blocks of their
+    start, wait return, marks, end and fold time, relative to the kernel's first wait return (us), and the medians
+    of the blocks that started before and after it."""
     rows = []
     for launch in launches:
         if launch["name"] != "attention":
@@ -143,12 +144,10 @@ def print_attention_profile(launches):
     print("attention blocks (us from the kernel's first wait return; %d blocks over the step's layers):" % len(rows))
     print("  %-14s %7s %7s %7s %7s %7s" % ("", "p10", "p50", "p90", "p99", "max"))
     names = ("start", "waited", "query ready", "folded", "end")
-    for i, name in enumerate(names):
-        v = [r[i] for r in rows]
+    columns = [(name, [r[i] for r in rows]) for i, name in enumerate(names)]
+    columns.append(("fold time", [r[3] - r[2] for r in rows]))
+    for name, v in columns:
         print("  %-14s %7.2f %7.2f %7.2f %7.2f %7.2f" % (name, pct(v, .1), pct(v, .5), pct(v, .9), pct(v, .99), max(v)))
-    fold = [r[3] - r[2] for r in rows]
-    print("  %-14s %7.2f %7.2f %7.2f %7.2f %7.2f" % ("fold time", pct(fold, .1), pct(fold, .5), pct(fold, .9),
-                                                      pct(fold, .99), max(fold)))
     late = [r for r in rows if r[0] > 0]
     early = [r for r in rows if r[0] <= 0]
     for label, group in (("started early", early), ("started late", late)):
@@ -200,9 +199,10 @@ def main():
                 mean(d["mark2_to_end"] for d in ds)))
         total += len(ds) * (row[4] + row[5])
     print("sum of release + span over the step's launches: %.1f us (the rest: embedding, publish, host)" % total)
-    print_crowding(launches[first:last + 1])
-    print_placement(launches[first:last + 1])
-    print_attention_profile(launches[first:last + 1])
+    step_launches = launches[first:last + 1]
+    print_crowding(step_launches)
+    print_placement(step_launches)
+    print_attention_profile(step_launches)
     if len(sys.argv) > 2:
         n_layers = int(sys.argv[2])
         print("layer 1 in order:")
