@@ -21,11 +21,19 @@ kite_status attach_all(timeline_record *records, unsigned *count, unsigned capac
     CUDA_CHECK(kite_timeline_attach_attention_decode(records, count, capacity));
     return KITE_OK;
 }
-} // namespace
 
-extern "C" kite_status cuda_timeline_start(unsigned capacity) {
-    if (timeline_device_records != nullptr)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_timeline_start: a timeline is already running");
+/* Frees the device buffers (whichever exist) and forgets them, so that a later start begins afresh; the first
+ * cudaFree error, if any. */
+cudaError_t release_buffers() {
+    const cudaError_t records = timeline_device_records ? cudaFree(timeline_device_records) : cudaSuccess;
+    const cudaError_t count = timeline_device_count ? cudaFree(timeline_device_count) : cudaSuccess;
+    timeline_device_records = nullptr;
+    timeline_device_count = nullptr;
+    timeline_device_capacity = 0;
+    return records != cudaSuccess ? records : count;
+}
+
+kite_status allocate_and_attach(unsigned capacity) {
     CUDA_CHECK(cudaMalloc(&timeline_device_records, (size_t)capacity * sizeof(timeline_record)));
     CUDA_CHECK(cudaMalloc(&timeline_device_count, sizeof(unsigned)));
     CUDA_CHECK(cudaMemset(timeline_device_count, 0, sizeof(unsigned)));
@@ -33,11 +41,8 @@ extern "C" kite_status cuda_timeline_start(unsigned capacity) {
     return attach_all(timeline_device_records, timeline_device_count, capacity);
 }
 
-extern "C" kite_status cuda_timeline_stop(const char *path, unsigned *n_records) {
-    if (timeline_device_records == nullptr)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_timeline_stop: no timeline is running");
-    CUDA_CHECK(cudaDeviceSynchronize());
-    KITE_TRY(attach_all(nullptr, nullptr, 0));
+/* Writes the (detached) buffer's records to path; *n_records: how many. */
+kite_status write_records(const char *path, unsigned *n_records) {
     unsigned count = 0;
     CUDA_CHECK(cudaMemcpy(&count, timeline_device_count, sizeof count, cudaMemcpyDeviceToHost));
     if (count > timeline_device_capacity) count = timeline_device_capacity;
@@ -56,12 +61,32 @@ extern "C" kite_status cuda_timeline_stop(const char *path, unsigned *n_records)
             status = kite_fail(KITE_ERROR_IO, "cuda_timeline_stop: closing %s failed", path);
     }
     free(host);
-    cudaFree(timeline_device_records);
-    cudaFree(timeline_device_count);
-    timeline_device_records = nullptr;
-    timeline_device_count = nullptr;
-    *n_records = count;
+    if (status == KITE_OK) *n_records = count;
     return status;
+}
+} // namespace
+
+extern "C" kite_status cuda_timeline_start(unsigned capacity) {
+    if (timeline_device_records != nullptr)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_timeline_start: a timeline is already running");
+    const kite_status status = allocate_and_attach(capacity);
+    if (status != KITE_OK && attach_all(nullptr, nullptr, 0) == KITE_OK) /* detached: no kernel writes there */
+        (void)release_buffers(); /* the allocation's failure is the one reported */
+    return status;
+}
+
+extern "C" kite_status cuda_timeline_stop(const char *path, unsigned *n_records) {
+    *n_records = 0;
+    if (timeline_device_records == nullptr)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_timeline_stop: no timeline is running");
+    /* Kernels may still write to the buffers until they are detached: on a failure here they stay allocated. */
+    CUDA_CHECK(cudaDeviceSynchronize());
+    KITE_TRY(attach_all(nullptr, nullptr, 0));
+    const kite_status written = write_records(path, n_records);
+    const cudaError_t released = release_buffers();
+    if (written == KITE_OK && released != cudaSuccess)
+        return kite_fail(KITE_ERROR_BACKEND, "cuda_timeline_stop: cudaFree failed: %s", cudaGetErrorName(released));
+    return written;
 }
 #else
 extern "C" kite_status cuda_timeline_start(unsigned capacity) {
