@@ -225,7 +225,7 @@ kite_status cuda_gemm_bf16_split(cuda_gemm *gemm, const void *x, const void *w, 
  * One token of one sequence through every layer, the lm_head and the argmax in a single cooperative
  * launch of one block per SM; stages are separated by grid-wide counters in the workspace. */
 typedef struct cuda_decode_layer {
-    const void *qkv, *o, *gate_up, *down; /* bf16, as cuda_backend.cu uploads them (q/k/v and gate/up fused) */
+    const void *qkv, *o, *gate_up, *down; /* bf16, as cuda_weights.cu uploads them (q/k/v and gate/up fused) */
     const float *input_norm, *post_norm, *q_norm, *k_norm;
 } cuda_decode_layer;
 

@@ -1,0 +1,213 @@
+/* The state the files of the CUDA backend share (C++, never included by host C code; the plain-C entry points
+ * for tests and the bench are cuda_backend_internal.h): the device weights of a layer, the backend itself, the
+ * layout of the decode step buffers, the helpers that grow buffers, and the functions one file calls in another.
+ *
+ *   cuda_backend.cu          creation, destruction, backend_ops, the setters of cuda_backend_internal.h
+ *   cuda_weights.cu          weights and the RoPE table to the device
+ *   cuda_buffers.cu          the general path's growing buffers, the logits rows, a layer's view of the KV cache
+ *   cuda_forward_general.cu  the general path (prefill chunks, mixed steps)
+ *   cuda_decode.cu           single-stream decode (graphs or the persistent kernel)
+ *   cuda_batch.cu            batched decode (2..BATCH_MAX sequences)
+ */
+#ifndef KITE_BACKEND_CUDA_BACKEND_STATE_CUH
+#define KITE_BACKEND_CUDA_BACKEND_STATE_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+#include "backend/cuda/cuda_backend_internal.h" /* CUDA_DECODE_PART_* */
+
+struct cuda_layer {
+    bf16 *qkv;     /* ((n_heads + 2 n_kv_heads) * head_dim, hidden): q_proj, k_proj, v_proj rows */
+    bf16 *o;       /* (hidden, n_heads * head_dim) */
+    bf16 *gate_up; /* (2 intermediate, hidden): gate_proj rows then up_proj rows */
+    bf16 *down;    /* (hidden, intermediate) */
+    float *input_norm, *post_norm; /* (hidden) */
+    float *q_norm, *k_norm;        /* (head_dim) */
+};
+
+/* Step metadata for the decode graph, in device memory: */
+enum { STEP_TOKEN = 0, STEP_POSITION = 1, STEP_SLOT = 2, STEP_CONTEXT = 3, STEP_TABLE = 4 };
+
+/* The single-stream decode attention kernels, by the contexts they serve best (measured, docs/notes-cuda.md):
+ * the bulk-copy fed cluster kernel up to bulk_max_context, the cp.async one up to cluster_max_context (0 by
+ * default: none), the split-K one beyond (and wherever the device cannot run clusters). */
+enum { DECODE_ATTENTION_BULK = 0, DECODE_ATTENTION_CLUSTER = 1, DECODE_ATTENTION_SPLIT = 2, N_DECODE_ATTENTION = 3 };
+
+/* Batched decode: graphs per bucket of rows; a step of B sequences runs in the smallest bucket >= B, the
+ * rows past B are dummies (token 0, position 0, one position of context in the scratch KV block). The
+ * step buffer holds BATCH_MAX tokens, BATCH_MAX context lengths, BATCH_MAX table offsets, then the
+ * block tables (entry 0: the scratch block). */
+constexpr int N_BUCKETS = 8;
+constexpr int32_t BUCKETS[N_BUCKETS] = {2, 4, 8, 16, 32, 64, 128, 256};
+constexpr int32_t BATCH_MAX = 256;
+
+enum { BATCH_TOKENS = 0, BATCH_CONTEXT = BATCH_MAX, BATCH_TABLE_START = 2 * BATCH_MAX, BATCH_TABLES = 3 * BATCH_MAX };
+
+struct cuda_backend {
+    backend base; /* first: a cuda_backend * is a backend * */
+    qwen3_config config;
+    int device, sm_count;
+    char device_name[256];
+    char decode_path[640]; /* cuda_decode_path's report */
+    cudaStream_t stream;
+    cuda_gemm *gemm;
+    bool use_graph, use_pdl;
+    int attention_cluster; /* cluster size of the decode attention (attention_decode_cluster.cu), 0: none */
+    int attention_bulk;    /* cluster size of the bulk-copy fed one (attention_decode_bulk.cu), 0: none */
+    unsigned anatomy_skip, anatomy_twice; /* bench only: CUDA_DECODE_PART_* masks (cuda_backend_internal.h) */
+    int n_splits;
+    int split_blocks_per_sm; /* split-K decode attention blocks an SM holds (cuda_attention_decode_blocks_per_sm) */
+
+    void *weight_bytes;  /* one allocation for every weight */
+    bf16 *embed, *lm_head;
+    float *final_norm;
+    cuda_layer *layers;
+    float *rope_cos, *rope_sin; /* (rope_positions, head_dim / 2) */
+    int32_t rope_positions;
+
+    bf16 *kv_cache;
+    int32_t kv_blocks, kv_block_size;
+    size_t kv_layer_elements;
+
+    /* General path activations, grown to the largest step. */
+    int32_t token_capacity;
+    void *activation_bytes;
+    float *x;                                   /* (tokens, hidden) residual stream */
+    bf16 *normed, *qkv, *q, *attention, *gate_up, *act;
+    int32_t *meta_host, *meta_device;           /* pinned / device: token ids, positions, slots, ... */
+    size_t meta_capacity;                       /* int32s */
+    cudaEvent_t meta_copied;
+    float *logits;
+    int32_t logits_rows;
+    int32_t *ids_device, *ids_host;             /* argmax results (device, pinned) */
+    void *top_device, *top_host;                /* read_top's candidates and stats (device, pinned) */
+    int32_t top_rows;                           /* rows they hold */
+
+    /* Decode path. */
+    float *dec_x, *dec_qkv, *dec_q, *dec_attention, *dec_act, *dec_logits;
+    void *dec_attention_ws, *dec_argmax_ws;
+    unsigned *dec_counters;
+    int32_t *dec_token;                       /* the argmax of the last decode step */
+    int32_t *step_device, *step_host;         /* STEP_* then the block table */
+    cudaEvent_t step_copied;
+    /* Captured decode steps, one per attention kernel (decode_attention_kernel picks one per step by context). */
+    cudaGraphExec_t graph[N_DECODE_ATTENTION];
+    int32_t bulk_max_context;
+    int32_t cluster_max_context;
+    /* The same step as one persistent kernel (decode_persistent.cu), when the shapes and device allow. */
+    bool use_persistent;
+    int persistent_blocks;
+    cuda_decode_args persistent;
+    cuda_decode_layer *persistent_layers; /* device */
+
+    /* Batched decode path (2..BATCH_MAX sequences, one token each): buffers for bat_capacity rows. */
+    int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
+    int rows_max;          /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
+    int batch_bulk_max_rows; /* buckets up to this many rows take the bulk-fed cluster attention, where it fits */
+    /* cuBLASLt buckets up to batch_split_max_rows rows: o_proj and down as split-K partials (cuda_gemm_bf16_split)
+     * in batch_split slices, added to the residual by cuda_residual_rmsnorm together with the next norm (0:
+     * cuBLASLt's own products and separate norms). */
+    int batch_split, batch_split_max_rows;
+    int batch_lm_head_rows_max; /* the lm_head through gemm_rows up to this many rows (at most 32), else cuBLASLt */
+    float *bat_partials;
+    int bat_bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
+    bool use_batch;
+    int32_t bat_capacity;
+    void *bat_bytes;
+    float *bat_x, *bat_qkv, *bat_logits;
+    bf16 *bat_attention16, *bat_normed, *bat_gate_up, *bat_act16;
+    void *bat_attention_ws, *bat_argmax_ws;
+    unsigned *bat_counters;
+    int32_t *bat_ids;
+    int32_t *bat_step_device, *bat_step_host;
+    size_t bat_step_ints;
+    cudaEvent_t bat_step_copied;
+    cudaGraphExec_t bat_graphs[N_BUCKETS];
+
+    const float *kept_logits;
+    int32_t kept_rows;
+    bool kept_decode; /* the kept row came from the decode path: its argmax is already on the device */
+    bool kept_batch;  /* the kept rows came from the batched path: their argmax is on the device (bat_ids) */
+
+    /* Overlapped decode (argmax_begin / argmax_end): begun argmaxes in order, a ring of BACKEND_ARGMAX_PENDING
+     * pinned buffers, each filled by a copy on the stream and marked by its event. */
+    int32_t *begun_host[BACKEND_ARGMAX_PENDING];
+    int32_t begun_capacity[BACKEND_ARGMAX_PENDING], begun_rows[BACKEND_ARGMAX_PENDING];
+    cudaEvent_t begun_copied[BACKEND_ARGMAX_PENDING];
+    int64_t n_begun, n_ended;
+    /* The single-stream decode step (graph or launches) writes its id into slot (position & 1) of a mapped host
+     * ring itself (cuda_publish_ids, its last kernel), so a begun argmax of it records an event instead of a copy
+     * on the stream (tg128 at depth 256 +1.3% against the copy, s12r4); the batched step its bucket's ids into
+     * slot (row 0's context & 1) of a ring of 2 x BATCH_MAX (B=32 +0.7%, s12r6). kept_published: where the kept
+     * step wrote its ids, NULL when it wrote none (the persistent kernel, the general path). */
+    int32_t *publish_host, *publish_device;         /* 2 ints, mapped */
+    int32_t *bat_publish_host, *bat_publish_device; /* 2 x BATCH_MAX ints, mapped */
+    const volatile int32_t *kept_published;
+    const volatile int32_t *begun_mapped[BACKEND_ARGMAX_PENDING]; /* NULL: the copy in begun_host */
+};
+
+inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* ---- growing buffers (every path) ------------------------------------------------------------------- */
+
+/* The capacity a growing buffer takes: `initial` while empty, doubled until it holds `need`. */
+template <typename T>
+T grown_capacity(T current, T initial, T need) {
+    T capacity = current ? current : initial;
+    while (capacity < need) capacity *= 2;
+    return capacity;
+}
+
+/* Replaces a device buffer and its pinned host twin (the staging of its copies) with new ones of the given sizes;
+ * the caller has synchronised the stream and set the capacity it keeps to 0 until this returns KITE_OK. */
+template <typename D, typename H>
+kite_status replace_device_and_pinned(D **device, size_t device_bytes, H **host, size_t host_bytes) {
+    if (*device) CUDA_CHECK(cudaFree(*device));
+    if (*host) CUDA_CHECK(cudaFreeHost(*host));
+    *device = NULL;
+    *host = NULL;
+    CUDA_CHECK(cudaMalloc(device, device_bytes));
+    CUDA_CHECK(cudaMallocHost(host, host_bytes));
+    return KITE_OK;
+}
+
+/* ---- the decode paths (cuda_decode.cu, cuda_batch.cu) ----------------------------------------------- */
+
+/* Launches one part of the decode step: not at all, once, or twice, as the bench's anatomy mode asks
+ * (results are then wrong; it only times what each part costs in the graph). */
+#define DECODE_PART(part, launch)                                                                        \
+    do {                                                                                                 \
+        if (!(b->anatomy_skip & (part))) KITE_TRY(launch);                                               \
+        if (b->anatomy_twice & (part)) KITE_TRY(launch);                                                 \
+    } while (0)
+
+/* ---- what one file calls in another ----------------------------------------------------------------- */
+
+/* cuda_weights.cu */
+kite_status upload_weights(cuda_backend *b, const qwen3_weights *w);
+kite_status upload_rope(cuda_backend *b);
+
+/* cuda_buffers.cu */
+kite_status ensure_tokens(cuda_backend *b, int32_t n_tokens);
+kite_status ensure_meta(cuda_backend *b, size_t n_ints);
+kite_status ensure_logits(cuda_backend *b, int32_t rows);
+cuda_kv_layer kv_layer(cuda_backend *b, int layer);
+
+/* The three forward paths (cuda_forward_general.cu, cuda_decode.cu, cuda_batch.cu), which cuda_forward picks
+ * between. chained: the device ids of this step's tokens (overlapped decode), else NULL: the batch's. */
+kite_status forward_general(cuda_backend *b, const step_batch *batch, const int32_t *chained);
+kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32_t *chained);
+kite_status forward_batch(cuda_backend *b, const step_batch *batch, const int32_t *chained);
+
+/* cuda_decode.cu */
+kite_status destroy_decode_graphs(cuda_backend *b);
+kite_status setup_persistent_decode(cuda_backend *b);
+
+/* cuda_batch.cu */
+int batch_splits(const cuda_backend *b, int32_t rows);
+bool batch_split_fits(const qwen3_config *c, int slices);
+kite_status destroy_batch_graphs(cuda_backend *b);
+kite_status release_batch(cuda_backend *b);
+int batch_bulk_cluster(const cuda_backend *b, int32_t rows);
+
+#endif

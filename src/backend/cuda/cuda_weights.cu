@@ -1,0 +1,176 @@
+/* The CUDA backend's weights on the device: every matrix as bf16 (F16 / F32 checkpoints converted on the host),
+ * every norm vector as fp32, all in one allocation; and the RoPE table. */
+#include "backend/cuda/cuda_backend_state.cuh"
+
+#include <math.h>
+#include <stdlib.h>
+
+namespace {
+
+kite_status check_view(const tensor_view *t, int64_t rows, int64_t cols, const char *what, int layer) {
+    const bool ok = t->data && ((cols == 0 && t->n_dims == 1 && t->shape[0] == rows) ||
+                                (cols > 0 && t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols));
+    if (!ok)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: layer %d %s has shape (%lld, %lld), expected (%lld, %lld)",
+                         layer, what, (long long)t->shape[0], (long long)(t->n_dims == 2 ? t->shape[1] : 0),
+                         (long long)rows, (long long)cols);
+    return KITE_OK;
+}
+
+/* Copies a matrix to bf16 device memory, converting F16 / F32 on the host through `staging`. */
+kite_status upload_matrix(bf16 *dst, const tensor_view *t, float *staging_f32, uint16_t *staging_bf16,
+                          size_t staging_elements) {
+    const size_t n = tensor_view_elements(t);
+    if (t->dtype == TENSOR_DTYPE_BF16) {
+        CUDA_CHECK(cudaMemcpy(dst, t->data, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        return KITE_OK;
+    }
+    const size_t element = tensor_dtype_size(t->dtype);
+    for (size_t done = 0; done < n; done += staging_elements) {
+        const size_t count = n - done < staging_elements ? n - done : staging_elements;
+        tensor_to_float(t->dtype, static_cast<const unsigned char *>(t->data) + done * element, staging_f32, count);
+        for (size_t i = 0; i < count; i++) staging_bf16[i] = float_to_bf16(staging_f32[i]);
+        CUDA_CHECK(cudaMemcpy(dst + done, staging_bf16, count * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    }
+    return KITE_OK;
+}
+
+kite_status upload_vector(float *dst, const tensor_view *t, float *staging_f32) {
+    const size_t n = tensor_view_elements(t);
+    tensor_to_float(t->dtype, t->data, staging_f32, n);
+    CUDA_CHECK(cudaMemcpy(dst, staging_f32, n * sizeof(float), cudaMemcpyHostToDevice));
+    return KITE_OK;
+}
+
+} // namespace
+
+kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
+    const qwen3_config *c = &b->config;
+    const int64_t hidden = c->hidden_size, inter = c->intermediate_size, hd = c->head_dim;
+    const int64_t q_rows = (int64_t)c->n_heads * hd, kv_rows = (int64_t)c->n_kv_heads * hd;
+    const bool tied = w->lm_head.data == w->embed_tokens.data;
+
+    KITE_TRY(check_view(&w->embed_tokens, c->vocab_size, hidden, "embed_tokens", -1));
+    KITE_TRY(check_view(&w->lm_head, c->vocab_size, hidden, "lm_head", -1));
+    KITE_TRY(check_view(&w->final_norm, hidden, 0, "norm", -1));
+    for (int l = 0; l < c->n_layers; l++) {
+        const qwen3_layer_weights *lw = &w->layers[l];
+        KITE_TRY(check_view(&lw->input_norm, hidden, 0, "input_layernorm", l));
+        KITE_TRY(check_view(&lw->q_proj, q_rows, hidden, "q_proj", l));
+        KITE_TRY(check_view(&lw->k_proj, kv_rows, hidden, "k_proj", l));
+        KITE_TRY(check_view(&lw->v_proj, kv_rows, hidden, "v_proj", l));
+        KITE_TRY(check_view(&lw->q_norm, hd, 0, "q_norm", l));
+        KITE_TRY(check_view(&lw->k_norm, hd, 0, "k_norm", l));
+        KITE_TRY(check_view(&lw->o_proj, hidden, q_rows, "o_proj", l));
+        KITE_TRY(check_view(&lw->post_attention_norm, hidden, 0, "post_attention_layernorm", l));
+        KITE_TRY(check_view(&lw->gate_proj, inter, hidden, "gate_proj", l));
+        KITE_TRY(check_view(&lw->up_proj, inter, hidden, "up_proj", l));
+        KITE_TRY(check_view(&lw->down_proj, hidden, inter, "down_proj", l));
+    }
+
+    /* Sizes in bytes, each tensor 256-byte aligned. */
+    const size_t A = 256;
+    const size_t matrix_embed = align_up((size_t)c->vocab_size * (size_t)hidden * 2, A);
+    const size_t m_qkv = align_up((size_t)(q_rows + 2 * kv_rows) * (size_t)hidden * 2, A);
+    const size_t m_o = align_up((size_t)hidden * (size_t)q_rows * 2, A);
+    const size_t m_gu = align_up((size_t)(2 * inter) * (size_t)hidden * 2, A);
+    const size_t m_down = align_up((size_t)hidden * (size_t)inter * 2, A);
+    const size_t v_hidden = align_up((size_t)hidden * 4, A), v_head = align_up((size_t)hd * 4, A);
+    const size_t per_layer = m_qkv + m_o + m_gu + m_down + 2 * v_hidden + 2 * v_head;
+    const size_t total = matrix_embed * (tied ? 1 : 2) + v_hidden + per_layer * (size_t)c->n_layers;
+    CUDA_CHECK(cudaMalloc(&b->weight_bytes, total));
+
+    unsigned char *p = static_cast<unsigned char *>(b->weight_bytes);
+    auto take = [&](size_t bytes) {
+        void *r = p;
+        p += bytes;
+        return r;
+    };
+    b->embed = static_cast<bf16 *>(take(matrix_embed));
+    b->lm_head = tied ? b->embed : static_cast<bf16 *>(take(matrix_embed));
+    b->final_norm = static_cast<float *>(take(v_hidden));
+    b->layers = static_cast<cuda_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_layer)));
+    if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        cuda_layer *L = &b->layers[l];
+        L->qkv = static_cast<bf16 *>(take(m_qkv));
+        L->o = static_cast<bf16 *>(take(m_o));
+        L->gate_up = static_cast<bf16 *>(take(m_gu));
+        L->down = static_cast<bf16 *>(take(m_down));
+        L->input_norm = static_cast<float *>(take(v_hidden));
+        L->post_norm = static_cast<float *>(take(v_hidden));
+        L->q_norm = static_cast<float *>(take(v_head));
+        L->k_norm = static_cast<float *>(take(v_head));
+    }
+
+    const size_t staging_elements = 1u << 22;
+    float *staging_f32 = static_cast<float *>(malloc(staging_elements * sizeof(float)));
+    uint16_t *staging_bf16 = static_cast<uint16_t *>(malloc(staging_elements * sizeof(uint16_t)));
+    kite_status status = KITE_OK;
+    if (!staging_f32 || !staging_bf16) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+#define UPLOAD(expr)                                                                                     \
+    if (status == KITE_OK) status = (expr)
+    UPLOAD(upload_matrix(b->embed, &w->embed_tokens, staging_f32, staging_bf16, staging_elements));
+    if (!tied) UPLOAD(upload_matrix(b->lm_head, &w->lm_head, staging_f32, staging_bf16, staging_elements));
+    UPLOAD(upload_vector(b->final_norm, &w->final_norm, staging_f32));
+    for (int l = 0; l < c->n_layers && status == KITE_OK; l++) {
+        const qwen3_layer_weights *lw = &w->layers[l];
+        cuda_layer *L = &b->layers[l];
+        UPLOAD(upload_matrix(L->qkv, &lw->q_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->qkv + (size_t)q_rows * hidden, &lw->k_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->qkv + (size_t)(q_rows + kv_rows) * hidden, &lw->v_proj, staging_f32, staging_bf16,
+                             staging_elements));
+        UPLOAD(upload_matrix(L->o, &lw->o_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->gate_up, &lw->gate_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_matrix(L->gate_up + (size_t)inter * hidden, &lw->up_proj, staging_f32, staging_bf16,
+                             staging_elements));
+        UPLOAD(upload_matrix(L->down, &lw->down_proj, staging_f32, staging_bf16, staging_elements));
+        UPLOAD(upload_vector(L->input_norm, &lw->input_norm, staging_f32));
+        UPLOAD(upload_vector(L->post_norm, &lw->post_attention_norm, staging_f32));
+        UPLOAD(upload_vector(L->q_norm, &lw->q_norm, staging_f32));
+        UPLOAD(upload_vector(L->k_norm, &lw->k_norm, staging_f32));
+    }
+#undef UPLOAD
+    free(staging_f32);
+    free(staging_bf16);
+    return status;
+}
+
+/* RoPE angles in double, as the CPU reference computes them: inv_freq_i = theta^(-2i/d). */
+kite_status upload_rope(cuda_backend *b) {
+    const qwen3_config *c = &b->config;
+    const int half = c->head_dim / 2;
+    const int32_t positions = c->max_position_embeddings > 0 ? c->max_position_embeddings : 32768;
+    const size_t n = (size_t)positions * (size_t)half;
+    float *cos_host = static_cast<float *>(malloc(n * sizeof(float)));
+    float *sin_host = static_cast<float *>(malloc(n * sizeof(float)));
+    double *inv_freq = static_cast<double *>(malloc((size_t)half * sizeof(double)));
+    if (!cos_host || !sin_host || !inv_freq) {
+        free(cos_host);
+        free(sin_host);
+        free(inv_freq);
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory for the RoPE table");
+    }
+    for (int i = 0; i < half; i++) inv_freq[i] = pow(c->rope_theta, -2.0 * (double)i / (double)c->head_dim);
+    for (int32_t p = 0; p < positions; p++)
+        for (int i = 0; i < half; i++) {
+            const double angle = (double)p * inv_freq[i];
+            cos_host[(size_t)p * half + i] = (float)cos(angle);
+            sin_host[(size_t)p * half + i] = (float)sin(angle);
+        }
+    free(inv_freq);
+    kite_status status = KITE_OK;
+    cudaError_t e1 = cudaMalloc(&b->rope_cos, n * sizeof(float));
+    cudaError_t e2 = cudaMalloc(&b->rope_sin, n * sizeof(float));
+    if (e1 == cudaSuccess && e2 == cudaSuccess) {
+        e1 = cudaMemcpy(b->rope_cos, cos_host, n * sizeof(float), cudaMemcpyHostToDevice);
+        e2 = cudaMemcpy(b->rope_sin, sin_host, n * sizeof(float), cudaMemcpyHostToDevice);
+    }
+    if (e1 != cudaSuccess || e2 != cudaSuccess)
+        status = kite_fail(KITE_ERROR_BACKEND, "cuda: uploading the RoPE table failed: %s",
+                           cudaGetErrorName(e1 != cudaSuccess ? e1 : e2));
+    free(cos_host);
+    free(sin_host);
+    b->rope_positions = positions;
+    return status;
+}
