@@ -1,8 +1,10 @@
 /* The state the files of the CUDA backend share (C++, never included by host C code; the plain-C entry points
  * for tests and the bench are cuda_backend_internal.h): the device weights of a layer, the backend itself, the
- * layout of the decode step buffers, the helpers that grow buffers, and the functions one file calls in another.
+ * layout of the decode step buffers, small helpers (as_cuda, an NVTX range, growing buffers), and the functions one
+ * file calls in another.
  *
  *   cuda_backend.cu          creation, destruction, backend_ops, the setters of cuda_backend_internal.h
+ *   cuda_read_results.cu     logits, top candidates and argmax ids back to the host
  *   cuda_weights.cu          weights and the RoPE table to the device
  *   cuda_buffers.cu          the general path's growing buffers, the logits rows, a layer's view of the KV cache
  *   cuda_forward_general.cu  the general path (prefill chunks, mixed steps)
@@ -13,6 +15,8 @@
 #define KITE_BACKEND_CUDA_BACKEND_STATE_CUH
 
 #include "backend/cuda/cuda_common.cuh"
+
+#include <nvtx3/nvToolsExt.h>
 
 #include "backend/cuda/cuda_backend_internal.h" /* CUDA_DECODE_PART_* */
 
@@ -146,6 +150,17 @@ struct cuda_backend {
     const volatile int32_t *begun_mapped[BACKEND_ARGMAX_PENDING]; /* NULL: the copy in begun_host */
 };
 
+inline cuda_backend *as_cuda(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
+
+/* A named NVTX range over a scope of host code (what an Nsight Systems timeline shows above the kernels it
+ * enqueued); header-only NVTX 3, a no-op unless a profiler is attached. */
+struct nvtx_scope {
+    explicit nvtx_scope(const char *name) { nvtxRangePushA(name); }
+    ~nvtx_scope() { nvtxRangePop(); }
+    nvtx_scope(const nvtx_scope &) = delete;
+    nvtx_scope &operator=(const nvtx_scope &) = delete;
+};
+
 inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 /* ---- growing buffers (every path) ------------------------------------------------------------------- */
@@ -182,6 +197,16 @@ kite_status replace_device_and_pinned(D **device, size_t device_bytes, H **host,
     } while (0)
 
 /* ---- what one file calls in another ----------------------------------------------------------------- */
+
+/* cuda_read_results.cu: the backend_ops that read a step's results back, and the device ids of the kept rows'
+ * argmax (cuda_forward's tokens when they come from the argmax) */
+kite_status kept_argmax_device(cuda_backend *b, int32_t n_rows, const int32_t **ids);
+kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows);
+kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
+                          backend_row_top *stats);
+kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows);
+kite_status cuda_argmax_begin(backend *self, int32_t n_rows);
+kite_status cuda_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows);
 
 /* cuda_weights.cu */
 kite_status upload_weights(cuda_backend *b, const qwen3_weights *w);
