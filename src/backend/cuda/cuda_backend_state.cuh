@@ -188,6 +188,29 @@ kite_status replace_device_and_pinned(D **device, size_t device_bytes, H **host,
 
 /* ---- the decode paths (cuda_decode.cu, cuda_batch.cu) ----------------------------------------------- */
 
+/* Captures what launches() enqueues on `stream` as a graph and instantiates it into *exec (NULL on failure);
+ * `what` names the graph in error messages. A failure of launches() is returned as it is. */
+template <typename Launches>
+kite_status capture_graph(cudaStream_t stream, Launches launches, cudaGraphExec_t *exec, const char *what) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const kite_status status = launches();
+    cudaGraph_t graph = NULL;
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (status != KITE_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        return status;
+    }
+    if (end != cudaSuccess)
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(%s) failed: %s", what, cudaGetErrorName(end));
+    const cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+        *exec = NULL;
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(%s) failed: %s", what, cudaGetErrorName(inst));
+    }
+    return KITE_OK;
+}
+
 /* Launches one part of the decode step: not at all, once, or twice, as the bench's anatomy mode asks
  * (results are then wrong; it only times what each part costs in the graph). */
 #define DECODE_PART(part, launch)                                                                        \

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend_state.cuh"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 namespace {
@@ -260,25 +261,9 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
 }
 
 kite_status capture_batch_graph(cuda_backend *b, int bucket) {
-    CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    kite_status status = batch_launches(b, BUCKETS[bucket]);
-    cudaGraph_t graph = NULL;
-    const cudaError_t end = cudaStreamEndCapture(b->stream, &graph);
-    if (status != KITE_OK) {
-        if (graph) cudaGraphDestroy(graph);
-        return status;
-    }
-    if (end != cudaSuccess)
-        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(batch graph %d) failed: %s", BUCKETS[bucket],
-                         cudaGetErrorName(end));
-    const cudaError_t inst = cudaGraphInstantiate(&b->bat_graphs[bucket], graph, 0);
-    cudaGraphDestroy(graph);
-    if (inst != cudaSuccess) {
-        b->bat_graphs[bucket] = NULL;
-        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(batch graph %d) failed: %s", BUCKETS[bucket],
-                         cudaGetErrorName(inst));
-    }
-    return KITE_OK;
+    char what[32];
+    snprintf(what, sizeof what, "batch graph %d", (int)BUCKETS[bucket]);
+    return capture_graph(b->stream, [&] { return batch_launches(b, BUCKETS[bucket]); }, &b->bat_graphs[bucket], what);
 }
 
 } // namespace

@@ -69,23 +69,7 @@ kite_status decode_launches(cuda_backend *b, int attention) {
 }
 
 kite_status capture_decode_graph(cuda_backend *b, int which) {
-    CUDA_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    kite_status status = decode_launches(b, which);
-    cudaGraph_t graph = NULL;
-    const cudaError_t end = cudaStreamEndCapture(b->stream, &graph);
-    if (status != KITE_OK) {
-        if (graph) cudaGraphDestroy(graph);
-        return status;
-    }
-    if (end != cudaSuccess)
-        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(decode graph) failed: %s", cudaGetErrorName(end));
-    const cudaError_t inst = cudaGraphInstantiate(&b->graph[which], graph, 0);
-    cudaGraphDestroy(graph);
-    if (inst != cudaSuccess) {
-        b->graph[which] = NULL;
-        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(decode graph) failed: %s", cudaGetErrorName(inst));
-    }
-    return KITE_OK;
+    return capture_graph(b->stream, [&] { return decode_launches(b, which); }, &b->graph[which], "decode graph");
 }
 
 } // namespace
