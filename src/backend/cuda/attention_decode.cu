@@ -356,16 +356,11 @@ __global__ void __launch_bounds__(THREADS)
     }
 
     /* The last block of this head group to finish combines all splits. */
-    __threadfence();
-    __syncthreads();
     const unsigned counter_index = (unsigned)(seq_heads / GROUP) + (unsigned)(first_head / GROUP);
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[counter_index], 1u) == (unsigned)(n_used - 1);
-    __syncthreads();
-    if (!is_last) {
+    if (!block_arrive_is_last(&counters[counter_index], (unsigned)n_used, &is_last)) {
         TIMELINE_END(TIMELINE_ATTENTION, 1);
         return;
     }
-    __threadfence();
     combine_splits<GROUP>(partials, scratch, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
                           out + (size_t)first_head * HEAD_DIM);
     if (threadIdx.x == 0) counters[counter_index] = 0;

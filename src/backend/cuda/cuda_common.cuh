@@ -141,6 +141,23 @@ __device__ __forceinline__ void pdl_launch_dependents(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* "The last block to finish combines": every thread of a block calls this once its share of the partial results
+ * is stored; it returns true in the block that arrives last (the counter reaching n_blocks - 1 before its add),
+ * whose threads then see every other block's stores. Thread 0's gpu-scope acq_rel atomic, after the barrier,
+ * releases the whole block's stores (release is cumulative over bar.sync) and acquires the others' for its block
+ * (through the second barrier): one atomic instead of a gpu-scope fence in every thread before and after it
+ * (measured -1.4% per 0.6B decode step at depths 4,096 and 16,384, s17r3). is_last: a __shared__ flag. */
+__device__ __forceinline__ bool block_arrive_is_last(unsigned *counter, unsigned n_blocks, bool *is_last) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned before;
+        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+        *is_last = before == n_blocks - 1;
+    }
+    __syncthreads();
+    return *is_last;
+}
+
 /* Timeline (a diagnostic build only: cmake -DKITE_TIMELINE=ON). Thread 0 of each block of an instrumented kernel
  * appends one record: the global timer (32 ns steps on the H200) when the block started, when its PDL wait
  * returned, at up to two marks of the kernel's own and when it ended, its kind and a detail

@@ -455,12 +455,7 @@ struct attention_stage {
         }
         if (n_used == 1) return;
         /* The last block of this unit to finish combines the unit's partials. */
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) sm.is_last = atomicAdd(&unit_counters[unit], 1u) == (unsigned)(n_used - 1);
-        __syncthreads();
-        if (!sm.is_last) return;
-        __threadfence();
+        if (!block_arrive_is_last(&unit_counters[unit], (unsigned)n_used, &sm.is_last)) return;
         if (g < GROUP) {
             const int first_partial = unit * blocks_per_unit;
             float m_all = DECODE_NO_SCORE;
