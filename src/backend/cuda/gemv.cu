@@ -116,8 +116,11 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     advance(next_load);
     if (next_load.task < n_tasks) load_step(next_load, wb);
     advance(next_load);
-    /* The norm weights by cp.async too: no registers held across the wait, no stall on their arrival before it
-     * (ncu showed gate_up's blocks, run alone, waiting at this store); the staging's wait below covers both. */
+    /* The norm weights by cp.async too: no registers held across the wait, and no stall on their arrival before
+     * it (loaded into registers and stored here, they held the block short of its wait behind its own weight
+     * steps; ncu showed gate_up's blocks, run alone, waiting at that store); the staging's wait below covers both.
+     * With the staging and norm loops not unrolled no instance spills (ptxas). Together: -2.8% per 0.6B step at
+     * depth 16,384, -3.6% at 256 (s17r1). */
     if (norm_weight != nullptr) {
 #pragma unroll 1
         for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS)
