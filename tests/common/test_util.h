@@ -4,6 +4,8 @@
  * `return test_finish();`, which prints "N passed, N failed" and exits non-zero on any failure.
  * A test that cannot run on this machine (no GPU) calls test_skip("why"), which prints the reason
  * and exits 77 (ctest's SKIP_RETURN_CODE).
+ * KITE_TEST_ONLY=case[,case...] runs only the named cases (the function names TEST_RUN prints), e.g. one GPU
+ * case on the lent machine; the others print "SKIP"; a filter that matches no case fails the executable.
  */
 #ifndef KITE_TEST_UTIL_H
 #define KITE_TEST_UTIL_H
@@ -15,6 +17,20 @@
 static int test_cases_passed __attribute__((unused));
 static int test_cases_failed __attribute__((unused));
 static int test_current_failures __attribute__((unused));
+
+/* Whether KITE_TEST_ONLY (unset or empty: every case) names this case. */
+static inline int test_selected(const char *name) {
+    const char *only = getenv("KITE_TEST_ONLY");
+    if (only == NULL || *only == '\0') return 1;
+    const size_t n = strlen(name);
+    for (const char *p = only;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (comma == NULL) return 0;
+        p = comma + 1;
+    }
+}
 
 #define CHECK(cond)                                                                                      \
     do {                                                                                                 \
@@ -36,6 +52,10 @@ static int test_current_failures __attribute__((unused));
 
 #define TEST_RUN(fn)                                                                                     \
     do {                                                                                                 \
+        if (!test_selected(#fn)) {                                                                       \
+            printf("SKIP %s (KITE_TEST_ONLY)\n", #fn);                                                   \
+            break;                                                                                       \
+        }                                                                                                \
         test_current_failures = 0;                                                                       \
         fn();                                                                                            \
         if (test_current_failures == 0) {                                                                \
@@ -50,6 +70,10 @@ static int test_current_failures __attribute__((unused));
 
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", test_cases_passed, test_cases_failed);
+    if (test_cases_passed + test_cases_failed == 0 && getenv("KITE_TEST_ONLY") != NULL) {
+        printf("KITE_TEST_ONLY=%s matched no case\n", getenv("KITE_TEST_ONLY"));
+        return 1;
+    }
     return test_cases_failed == 0 ? 0 : 1;
 }
 
