@@ -337,24 +337,18 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     int splits = batch_splits(b, 1);
     if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
     b->n_splits = splits < 1 ? 1 : splits;
-    const size_t A = 256;
     const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
     const size_t sizes[9] = {hidden * 4, qkv_dim * 4, qd * 4, qd * 4, inter * 4, vocab * 4,
                              cuda_attention_decode_workspace(c->n_heads, c->head_dim, b->n_splits),
                              cuda_gemv_argmax_workspace(c->vocab_size), (size_t)c->n_heads * 4 + 64};
-    size_t total = 0;
-    for (int i = 0; i < 9; i++) total += align_up(sizes[i], A);
+    const size_t total = parts_bytes(sizes, 9);
     void *dec = NULL;
     STEP(cuda_step(cudaMalloc(&dec, total), "cudaMalloc(decode buffers)"));
     if (status == KITE_OK) {
         STEP(cuda_step(cudaMemset(dec, 0, total), "cudaMemset(decode buffers)"));
-        unsigned char *p = static_cast<unsigned char *>(dec);
         void *parts[9];
-        for (int i = 0; i < 9; i++) {
-            parts[i] = p;
-            p += align_up(sizes[i], A);
-        }
+        split_parts(dec, sizes, 9, parts);
         b->dec_x = static_cast<float *>(parts[0]);
         b->dec_qkv = static_cast<float *>(parts[1]);
         b->dec_q = static_cast<float *>(parts[2]);

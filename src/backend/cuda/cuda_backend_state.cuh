@@ -163,6 +163,23 @@ struct nvtx_scope {
 
 inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* Several buffers kept in one device allocation (the decode, batched and general paths each do): parts of
+ * sizes[0..n) bytes, one after another, each starting at a multiple of 256 bytes. parts_bytes is what to allocate;
+ * split_parts gives each part's address in the allocation at `base`. */
+constexpr size_t PART_ALIGN = 256;
+inline size_t parts_bytes(const size_t *sizes, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += align_up(sizes[i], PART_ALIGN);
+    return total;
+}
+inline void split_parts(void *base, const size_t *sizes, int n, void **parts) {
+    unsigned char *p = static_cast<unsigned char *>(base);
+    for (int i = 0; i < n; i++) {
+        parts[i] = p;
+        p += align_up(sizes[i], PART_ALIGN);
+    }
+}
+
 /* ---- growing buffers (every path) ------------------------------------------------------------------- */
 
 /* The capacity a growing buffer takes: `initial` while empty, doubled until it holds `need`. */

@@ -67,7 +67,7 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
     if (rows <= b->bat_capacity) return KITE_OK;
     const qwen3_config *c = &b->config;
     KITE_TRY(release_batch(b));
-    const size_t R = (size_t)rows, A = 256;
+    const size_t R = (size_t)rows;
     const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
     size_t attention_ws = 0;
@@ -89,16 +89,11 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
     sizes[COUNTERS] = R * (size_t)c->n_heads * sizeof(unsigned);
     sizes[IDS] = R * sizeof(int32_t);
     sizes[PARTIALS] = b->batch_split > 1 ? (size_t)b->batch_split * R * hidden * 4 : 0;
-    size_t total = 0;
-    for (int i = 0; i < N_PARTS; i++) total += align_up(sizes[i], A);
+    const size_t total = parts_bytes(sizes, N_PARTS);
     CUDA_CHECK(cudaMalloc(&b->bat_bytes, total));
     CUDA_CHECK(cudaMemset(b->bat_bytes, 0, total)); /* counters start at zero; padding rows stay finite */
-    unsigned char *p = static_cast<unsigned char *>(b->bat_bytes);
     void *parts[N_PARTS];
-    for (int i = 0; i < N_PARTS; i++) {
-        parts[i] = p;
-        p += align_up(sizes[i], A);
-    }
+    split_parts(b->bat_bytes, sizes, N_PARTS, parts);
     b->bat_x = static_cast<float *>(parts[X]);
     b->bat_qkv = static_cast<float *>(parts[QKV]);
     b->bat_logits = static_cast<float *>(parts[LOGITS]);

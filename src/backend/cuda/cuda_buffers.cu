@@ -7,23 +7,17 @@ kite_status ensure_tokens(cuda_backend *b, int32_t n_tokens) {
     const qwen3_config *c = &b->config;
     int32_t capacity = b->token_capacity ? b->token_capacity : 256;
     while (capacity < n_tokens) capacity *= 2;
-    const size_t T = (size_t)capacity, A = 256;
+    const size_t T = (size_t)capacity;
     const size_t hidden = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim;
     const size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, inter = c->intermediate_size;
     const size_t sizes[7] = {T * hidden * 4, T * hidden * 2, T * qkv * 2, T * qd * 2, T * qd * 2, T * 2 * inter * 2, T * inter * 2};
-    size_t total = 0;
-    for (int i = 0; i < 7; i++) total += align_up(sizes[i], A);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     if (b->activation_bytes) CUDA_CHECK(cudaFree(b->activation_bytes));
     b->activation_bytes = NULL;
     b->token_capacity = 0;
-    CUDA_CHECK(cudaMalloc(&b->activation_bytes, total));
-    unsigned char *p = static_cast<unsigned char *>(b->activation_bytes);
+    CUDA_CHECK(cudaMalloc(&b->activation_bytes, parts_bytes(sizes, 7)));
     void *parts[7];
-    for (int i = 0; i < 7; i++) {
-        parts[i] = p;
-        p += align_up(sizes[i], A);
-    }
+    split_parts(b->activation_bytes, sizes, 7, parts);
     b->x = static_cast<float *>(parts[0]);
     b->normed = static_cast<bf16 *>(parts[1]);
     b->qkv = static_cast<bf16 *>(parts[2]);
