@@ -223,29 +223,48 @@ __global__ void __launch_bounds__(THREADS)
     const size_t v_offset = (size_t)kv.n_kv_heads * kv.block_size * HEAD_DIM;
     const bf16 *head_cache = cache + (size_t)kv_head * kv.block_size * HEAD_DIM;
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
-    int round_block = (begin + stream) / kv.block_size, round_slot = (begin + stream) % kv.block_size;
+    /* Rounds in which every stream has a position: loaded and folded without checks. */
+    const int full_rounds = end > begin ? (end - begin) / STREAMS : 0;
+    /* The stream's next position: its cache block and slot, and the block's rows (looked up in the block table
+     * only when the stream enters a block it reads: once per block_size / STREAMS positions). */
+    int block = (begin + stream) / kv.block_size, slot = (begin + stream) % kv.block_size;
+    const bf16 *block_rows = head_cache;
+    auto step_position = [&]() {
+        slot += STREAMS;
+        if (slot >= kv.block_size) {
+            advance_slot(block, slot, 0, kv.block_size);
+            if (block * kv.block_size < end) block_rows = head_cache + (size_t)block_table[block] * block_stride;
+        }
+    };
     /* Two positions per stream and round in flight: 8 loads of 16 bytes per lane. */
     auto load_round = [&](int round, uint4 (&k)[2][2], uint4 (&v)[2][2], bool (&valid)[2]) {
-        int block = round_block, slot = round_slot;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int p = begin + (round + j) * STREAMS + stream;
             valid[j] = (round + j) < n_rounds && p < end;
             if (valid[j]) {
-                const bf16 *row = head_cache + (size_t)block_table[block] * block_stride + (size_t)slot * HEAD_DIM;
+                const bf16 *row = block_rows + (size_t)slot * HEAD_DIM;
                 load_row(row, sub, k[j][0], k[j][1]);
                 load_row(row + v_offset, sub, v[j][0], v[j][1]);
             } else {
                 k[j][0] = k[j][1] = v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
             }
-            advance_slot(block, slot, STREAMS, kv.block_size);
+            step_position();
         }
-        round_block = block;
-        round_slot = slot;
+    };
+    auto load_full_round = [&](uint4 (&k)[2][2], uint4 (&v)[2][2]) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const bf16 *row = block_rows + (size_t)slot * HEAD_DIM;
+            load_row(row, sub, k[j][0], k[j][1]);
+            load_row(row + v_offset, sub, v[j][0], v[j][1]);
+            step_position();
+        }
     };
     /* The first round's cached rows do not depend on the previous kernel: loaded before waiting for it, unless
      * this block writes the new position in that round (it must write before it reads). */
     const bool early = split < n_used && !(begin <= position && position < begin + 2 * STREAMS);
+    if (split < n_used && begin + stream < end) block_rows = head_cache + (size_t)block_table[block] * block_stride;
     uint4 k_first[2][2], v_first[2][2];
     bool valid_first[2];
     if (early) load_round(0, k_first, v_first, valid_first);
@@ -323,6 +342,12 @@ __global__ void __launch_bounds__(THREADS)
     if (early) {
         fold_round(k_first, v_first, valid_first);
         round = 2;
+    }
+    const bool all_valid[2] = {true, true};
+    for (; round + 1 < full_rounds; round += 2) {
+        uint4 k[2][2], v[2][2];
+        load_full_round(k, v);
+        fold_round(k, v, all_valid);
     }
     for (; round < n_rounds; round += 2) {
         uint4 k[2][2], v[2][2];
