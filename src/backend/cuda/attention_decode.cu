@@ -230,13 +230,20 @@ __global__ void __launch_bounds__(THREADS)
      * validity checks in rounds where every stream has a position, cost 3.0% of a 0.6B step at depth 16,384
      * (docs/notes-cuda.md, session 18). */
     int block = (begin + stream) / kv.block_size, slot = (begin + stream) % kv.block_size;
+    auto rows_of_block = [&](int logical) { return head_cache + (size_t)block_table[logical] * block_stride; };
     const bf16 *block_rows = head_cache;
     auto step_position = [&]() {
         slot += STREAMS;
         if (slot >= kv.block_size) {
             advance_slot(block, slot, 0, kv.block_size); /* carry the slot's overflow into the block */
-            if (block * kv.block_size < end) block_rows = head_cache + (size_t)block_table[block] * block_stride;
+            if (block * kv.block_size < end) block_rows = rows_of_block(block);
         }
+    };
+    /* The K and V pieces of the stream's next position (stream_dim's layout). */
+    auto load_position = [&](uint4 (&k)[2], uint4 (&v)[2]) {
+        const bf16 *row = block_rows + (size_t)slot * HEAD_DIM;
+        load_row(row, sub, k[0], k[1]);
+        load_row(row + v_offset, sub, v[0], v[1]);
     };
     /* Two positions per stream and round in flight: 8 loads of 16 bytes per lane. */
     auto load_round = [&](int round, uint4 (&k)[2][2], uint4 (&v)[2][2], bool (&valid)[2]) {
@@ -245,9 +252,7 @@ __global__ void __launch_bounds__(THREADS)
             const int p = begin + (round + j) * STREAMS + stream;
             valid[j] = (round + j) < n_rounds && p < end;
             if (valid[j]) {
-                const bf16 *row = block_rows + (size_t)slot * HEAD_DIM;
-                load_row(row, sub, k[j][0], k[j][1]);
-                load_row(row + v_offset, sub, v[j][0], v[j][1]);
+                load_position(k[j], v[j]);
             } else {
                 k[j][0] = k[j][1] = v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
             }
@@ -257,16 +262,14 @@ __global__ void __launch_bounds__(THREADS)
     auto load_full_round = [&](uint4 (&k)[2][2], uint4 (&v)[2][2]) {
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            const bf16 *row = block_rows + (size_t)slot * HEAD_DIM;
-            load_row(row, sub, k[j][0], k[j][1]);
-            load_row(row + v_offset, sub, v[j][0], v[j][1]);
+            load_position(k[j], v[j]);
             step_position();
         }
     };
     /* The first round's cached rows do not depend on the previous kernel: loaded before waiting for it, unless
      * this block writes the new position in that round (it must write before it reads). */
     const bool early = split < n_used && !(begin <= position && position < begin + 2 * STREAMS);
-    if (split < n_used && begin + stream < end) block_rows = head_cache + (size_t)block_table[block] * block_stride;
+    if (split < n_used && begin + stream < end) block_rows = rows_of_block(block);
     uint4 k_first[2][2], v_first[2][2];
     bool valid_first[2];
     if (early) load_round(0, k_first, v_first, valid_first);
