@@ -9,7 +9,7 @@
 # 16 and 32 at depth 256. SINGLE=0 leaves out the single-stream rows; BATCHES="8,16,32" picks the batch sizes
 # (BATCHES=none: no batched rows); DEPTHS="256,16384" picks the 0.6B single-stream depths.
 # Writes ${OUT:-/tmp/kite-out}/ab.txt (every row of every round) and ab-summary.txt (ms per step, the mean of
-# the rounds, per build, and each build's change against the first).
+# the rounds, per build, and each build's change against the first); ab-errors.txt lists the runs that failed, if any.
 set -uo pipefail
 out=${OUT:-/tmp/kite-out}
 mkdir -p "$out"
@@ -20,6 +20,19 @@ batches=${BATCHES:-8,16,32}
 [ -n "${AB:-}" ] || { echo "AB=\"name:dir name:dir ...\" is required" >&2; exit 2; }
 raw="$out/ab.txt"
 : >"$raw"
+rm -f "$out/ab-errors.txt"
+# One cuda_forward_bench run of an entry; a run that fails is reported (an entry's rows would otherwise just be
+# missing from the summary, e.g. when a variable's value holds a comma and splits into a word env runs).
+run_entry() {
+  local name=$1 shape=$2 log
+  shift 2
+  log=$(mktemp)
+  if ! timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" "$@" >"$log" 2>&1; then
+    echo "ab.sh: entry $name ($shape) failed: $(tail -1 "$log")" | tee -a "$out/ab-errors.txt" >&2
+  fi
+  grep '^tg' "$log" | sed "s/^/$name $shape /" >>"$raw"
+  rm -f "$log"
+}
 for round in $(seq 1 "$rounds"); do
   for pair in $AB; do
     IFS=: read -r name dir vars <<<"$pair"
@@ -31,12 +44,10 @@ for round in $(seq 1 "$rounds"); do
       else
         args=(--depth 256 --batch 1)
       fi
-      timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}" 2>&1 |
-        grep '^tg' | sed "s/^/$name $shape /" >>"$raw"
+      run_entry "$name" "$shape" --shape "$shape" -p 0 -n 64 --reps 3 "${args[@]}"
     done
     [ "$batches" = none ] ||
-      timeout 120 env "${env_args[@]}" "$dir/cuda_forward_bench" --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 \
-        --batch "$batches" 2>&1 | grep '^tg' | sed "s/^/$name qwen3-0.6b-base /" >>"$raw"
+      run_entry "$name" qwen3-0.6b-base --shape qwen3-0.6b-base -p 0 -n 64 --reps 3 --depth 256 --batch "$batches"
   done
 done
 # Rows: NAME SHAPE tgN [x B] @ depth D (variant) TOK_S MS FLOOR
