@@ -17,14 +17,16 @@ Then, per kernel of a layer, its blocks' median time from their wait return to t
 the next kernel had started on the same SM before they ended (does the next kernel's early traffic hold them back?),
 where each kernel's blocks ran (SMs used, block time by blocks of the same launch on its SM), and the split-K
 attention's folding blocks as percentiles of their start, wait return, query ready, positions folded
-and end, from the kernel's first wait return (how far the last split trails the median one).
+and end, from the kernel's first wait return (how far the last split trails the median one), and the split-K
+combine's chain: the last split's fold, the last arrival counted, the combining block's (max, sum) merged, its end.
 usage: timeline_summary.py FILE.bin [n_layers]
 """
 import struct
 import sys
 from statistics import mean, median
 
-RECORD = struct.Struct("<QQQQQIIII")  # start, waited, mark1, mark2, end, kind, detail, sm, block
+# start, waited, mark1, mark2, end, kind, detail, sm, block, mark3, mark4 (cuda_common.cuh, timeline_record)
+RECORD = struct.Struct("<QQQQQIIIIQQ")
 GEMV, ATTENTION, ARGMAX = 1, 2, 3
 EPILOGUES = {0: "store", 1: "add", 2: "swiglu", 3: "argmax"}
 
@@ -157,6 +159,34 @@ def print_attention_profile(launches):
                 median(r[3] for r in group), median(r[4] for r in group)))
 
 
+def print_combine_chain(launches):
+    """The split-K attention's tail, per launch of the step, from the kernel's first wait return (us): the last
+    split's positions folded (mark 2), the last arrival counted (mark 3), and per combining block (one per head
+    group) its arrival, its splits' (max, sum) merged (mark 4) and its end; medians over the step's launches."""
+    rows = []
+    for launch in launches:
+        if launch["name"] != "attention":
+            continue
+        folding = [b for b in launch["blocks"] if b[3] and b[9]]
+        combining = [b for b in folding if b[6] == 2 and b[10]]
+        if not combining:
+            continue
+        release = min(b[1] for b in launch["blocks"])
+        last_fold = max(b[3] for b in folding)
+        last_arrival = max(b[9] for b in folding)
+        for b in combining:
+            rows.append([(t - release) / 1e3 for t in (last_fold, last_arrival, b[3], b[9], b[10], b[4])])
+    if not rows:
+        return
+    names = ("last split folded", "last arrival counted", "combiner folded", "combiner arrived",
+             "combiner stats merged", "combiner end")
+    print("split-K combine chain (us from the kernel's first wait return; median over %d combining blocks):" % len(rows))
+    for i, name in enumerate(names):
+        print("  %-22s %7.2f" % (name, median(r[i] for r in rows)))
+    print("  steps: fold -> arrival %.2f, arrival -> stats merged %.2f, stats -> end %.2f" % (
+        median(r[3] - r[2] for r in rows), median(r[4] - r[3] for r in rows), median(r[5] - r[4] for r in rows)))
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -203,6 +233,7 @@ def main():
     print_crowding(step_launches)
     print_placement(step_launches)
     print_attention_profile(step_launches)
+    print_combine_chain(step_launches)
     if len(sys.argv) > 2:
         n_layers = int(sys.argv[2])
         print("layer 1 in order:")

@@ -72,11 +72,11 @@ struct combine_scratch {
     float weight[GROUP][THREADS]; /* exp2(split max - overall max) of the splits of one pass */
 };
 
-template <int GROUP, typename OutT>
+template <int GROUP, typename OutT, typename Mark>
 __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP> &partials,
                                                combine_scratch<GROUP> &scratch, const float *ws_acc,
                                                const float2 *ws_stats, size_t first_row, int n_splits, int n_used,
-                                               OutT *out_heads) {
+                                               OutT *out_heads, Mark stats_merged) {
     static_assert(THREADS == HEAD_DIM, "thread d writes output dim d");
     constexpr int WARPS = THREADS / 32;
     /* Splits per warp in flight: 2 x 9 float4 at GROUP 2 (two rounds for 66 splits, the kernel stays at 126
@@ -125,6 +125,7 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
 #pragma unroll
         for (int w = 0; w < WARPS; w++) merge_max_sum(m_all[g], l_all[g], partials.m[w][g], partials.l[w][g]);
     }
+    stats_merged(); /* a timeline mark (timeline builds only) */
 
     float4 a[GROUP];
 #pragma unroll
@@ -183,8 +184,16 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
 
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
  * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
+/* A timeline build (KITE_TIMELINE) holds timestamps in registers too: its launch bounds keep the blocks per SM of the
+ * normal build (5 / 4 at GROUP 1 / 2; without them 106 / 149 registers, 4 / 3 blocks per SM, and so fewer splits),
+ * so that what it records is the kernel that runs. */
+#ifdef KITE_TIMELINE
+#define ATTENTION_DECODE_MIN_BLOCKS(GROUP) ((GROUP) == 1 ? 5 : (GROUP) == 2 ? 4 : 0)
+#else
+#define ATTENTION_DECODE_MIN_BLOCKS(GROUP) 0
+#endif
 template <int GROUP, typename OutT>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
     attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
@@ -387,12 +396,14 @@ __global__ void __launch_bounds__(THREADS)
 
     /* The last block of this head group to finish combines all splits. */
     const unsigned counter_index = (unsigned)(seq_heads / GROUP) + (unsigned)(first_head / GROUP);
-    if (!block_arrive_is_last(&counters[counter_index], (unsigned)n_used, &is_last)) {
+    const bool last = block_arrive_is_last(&counters[counter_index], (unsigned)n_used, &is_last);
+    TIMELINE_MARK(2); /* the arrival counted */
+    if (!last) {
         TIMELINE_END(TIMELINE_ATTENTION, 1);
         return;
     }
     combine_splits<GROUP>(partials, scratch, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
-                          out + (size_t)first_head * HEAD_DIM);
+                          out + (size_t)first_head * HEAD_DIM, [&] { TIMELINE_MARK(3); });
     if (threadIdx.x == 0) counters[counter_index] = 0;
     TIMELINE_END(TIMELINE_ATTENTION, 2);
 }

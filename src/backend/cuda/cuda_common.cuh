@@ -160,7 +160,7 @@ __device__ __forceinline__ bool block_arrive_is_last(unsigned *counter, unsigned
 
 /* Timeline (a diagnostic build only: cmake -DKITE_TIMELINE=ON). Thread 0 of each block of an instrumented kernel
  * appends one record: the global timer (32 ns steps on the H200) when the block started, when its PDL wait
- * returned, at up to two marks of the kernel's own and when it ended, its kind and a detail
+ * returned, at up to four marks of the kernel's own and when it ended, its kind and a detail
  * (bench/cuda_forward_bench --timeline writes them out; bench/timeline_summary.py reads them). The start, wait and
  * end times are ordered against the kernel's memory operations (volatile asm on both sides); a mark is not: the
  * compiler may move arithmetic across it, so read marks as approximate.
@@ -168,13 +168,16 @@ __device__ __forceinline__ bool block_arrive_is_last(unsigned *counter, unsigned
  * defines the host function that sets it, cuda_timeline.cu calls them all. */
 enum {
     TIMELINE_GEMV = 1,        /* detail: epilogue * 100000 + cols */
-    TIMELINE_ATTENTION = 2,   /* split-K decode attention; detail: 0 idle split, 1 split, 2 split that combined */
+    TIMELINE_ATTENTION = 2,   /* split-K decode attention; detail: 0 idle split, 1 split, 2 split that combined;
+                               * marks: query ready, positions folded, arrival counted, (combining block) the
+                               * splits' (max, sum) merged */
     TIMELINE_ARGMAX = 3,      /* the lm_head's argmax reduction */
 };
 struct timeline_record {
-    unsigned long long start, waited, mark1, mark2, end; /* mark1, mark2: two points of the kernel's own (0: none) */
+    unsigned long long start, waited, mark1, mark2, end; /* mark1..mark4: points of the kernel's own (0: none) */
     unsigned kind, detail;
     unsigned sm, block; /* the SM the block ran on, its linear index in the grid */
+    unsigned long long mark3, mark4;
 };
 #ifdef KITE_TIMELINE
 static __device__ timeline_record *timeline_records;
@@ -198,7 +201,7 @@ __device__ __forceinline__ unsigned long long timeline_now() {
         threadIdx.x == 0 && timeline_records != nullptr ? atomicAdd(timeline_count, 1u) : 0xffffffffu
 #define TIMELINE_WAITED()                                                                                \
     const unsigned long long timeline_waited_ = timeline_now();                                          \
-    unsigned long long timeline_mark_[2] = {0, 0}
+    unsigned long long timeline_mark_[4] = {0, 0, 0, 0}
 #define TIMELINE_MARK(i) (timeline_mark_[i] = timeline_now())
 #define TIMELINE_END(kind, detail)                                                                       \
     do {                                                                                                 \
@@ -206,7 +209,7 @@ __device__ __forceinline__ unsigned long long timeline_now() {
             timeline_records[timeline_slot_] = timeline_record{                                          \
                 timeline_start_,   timeline_waited_, timeline_mark_[0], timeline_mark_[1], timeline_now(),        \
                 (unsigned)(kind),  (unsigned)(detail), timeline_sm(),                                           \
-                blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)};                                 \
+                blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), timeline_mark_[2], timeline_mark_[3]}; \
     } while (0)
 #define KITE_TIMELINE_FILE(name)                                                                         \
     extern "C" cudaError_t kite_timeline_attach_##name(timeline_record *records, unsigned *count, unsigned capacity) { \
