@@ -21,8 +21,9 @@ batches=${BATCHES:-8,16,32}
 raw="$out/ab.txt"
 : >"$raw"
 rm -f "$out/ab-errors.txt"
-# One cuda_forward_bench run of an entry; a run that fails is reported (an entry's rows would otherwise just be
-# missing from the summary, e.g. when a variable's value holds a comma and splits into a word env runs).
+# One cuda_forward_bench run (arguments after NAME SHAPE) of the current entry, whose binary directory and
+# environment are the loop's $dir and env_args; a run that fails is reported (an entry's rows would otherwise just
+# be missing from the summary, e.g. when a variable's value holds a comma and splits into a word env runs).
 run_entry() {
   local name=$1 shape=$2 log
   shift 2

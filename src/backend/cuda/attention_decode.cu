@@ -43,9 +43,8 @@ __device__ __forceinline__ void norm_rope_head(const float *src, const float w[4
 }
 
 
-/* (block, slot) of the position step further on, from those of a position. */
-__device__ __forceinline__ void advance_slot(int &block, int &slot, int step, int block_size) {
-    slot += step;
+/* Carries a slot past the end of its cache block into the following blocks: (block, slot) of the same position. */
+__device__ __forceinline__ void carry_slot(int &block, int &slot, int block_size) {
     while (slot >= block_size) {
         slot -= block_size;
         block++;
@@ -244,7 +243,7 @@ __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
     auto step_position = [&]() {
         slot += STREAMS;
         if (slot >= kv.block_size) {
-            advance_slot(block, slot, 0, kv.block_size); /* carry the slot's overflow into the block */
+            carry_slot(block, slot, kv.block_size);
             if (block * kv.block_size < end) block_rows = rows_of_block(block);
         }
     };
