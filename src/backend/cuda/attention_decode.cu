@@ -181,8 +181,6 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
     }
 }
 
-/* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
- * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
 /* A timeline build (KITE_TIMELINE) holds timestamps in registers too: its launch bounds keep the blocks per SM of the
  * normal build (5 / 4 at GROUP 1 / 2; without them 106 / 149 registers, 4 / 3 blocks per SM, and so fewer splits),
  * so that what it records is the kernel that runs. */
@@ -191,6 +189,9 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
 #else
 #define ATTENTION_DECODE_MIN_BLOCKS(GROUP) 0
 #endif
+
+/* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
+ * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
 template <int GROUP, typename OutT>
 __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
     attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
