@@ -13,6 +13,7 @@
  *                           [--queued]     (decode also with the steps enqueued back to back, no host wait for
  *                                           each step's ids: the host round trip's cost, as a difference)
  *                           [--timeline F] (single stream: 4 decode steps recorded block by block into F.DEPTH.bin,
+ *                                           back to back with --queued,
  *                                           a build with cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py) */
 #include <stdint.h>
 #include <stdio.h>
@@ -286,12 +287,13 @@ int main(int argc, char **argv) {
                 printf("%-34s %12.1f %12.4f %9s\n", name, n_seqs / t, 1e3 * t, "-");
             }
             if (anatomy) print_anatomy(gpu, tokens, n_seqs, depth, n_gen, reps, samples, config.n_layers);
-            if (timeline && n_seqs == 1) { /* 4 warm steps (2 repeats of 2) recorded block by block */
+            if (timeline && n_seqs == 1) { /* 4 warm steps (2 repeats of 2) recorded block by block; with --queued
+                                              * enqueued back to back, as the engine's overlapped decode runs them */
                 char path[512];
                 snprintf(path, sizeof path, "%s.%d.bin", timeline, depth);
                 unsigned n_records = 0;
                 TRY(cuda_timeline_start(1u << 20));
-                decode_seconds(gpu, tokens, 1, depth, 2, 1, samples, 0);
+                decode_seconds(gpu, tokens, 1, depth, 2, 1, samples, queued);
                 TRY(cuda_timeline_stop(path, &n_records));
                 printf("# timeline @ depth %d: %u records in %s\n", depth, n_records, path);
             }

@@ -4,8 +4,9 @@
 Each record is one block of an instrumented kernel: when it started, when its PDL wait returned, when it ended
 (the GPU's global timer, ns), its kind and a detail (src/backend/cuda/cuda_common.cuh, "Timeline"). A kernel's
 blocks cannot pass their wait before the kernel before it has ended, so sorted by that time the records fall
-into the step's kernels in order. For each kind of kernel of a layer this prints, averaged over the layers of
-the last whole step (microseconds):
+into the step's kernels in order. First the step boundary: from the previous step's argmax to the first launch's wait
+return (the publish kernel, the next graph's launch and its embedding; with cuda_forward_bench --queued no host wait).
+For each kind of kernel of a layer this prints, averaged over the layers of the last whole step (microseconds):
   lead     its first block started this long before its wait returned (what ran before the wait: weights)
   release  from the previous kernel's last block end to this kernel's first wait return (the hand-over)
   span     from its first wait return to its last block end (what the chain pays after the hand-over)
@@ -211,6 +212,8 @@ def main():
     step = described[first:last + 1]
     step_us = (step[-1]["end"] - described[argmax_at[-2]]["end"]) / 1e3
     print("last step: %d launches, %.1f us from the previous step's argmax end to this one's" % (len(step), step_us))
+    print("between steps: %.2f us from the previous step's argmax end to the first launch's wait return (publish, "
+          "host or graph launch, embedding)" % step[0].get("release", float("nan")))
     kinds = {}
     for d in step[1:]:  # the first launch's release spans the embedding and the host
         kinds.setdefault(d["name"], []).append(d)
