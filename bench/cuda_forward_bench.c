@@ -13,8 +13,8 @@
  *                           [--queued]     (decode also with the steps enqueued back to back, no host wait for
  *                                           each step's ids: the host round trip's cost, as a difference)
  *                           [--timeline F] (single stream: 4 decode steps recorded block by block into F.DEPTH.bin,
- *                                           back to back with --queued,
- *                                           a build with cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py) */
+ *                                           enqueued back to back with --queued; needs a build with
+ *                                           cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py reads it) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
