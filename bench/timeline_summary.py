@@ -24,10 +24,12 @@ usage: timeline_summary.py FILE.bin [n_layers]
 """
 import struct
 import sys
+from collections import namedtuple
 from statistics import mean, median
 
-# start, waited, mark1, mark2, end, kind, detail, sm, block, mark3, mark4 (cuda_common.cuh, timeline_record)
+# One block's record, field by field as cuda_common.cuh's timeline_record lays it out (marks: 0 = not set).
 RECORD = struct.Struct("<QQQQQIIIIQQ")
+Record = namedtuple("Record", "start waited mark1 mark2 end kind detail sm block mark3 mark4")
 GEMV, ATTENTION, ARGMAX = 1, 2, 3
 EPILOGUES = {0: "store", 1: "add", 2: "swiglu", 3: "argmax"}
 
@@ -35,7 +37,7 @@ EPILOGUES = {0: "store", 1: "add", 2: "swiglu", 3: "argmax"}
 def load(path):
     data = open(path, "rb").read()
     n = len(data) // RECORD.size
-    return [RECORD.unpack_from(data, i * RECORD.size) for i in range(n)]
+    return [Record._make(RECORD.unpack_from(data, i * RECORD.size)) for i in range(n)]
 
 
 def kernel_name(kind, detail):
@@ -49,10 +51,10 @@ def kernel_name(kind, detail):
 
 def split_kernels(records):
     """Consecutive records (by wait return) of one kernel name form one launch."""
-    records = sorted(records, key=lambda r: r[1])
+    records = sorted(records, key=lambda r: r.waited)
     launches = []
     for r in records:
-        name = kernel_name(r[5], r[6])
+        name = kernel_name(r.kind, r.detail)
         if not launches or launches[-1]["name"] != name:
             launches.append({"name": name, "blocks": []})
         launches[-1]["blocks"].append(r)
@@ -61,9 +63,9 @@ def split_kernels(records):
 
 def describe(launch, previous):
     blocks = launch["blocks"]
-    start = min(b[0] for b in blocks)
-    release = min(b[1] for b in blocks)
-    end = max(b[4] for b in blocks)
+    start = min(b.start for b in blocks)
+    release = min(b.waited for b in blocks)
+    end = max(b.end for b in blocks)
     d = {
         "name": launch["name"],
         "n": len(blocks),
@@ -72,22 +74,22 @@ def describe(launch, previous):
         "end": end,
         "lead": (release - start) / 1e3,
         "span": (end - release) / 1e3,
-        "block": median((b[4] - b[1]) for b in blocks) / 1e3,
+        "block": median((b.end - b.waited) for b in blocks) / 1e3,
     }
-    marked = [b for b in blocks if b[2]]
+    marked = [b for b in blocks if b.mark1]
     if marked:  # the kernel's own points (gemv: input staged; attention: query ready, positions folded)
-        d["to_mark1"] = median((b[2] - b[1]) for b in marked) / 1e3
-        last = [(b[3] if b[3] else b[2]) for b in marked]
-        d["mark1_to_mark2"] = median((l - b[2]) for l, b in zip(last, marked)) / 1e3
-        d["mark2_to_end"] = median((b[4] - l) for l, b in zip(last, marked)) / 1e3
+        d["to_mark1"] = median((b.mark1 - b.waited) for b in marked) / 1e3
+        last = [(b.mark2 if b.mark2 else b.mark1) for b in marked]
+        d["mark1_to_mark2"] = median((l - b.mark1) for l, b in zip(last, marked)) / 1e3
+        d["mark2_to_end"] = median((b.end - l) for l, b in zip(last, marked)) / 1e3
     if launch["name"] == "attention":
-        combine = [b for b in blocks if b[6] == 2]
-        splits = [b for b in blocks if b[6] == 1]
+        combine = [b for b in blocks if b.detail == 2]
+        splits = [b for b in blocks if b.detail == 1]
         if combine and splits:
-            d["combine_tail"] = (max(b[4] for b in combine) - max(b[4] for b in splits)) / 1e3
+            d["combine_tail"] = (max(b.end for b in combine) - max(b.end for b in splits)) / 1e3
     if previous is not None:
         d["release"] = (release - previous["end"]) / 1e3
-        d["early"] = sum(1 for b in blocks if b[0] < previous["end"]) / len(blocks)
+        d["early"] = sum(1 for b in blocks if b.start < previous["end"]) / len(blocks)
     return d
 
 
@@ -97,10 +99,10 @@ def print_crowding(launches):
     for launch, following in zip(launches, launches[1:]):
         started = {}
         for n in following["blocks"]:
-            started.setdefault(n[7], []).append(n[0])
+            started.setdefault(n.sm, []).append(n.start)
         for b in launch["blocks"]:
-            k = sum(1 for t in started.get(b[7], []) if t < b[4])
-            by_kernel.setdefault(launch["name"], {}).setdefault(k, []).append((b[4] - b[1]) / 1e3)
+            k = sum(1 for t in started.get(b.sm, []) if t < b.end)
+            by_kernel.setdefault(launch["name"], {}).setdefault(k, []).append((b.end - b.waited) / 1e3)
     print("wait-to-end of a block (median us, blocks) by the next kernel's blocks started on its SM before it ended:")
     for name, by_k in by_kernel.items():
         cells = ["%d: %.2f (%d)" % (k, median(v), len(v)) for k, v in sorted(by_k.items())]
@@ -114,11 +116,11 @@ def print_placement(launches):
     for launch in launches:
         per_sm = {}
         for b in launch["blocks"]:
-            per_sm[b[7]] = per_sm.get(b[7], 0) + 1
+            per_sm[b.sm] = per_sm.get(b.sm, 0) + 1
         k = by_kernel.setdefault(launch["name"], {"sms": [], "by_count": {}})
         k["sms"].append(len(per_sm))
         for b in launch["blocks"]:
-            k["by_count"].setdefault(per_sm[b[7]], []).append((b[4] - b[1]) / 1e3)
+            k["by_count"].setdefault(per_sm[b.sm], []).append((b.end - b.waited) / 1e3)
     print("placement: SMs used per launch (mean), and the median block (us, blocks) by blocks of its launch on its SM:")
     for name, k in by_kernel.items():
         cells = ["%d: %.2f (%d)" % (n, median(v), len(v)) for n, v in sorted(k["by_count"].items())]
@@ -133,12 +135,12 @@ def print_attention_profile(launches):
     for launch in launches:
         if launch["name"] != "attention":
             continue
-        blocks = [b for b in launch["blocks"] if b[2] and b[3]]  # splits that folded positions
+        blocks = [b for b in launch["blocks"] if b.mark1 and b.mark2]  # splits that folded positions
         if not blocks:
             continue
-        release = min(b[1] for b in launch["blocks"])
+        release = min(b.waited for b in launch["blocks"])
         for b in blocks:
-            rows.append([(b[i] - release) / 1e3 for i in (0, 1, 2, 3, 4)])
+            rows.append([(t - release) / 1e3 for t in (b.start, b.waited, b.mark1, b.mark2, b.end)])
     if not rows:
         return
     def pct(values, q):
@@ -168,15 +170,15 @@ def print_combine_chain(launches):
     for launch in launches:
         if launch["name"] != "attention":
             continue
-        folding = [b for b in launch["blocks"] if b[3] and b[9]]
-        combining = [b for b in folding if b[6] == 2 and b[10]]
+        folding = [b for b in launch["blocks"] if b.mark2 and b.mark3]
+        combining = [b for b in folding if b.detail == 2 and b.mark4]
         if not combining:
             continue
-        release = min(b[1] for b in launch["blocks"])
-        last_fold = max(b[3] for b in folding)
-        last_arrival = max(b[9] for b in folding)
+        release = min(b.waited for b in launch["blocks"])
+        last_fold = max(b.mark2 for b in folding)
+        last_arrival = max(b.mark3 for b in folding)
         for b in combining:
-            rows.append([(t - release) / 1e3 for t in (last_fold, last_arrival, b[3], b[9], b[10], b[4])])
+            rows.append([(t - release) / 1e3 for t in (last_fold, last_arrival, b.mark2, b.mark3, b.mark4, b.end)])
     if not rows:
         return
     names = ("last split folded", "last arrival counted", "combiner folded", "combiner arrived",
@@ -196,7 +198,7 @@ def main():
     if not records:
         print("no records")
         sys.exit(1)
-    times = sorted({t for r in records for t in (r[0], r[1], r[4])})
+    times = sorted({t for r in records for t in (r.start, r.waited, r.end)})
     steps_ns = [b - a for a, b in zip(times, times[1:]) if b > a]
     print("%d records; smallest timer step %d ns" % (len(records), min(steps_ns) if steps_ns else -1))
     launches = split_kernels(records)
