@@ -14,7 +14,9 @@
  *                                           each step's ids: the host round trip's cost, as a difference)
  *                           [--timeline F] (single stream: 4 decode steps recorded block by block into F.DEPTH.bin,
  *                                           enqueued back to back with --queued; needs a build with
- *                                           cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py reads it) */
+ *                                           cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py reads it)
+ *                           [--identity-table] (block tables in cache order, as a fresh engine allocates them,
+ *                                           instead of the default reversed order) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +72,7 @@ static double median(double *v, int n) {
 static int32_t *table;
 static int seq_blocks;
 static int block_size; /* positions per KV cache block (--block-size; default: the engine's) */
+static int identity_table; /* --identity-table: logical block i is cache block i (kite bench's fresh engine) */
 
 static void forward(backend *b, int seq, const int32_t *tokens, int n, int before, int wants) {
     int32_t start[2] = {0, n}, ctx = before + n;
@@ -177,8 +180,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--queued")) queued = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--identity-table")) identity_table = 1;
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--queued] [--timeline FILE] [--batch 1,8,32] [--block-size 128]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--queued] [--timeline FILE] [--batch 1,8,32] [--block-size 128] [--identity-table]\n", argv[0]);
             return 2;
         }
     }
@@ -220,7 +224,8 @@ int main(int argc, char **argv) {
     TRY(gpu->ops->kv_reserve(gpu, n_blocks, block_size));
     table = malloc((size_t)n_blocks * sizeof *table);
     int32_t *tokens = malloc((size_t)(max_ctx + 257) * sizeof *tokens); /* + the first token of 256 sequences */
-    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i; /* scattered, not identity */
+    /* Reversed by default (scattered, not the cache's order); kite bench's fresh engine hands out ascending blocks. */
+    for (int i = 0; i < n_blocks; i++) table[i] = identity_table ? i : n_blocks - 1 - i;
     uint32_t seed = 5;
     for (int i = 0; i < max_ctx + 257; i++) {
         seed = seed * 1664525u + 1013904223u;
