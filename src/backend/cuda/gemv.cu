@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * With a norm, RMSNorm(x) . w = rsqrt(mean(x^2) + eps) * ((x * g) . w): each thread multiplies the pieces it
      * copied by the norm weights g and sums their squares in the same pass, the warps' sums meet in shared memory
      * across the one barrier the staging needs anyway, and the scale multiplies the dot products at the end (one
-     * barrier instead of three and one pass over the input fewer: -1.2% per 0.6B step at depths 256 and 4,096, 0.0%
-     * at 16,384, -1.1% per 1.7B step; session 22). */
+     * barrier instead of three and one pass over the input fewer: -0.7 to -1.3% per 0.6B step at depths 256 and 4,096,
+     * 0.0% at 16,384, -1.1% per 1.7B step; session 22, s22r1 / s22r2). */
     {
         const float4 *x4 = reinterpret_cast<const float4 *>(x);
 #pragma unroll 1
