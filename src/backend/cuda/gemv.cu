@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     TIMELINE_START();
     /* The input vector (fp32, normalised in place), then with a norm its weights. */
     extern __shared__ float4 smem_vec[];
-    __shared__ float reduce_scratch[32];
+    __shared__ float reduce_scratch[GEMV_WARPS]; /* the warps' sums of squares */
     __shared__ argmax_entry warp_best[GEMV_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -118,12 +118,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     uint4 wa[R][U], wb[R][U];
     cursor next_load = {(int)blockIdx.x * GEMV_WARPS + warp, 0};
     cursor next_multiply = next_load;
-    if (next_load.task < n_tasks) load_step(next_load, wa);
-    advance(next_load);
-    if (!SECOND_STEP_AFTER_WAIT) {
-        if (next_load.task < n_tasks) load_step(next_load, wb);
+    /* The warp's next step into a buffer (none past its last task), and the cursor on to the one after it. */
+    auto load_next = [&](uint4 (&w)[R][U]) {
+        if (next_load.task < n_tasks) load_step(next_load, w);
         advance(next_load);
-    }
+    };
+    load_next(wa);
+    if (!SECOND_STEP_AFTER_WAIT) load_next(wb);
     /* The norm weights by cp.async too: no registers held across the wait, and no stall on their arrival before
      * it (loaded into registers and stored here, they held the block short of its wait behind its own weight
      * steps; ncu showed gate_up's blocks, run alone, waiting at that store); the staging's wait below covers both.
@@ -138,10 +139,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     pdl_wait();
     pdl_launch_dependents();
     TIMELINE_WAITED();
-    if (SECOND_STEP_AFTER_WAIT) {
-        if (next_load.task < n_tasks) load_step(next_load, wb);
-        advance(next_load);
-    }
+    if (SECOND_STEP_AFTER_WAIT) load_next(wb);
 
     /* Stage the input vector (the previous kernel's output, in L2) by cp.async: every 16-byte piece requested at
      * once, so one round trip to L2 whatever cols. (A loop of loads, unrolled by 4 by the compiler, paid a round
