@@ -27,7 +27,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     TIMELINE_START();
     /* The input vector (fp32, normalised in place), then with a norm its weights. */
     extern __shared__ float4 smem_vec[];
-    __shared__ float reduce_scratch[GEMV_WARPS]; /* the warps' sums of squares */
+    /* The warps' sums of squares (the first GEMV_WARPS entries). Its 128 bytes are part of the block's measured
+     * shared-memory footprint: sized to GEMV_WARPS (16 bytes, bfea1ab), the same code made single-stream decode 25%
+     * slower (0.70 -> 0.94 ms at depth 4,096, 1.02 -> 1.26 at 16,384; s23r1, s23r2), and 128 bytes or more again
+     * restored it. The timeline shows every product slower, spread over more SMs, with the next kernel's blocks
+     * starting beside its own: the footprint decides how many of them fit an SM beside it. More padding (256 bytes
+     * to 4 KB, s23r3, s23r4) changes nothing measurable. */
+    __shared__ float reduce_scratch[32];
     __shared__ argmax_entry warp_best[GEMV_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
