@@ -447,7 +447,19 @@ static void test_overlapped_decode(void) {
         for (int n = 1; n <= N_SEQS; n += N_SEQS - 1) {
             if ((mode == 2 && n > 1) || (mode == 3 && n == 1)) continue;
             greedy_ids(n, STEPS, 0, serial);
+            const unsigned long long copies_before = cuda_backend_step_copies(gpu);
             greedy_ids(n, STEPS, 1, overlapped);
+            if (n == 1 && mode <= 1) {
+                /* Chained in place, a step copies its buffer only where the previous one did not leave it on the
+                 * device: the first step (its token from the prefill), the second (the first chained in place)
+                 * and each step that starts a new cache block. The prompt is 20 tokens (greedy_ids). */
+                unsigned long long want = 0;
+                for (int step = 0; step < STEPS; step++) want += step < 2 || (20 + step) % BLOCK_SIZE == 0;
+                const unsigned long long copies = cuda_backend_step_copies(gpu) - copies_before;
+                CHECK_MSG(copies == want, "%s: %llu step buffer copies over %d steps, want %llu", names[mode], copies,
+                          STEPS, want);
+                printf("  overlapped decode (%s): %llu step buffer copies over %d steps\n", names[mode], copies, STEPS);
+            }
             int differ = 0;
             for (int i = 0; i < STEPS * n; i++) differ += serial[i] != overlapped[i];
             CHECK_MSG(differ == 0, "%s, %d sequences: %d of %d ids differ", names[mode], n, differ, STEPS * n);

@@ -996,6 +996,42 @@ static void test_publish_ids(void) {
     kite_cuda_free(d_ids);
 }
 
+/* cuda_publish_and_advance: the id into the ring slot of the step's position, then position, context and slot moved
+ * on by one; a slot whose block is past the table's entries is left as it was. */
+static void test_publish_and_advance(void) {
+    enum { BS = 16, ENTRIES = 3 };
+    const int32_t id = 4242, table[ENTRIES] = {7, 2, 9};
+    void *d_id = device_buffer(sizeof id, &id);
+    int32_t *d_table = device_buffer(sizeof table, table);
+    const int32_t positions[] = {5, 14, 15, 31, 47}; /* within a block, two block ends, the last entry's end */
+    for (int i = 0; i < (int)(sizeof positions / sizeof positions[0]); i++) {
+        const int32_t p = positions[i], old_slot = -5;
+        int32_t values[3] = {p, old_slot, p + 1}; /* position, slot, context */
+        int32_t *d_values = device_buffer(sizeof values, values);
+        int32_t *d_ring = device_buffer(2 * sizeof(int32_t), NULL);
+        DEVICE_CHECK(kite_cuda_memset(d_ring, 0xff, 2 * sizeof(int32_t)));
+        const cuda_decode_step step = {d_values, d_values + 1, d_values + 2, d_table, BS, ENTRIES};
+        DEVICE_CHECK(cuda_publish_and_advance(d_id, step, d_ring, NULL, 0));
+        int32_t ring[2];
+        DEVICE_CHECK(kite_cuda_copy_to_host(ring, d_ring, sizeof ring));
+        DEVICE_CHECK(kite_cuda_copy_to_host(values, d_values, sizeof values));
+        const int32_t next = p + 1;
+        const int32_t want_slot = next / BS < ENTRIES ? table[next / BS] * BS + next % BS : old_slot;
+        CHECK_MSG(ring[p & 1] == id && ring[(p & 1) ^ 1] == -1, "position %d: ring %d %d", p, ring[0], ring[1]);
+        CHECK_MSG(values[0] == next && values[2] == next + 1 && values[1] == want_slot,
+                  "position %d: advanced to position %d slot %d context %d, want %d %d %d", p, values[0], values[1],
+                  values[2], next, want_slot, next + 1);
+        CHECK(guard_intact(d_ring, 2 * sizeof(int32_t)));
+        CHECK(guard_intact(d_values, sizeof values));
+        kite_cuda_free(d_values);
+        kite_cuda_free(d_ring);
+    }
+    const cuda_decode_step bad = {NULL, NULL, NULL, d_table, BS, ENTRIES};
+    CHECK(cuda_publish_and_advance(d_id, bad, d_table, NULL, 0) == KITE_ERROR_INVALID_ARGUMENT);
+    kite_cuda_free(d_id);
+    kite_cuda_free(d_table);
+}
+
 static void test_argmax_rows(void) {
     check_argmax_rows(151936);
     check_argmax_rows(1003);
@@ -1204,6 +1240,7 @@ int main(void) {
     TEST_RUN(test_gemm_rows);
     TEST_RUN(test_argmax_rows);
     TEST_RUN(test_publish_ids);
+    TEST_RUN(test_publish_and_advance);
     TEST_RUN(test_top_candidates);
     TEST_RUN(test_gemm);
     return test_finish();

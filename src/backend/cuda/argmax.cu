@@ -45,7 +45,31 @@ __global__ void publish_ids_kernel(const int32_t *ids, int n, const int32_t *par
     for (int i = threadIdx.x; i < n; i += blockDim.x) slot[i] = ids[i];
 }
 
+/* publish_ids_kernel for one id, then the step moved on by one position (cuda_publish_and_advance). One thread:
+ * the values it writes are read by the next step's kernels only, which start after this kernel has ended. */
+__global__ void publish_and_advance_kernel(const int32_t *id, cuda_decode_step step, int32_t *ring) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int32_t position = *step.position;
+    ring[position & 1] = *id;
+    const int32_t next = position + 1, block = next / step.block_size;
+    *step.position = next;
+    *step.context = *step.context + 1;
+    if (block < step.table_entries) *step.slot = step.table[block] * step.block_size + next % step.block_size;
+}
+
 } // namespace
+
+extern "C" kite_status cuda_publish_and_advance(const int32_t *id, cuda_decode_step step, int32_t *ring, void *stream,
+                                                int use_pdl) {
+    if (!id || !ring || !step.position || !step.slot || !step.context || !step.table || step.block_size <= 0 ||
+        step.table_entries <= 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_publish_and_advance: block size %d, %d table entries",
+                         step.block_size, step.table_entries);
+    CUDA_CHECK(launch_kernel(publish_and_advance_kernel, dim3(1), dim3(1), 0, static_cast<cudaStream_t>(stream),
+                             use_pdl != 0, id, step, ring));
+    return KITE_OK;
+}
 
 extern "C" kite_status cuda_publish_ids(const int32_t *ids, int n, const int32_t *parity, int32_t *ring, void *stream,
                                         int use_pdl) {

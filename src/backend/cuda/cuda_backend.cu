@@ -485,6 +485,8 @@ extern "C" kite_status cuda_backend_set_persistent_decode(backend *self, int on)
 
 extern "C" int cuda_backend_persistent_decode(backend *self) { return as_cuda(self)->use_persistent ? 1 : 0; }
 
+extern "C" unsigned long long cuda_backend_step_copies(backend *self) { return as_cuda(self)->step_copies; }
+
 extern "C" kite_status cuda_backend_set_batched_decode(backend *self, int on) {
     cuda_backend *b = as_cuda(self);
     CUDA_CHECK(cudaStreamSynchronize(b->stream));

@@ -17,6 +17,9 @@ kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int us
  * correct, but not yet faster (docs/notes-cuda.md). cuda_backend_persistent_decode says whether it is on. */
 kite_status cuda_backend_set_persistent_decode(backend *self, int on);
 int cuda_backend_persistent_decode(backend *self);
+/* How many times single-stream decode has copied its step buffer to the device: every step, except steps chained
+ * in place whose values the previous step's publish kernel already left there (cuda_publish_and_advance). */
+unsigned long long cuda_backend_step_copies(backend *self);
 /* Batched decode (2..BATCH_MAX sequences of one token each) through its graphs; off: the general path. On by
  * default (env KITE_CUDA_BATCH=0 turns it off at creation). */
 kite_status cuda_backend_set_batched_decode(backend *self, int on);

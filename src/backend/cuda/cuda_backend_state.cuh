@@ -94,6 +94,14 @@ struct cuda_backend {
     int32_t *dec_token;                       /* the argmax of the last decode step */
     int32_t *step_device, *step_host;         /* STEP_* then the block table */
     cudaEvent_t step_copied;
+    /* After a step chained in place (its token the previous step's argmax on the device), the step's publish
+     * kernel moves step_device on to the next position (cuda_publish_and_advance), and the next such step finds
+     * there what the host would copy: forward_decode copies only when its values differ (a new block, another
+     * sequence, a host token). A copy between two graph launches costs ~1.9 us per step (s23r8). */
+    bool step_advanced;           /* step_device holds step_next_position, token -1 and the table last copied */
+    int32_t step_next_position;
+    int32_t step_table_copied;    /* entries of that table (step_host holds them) */
+    unsigned long long step_copies; /* step buffer copies made (cuda_backend_step_copies) */
     /* Captured decode steps, one per attention kernel (decode_attention_kernel picks one per step by context). */
     cudaGraphExec_t graph[N_DECODE_ATTENTION];
     int32_t bulk_max_context;

@@ -2,8 +2,9 @@
  * weight once, attention by the bulk-copy fed cluster kernel up to bulk_max_context (1,024), by the split-K kernel
  * beyond (the cp.async cluster kernel where cluster_max_context asks for it), lm_head + argmax on the device,
  * captured as a CUDA graph (one per attention kernel) and replayed.
- * Per-step values (token, position, cache slot, context length, block table) live in device memory and are
- * refreshed by one small copy before each replay; kernels chain by programmatic dependent launch.
+ * Per-step values (token, position, cache slot, context length, block table) live in device memory; the step's
+ * last kernel moves them on by one position, so a step chained in place needs a copy from the host only where they
+ * differ (a new cache block, a host token); kernels chain by programmatic dependent launch.
  * Or the same step as one persistent kernel (decode_persistent.cu), where asked for and the shapes and device allow.
  */
 #include "backend/cuda/cuda_backend_state.cuh"
@@ -64,7 +65,9 @@ kite_status decode_launches(cuda_backend *b, int attention) {
     DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
                                                     c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,
                                                     b->dec_token, st, pdl));
-    KITE_TRY(cuda_publish_ids(b->dec_token, 1, step + STEP_POSITION, b->publish_device, st, pdl));
+    const cuda_decode_step next = {b->step_device + STEP_POSITION, b->step_device + STEP_SLOT,
+                                   b->step_device + STEP_CONTEXT, step + STEP_TABLE, b->kv_block_size, b->kv_blocks};
+    KITE_TRY(cuda_publish_and_advance(b->dec_token, next, b->publish_device, st, pdl));
     return KITE_OK;
 }
 
@@ -75,6 +78,7 @@ kite_status capture_decode_graph(cuda_backend *b, int which) {
 } // namespace
 
 kite_status destroy_decode_graphs(cuda_backend *b) {
+    b->step_advanced = false; /* kv_reserve replaces the step buffer after this */
     for (int i = 0; i < N_DECODE_ATTENTION; i++) {
         if (b->graph[i]) CUDA_CHECK(cudaGraphExecDestroy(b->graph[i]));
         b->graph[i] = NULL;
@@ -89,16 +93,27 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32
     const bool persistent = b->use_persistent && bs % 16 == 0; /* the kernel copies K/V in pieces of 16 slots */
     /* The graphs' embedding reads dec_token for a negative id; the persistent kernel reads the id itself. */
     const bool chained_in_place = chained == b->dec_token && !persistent;
-    CUDA_CHECK(cudaEventSynchronize(b->step_copied));
-    int32_t *h = b->step_host;
-    h[STEP_TOKEN] = chained ? (chained_in_place ? -1 : 0) : batch->token_ids[0];
-    h[STEP_POSITION] = position;
-    h[STEP_SLOT] = batch->block_tables[0][position / bs] * bs + position % bs;
-    h[STEP_CONTEXT] = context;
-    memcpy(h + STEP_TABLE, batch->block_tables[0], (size_t)n_blocks * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(b->step_device, h, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, b->stream));
-    CUDA_CHECK(cudaEventRecord(b->step_copied, b->stream));
+    /* The previous step (chained in place too) left this step's values on the device if it was at the position
+     * before, and the table's entries are those copied then (step_host holds them; the DMA only reads it). */
+    const size_t table_bytes = (size_t)n_blocks * sizeof(int32_t);
+    const bool on_device = chained_in_place && b->step_advanced && position == b->step_next_position &&
+                           n_blocks <= b->step_table_copied &&
+                           memcmp(b->step_host + STEP_TABLE, batch->block_tables[0], table_bytes) == 0;
+    b->step_advanced = false; /* until this step is enqueued */
+    if (!on_device) {
+        CUDA_CHECK(cudaEventSynchronize(b->step_copied));
+        int32_t *h = b->step_host;
+        h[STEP_TOKEN] = chained ? (chained_in_place ? -1 : 0) : batch->token_ids[0];
+        h[STEP_POSITION] = position;
+        h[STEP_SLOT] = batch->block_tables[0][position / bs] * bs + position % bs;
+        h[STEP_CONTEXT] = context;
+        memcpy(h + STEP_TABLE, batch->block_tables[0], table_bytes);
+        CUDA_CHECK(cudaMemcpyAsync(b->step_device, h, (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, b->stream));
+        CUDA_CHECK(cudaEventRecord(b->step_copied, b->stream));
+        b->step_table_copied = n_blocks;
+        b->step_copies++;
+    }
     if (chained && !chained_in_place)
         CUDA_CHECK(cudaMemcpyAsync(b->step_device + STEP_TOKEN, chained, sizeof(int32_t), cudaMemcpyDeviceToDevice,
                                    b->stream));
@@ -120,6 +135,9 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32
             KITE_TRY(decode_launches(b, attention));
         }
     }
+    /* The graphs' and the direct launches' publish moved the buffer on (the persistent kernel does not). */
+    b->step_advanced = chained_in_place;
+    b->step_next_position = position + 1;
     b->kept_logits = b->dec_logits;
     b->kept_rows = 1;
     b->kept_decode = true;

@@ -206,6 +206,20 @@ kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int 
 kite_status cuda_publish_ids(const int32_t *ids, int n, const int32_t *parity, int32_t *ring, void *stream,
                              int use_pdl);
 
+/* The single-stream decode step's values in device memory that move by one position per step (the block table
+ * they index, table_entries long, stays as the host copied it). */
+typedef struct {
+    int32_t *position, *slot, *context;
+    const int32_t *table;
+    int32_t block_size, table_entries;
+} cuda_decode_step;
+/* cuda_publish_ids for one id with the step's own position as the parity, then the step moved on to the next
+ * position: position + 1, context + 1, slot = table[position / block_size] * block_size + position % block_size
+ * (left as it was where that block is past table_entries: the host copies a longer table then). So the next step
+ * finds on the device the values the host would copy, and the host copies only when they differ. */
+kite_status cuda_publish_and_advance(const int32_t *id, cuda_decode_step step, int32_t *ring, void *stream,
+                                     int use_pdl);
+
 /* Prefill GEMM through cuBLASLt: Y (n, m) = X (n, k) . W (m, k)^T + beta * Y. X, W bf16; Y bf16 when
  * out_f32 == 0, fp32 otherwise (beta only with fp32). fp32 accumulation; the algorithm is chosen by the
  * heuristic once per shape and cached in `gemm` (cuda_gemm_create). */
