@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs the dependencies (Debian 12), then
 #   1. a Release build (with the CUDA backend when nvcc is found) and every test (GPU tests skip, saying
-#      why, on a machine without a GPU);
+#      why, on a machine without a GPU), and the CUDA kernels' registers and shared memory against
+#      bench/kernel-footprint.txt (scripts/kernel_footprint.sh);
 #   2. a Debug build with AddressSanitizer + UndefinedBehaviorSanitizer and every CPU test under it;
 #   3. a short bounded pass of each libFuzzer target.
 # Usage: scripts/test.sh [FUZZ_SECONDS_PER_TARGET=15]
@@ -19,6 +20,15 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 # Say why tests were skipped (GPU tests on a machine without a GPU), which ctest alone does not show.
 grep -h "^SKIPPED:" build/Testing/Temporary/LastTest.log | sort | uniq -c | sed 's/^/skip reason: /' || true
+
+# A kernel's registers and shared memory decide its speed on the GPU, which CI does not have: compare them with the
+# baseline that was measured (scripts/kernel_footprint.sh says why).
+if grep -q "^# compile CUDA with" build/CMakeFiles/kite_objects.dir/flags.make 2>/dev/null; then
+  echo "== CUDA kernel footprints against bench/kernel-footprint.txt"
+  bash scripts/kernel_footprint.sh build
+else
+  echo "== CUDA kernel footprints: skipped (this build has no CUDA backend)"
+fi
 
 echo "== ASan + UBSan build and tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKITE_SANITIZE=ON -DKITE_CUDA=OFF >/dev/null
