@@ -214,8 +214,8 @@ typedef struct {
     int32_t block_size, table_entries;
 } cuda_decode_step;
 /* cuda_publish_ids for one id with the step's own position as the parity, then the step moved on to the next
- * position: position + 1, context + 1, slot = table[position / block_size] * block_size + position % block_size
- * (left as it was where that block is past table_entries: the host copies a longer table then). So the next step
+ * position p = position + 1: context + 1, slot = table[p / block_size] * block_size + p % block_size (left as it
+ * was where that block is past table_entries: the host copies a longer table then). So the next step
  * finds on the device the values the host would copy, and the host copies only when they differ. */
 kite_status cuda_publish_and_advance(const int32_t *id, cuda_decode_step step, int32_t *ring, void *stream,
                                      int use_pdl);
