@@ -32,10 +32,11 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 current="$scratch/footprint.txt"
 echo "# kernel footprints (scripts/kernel_footprint.sh; nvcc $version): file kernel registers smem stack spill-stores spill-loads" >"$current"
+# Device code only (-cubin): ptxas's report is the same as in the build, without compiling the host side again.
 for source in "$root"/src/backend/cuda/*.cu; do
     name="$(basename "$source")"
     # shellcheck disable=SC2086 # the flags are word lists
-    (cd "$build" && eval "\"$nvcc_bin\" $cuda_defines $includes $cuda_flags -Xptxas -v -x cu -c \"$source\" -o \"$scratch/$name.o\"") \
+    (cd "$build" && eval "\"$nvcc_bin\" $cuda_defines $includes $cuda_flags -Xptxas -v -x cu -cubin \"$source\" -o \"$scratch/$name.cubin\"") \
         2>"$scratch/$name.log" || { cat "$scratch/$name.log" >&2; echo "kernel_footprint: $name did not compile" >&2; exit 2; }
     # ptxas prints, per kernel: "Compiling entry function 'NAME'", "N bytes stack frame, N bytes spill stores, N bytes
     # spill loads" and "Used N registers, [used N barriers, ]N bytes smem, ...".

@@ -390,13 +390,16 @@ static void test_batched_decode(void) {
  * steps: out[step * n + s] is what the step before `step` chose (the prompt's for step 0). Serial: each step
  * fed the ids read back. Overlapped (the engine's overlapped decode): each step enqueued with
  * tokens_from_argmax, its argmax begun, then the previous step's ids read. */
+/* greedy_ids' prompt for sequence s is GREEDY_PROMPT + 7 s tokens. */
+enum { GREEDY_PROMPT = 20 };
+
 static void greedy_ids(int n, int steps, int overlapped, int32_t *out) {
     int32_t prompt[N_SEQS * 48], start[N_SEQS + 1], one_start[N_SEQS + 1], ctx[N_SEQS], last[N_SEQS];
     const int32_t *tb[N_SEQS];
     uint8_t wants[N_SEQS];
     int total = 0;
     for (int s = 0; s < n; s++) {
-        const int len = 20 + 7 * s;
+        const int len = GREEDY_PROMPT + 7 * s;
         start[s] = total;
         prompt_tokens(prompt + total, len, 500 + (uint32_t)s);
         total += len;
@@ -452,9 +455,9 @@ static void test_overlapped_decode(void) {
             if (n == 1 && mode <= 1) {
                 /* Chained in place, a step copies its buffer only where the previous one did not leave it on the
                  * device: the first step (its token from the prefill), the second (the first chained in place)
-                 * and each step that starts a new cache block. The prompt is 20 tokens (greedy_ids). */
+                 * and each step that starts a new cache block. */
                 unsigned long long want = 0;
-                for (int step = 0; step < STEPS; step++) want += step < 2 || (20 + step) % BLOCK_SIZE == 0;
+                for (int step = 0; step < STEPS; step++) want += step < 2 || (GREEDY_PROMPT + step) % BLOCK_SIZE == 0;
                 const unsigned long long copies = cuda_backend_step_copies(gpu) - copies_before;
                 CHECK_MSG(copies == want, "%s: %llu step buffer copies over %d steps, want %llu", names[mode], copies,
                           STEPS, want);

@@ -65,8 +65,9 @@ kite_status decode_launches(cuda_backend *b, int attention) {
     DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
                                                     c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,
                                                     b->dec_token, st, pdl));
-    const cuda_decode_step next = {b->step_device + STEP_POSITION, b->step_device + STEP_SLOT,
-                                   b->step_device + STEP_CONTEXT, step + STEP_TABLE, b->kv_block_size, b->kv_blocks};
+    int32_t *moved = b->step_device; /* `step` above is read-only; the publish kernel moves these on */
+    const cuda_decode_step next = {moved + STEP_POSITION, moved + STEP_SLOT, moved + STEP_CONTEXT,
+                                   moved + STEP_TABLE, b->kv_block_size, b->kv_blocks};
     KITE_TRY(cuda_publish_and_advance(b->dec_token, next, b->publish_device, st, pdl));
     return KITE_OK;
 }
