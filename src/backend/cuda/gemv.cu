@@ -25,14 +25,16 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     gemv_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
                 float *y, int rows, int cols, argmax_entry *partial, bool y_settled) {
     TIMELINE_START();
-    /* The input vector (fp32, normalised in place), then with a norm its weights. */
-    extern __shared__ float4 smem_vec[];
-    /* The warps' sums of squares (the first GEMV_WARPS entries). Its 128 bytes are part of the block's measured
-     * shared-memory footprint: sized to GEMV_WARPS (16 bytes, bfea1ab), the same code made single-stream decode 25%
-     * slower (0.70 -> 0.94 ms at depth 4,096, 1.02 -> 1.26 at 16,384; s23r1, s23r2), and 128 bytes or more again
-     * restored it. The timeline shows every product slower, spread over more SMs, with the next kernel's blocks
-     * starting beside its own: the footprint decides how many of them fit an SM beside it. More padding (256 bytes
-     * to 4 KB, s23r3, s23r4) changes nothing measurable. */
+    /* The input vector (fp32, normalised in place), then with a norm its weights, filled by cp.async. Where it
+     * starts matters: it follows the static arrays below, and when reduce_scratch was sized to GEMV_WARPS (16 bytes,
+     * bfea1ab) it started at byte 16 instead of 128. The SASS differed only in that offset (cuobjdump, s24r3), yet
+     * single-stream decode was 25% slower (1.02 -> 1.26 ms at depth 16,384; s23r1, s23r2), and one product's kernel
+     * alone at byte 16 cost the step +7 to +15% (s24r3). So the vector starts on a 128-byte boundary in every
+     * instance: the lm_head's, after its 160 static bytes, moved from byte 160 to 256 (-0.3 / -1.0% per 0.6B step at
+     * depths 16,384 / 256, -0.4% per 1.7B step; s24r4); 256 to 1,024 bytes measured no better. */
+    extern __shared__ __align__(128) float4 smem_vec[];
+    /* The warps' sums of squares (the first GEMV_WARPS entries; 32 entries, the footprint every measurement above
+     * ran with). */
     __shared__ float reduce_scratch[32];
     __shared__ argmax_entry warp_best[GEMV_WARPS];
 
