@@ -25,16 +25,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     gemv_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
                 float *y, int rows, int cols, argmax_entry *partial, bool y_settled) {
     TIMELINE_START();
-    /* The input vector (fp32, normalised in place), then with a norm its weights, filled by cp.async. Where it
-     * starts matters: it follows the static arrays below, and when reduce_scratch was sized to GEMV_WARPS (16 bytes,
-     * bfea1ab) it started at byte 16 instead of 128. The SASS differed only in that offset (cuobjdump, s24r3), yet
-     * single-stream decode was 25% slower (1.02 -> 1.26 ms at depth 16,384; s23r1, s23r2), and one product's kernel
-     * alone at byte 16 cost the step +7 to +15% (s24r3). So the vector starts on a 128-byte boundary in every
-     * instance: the lm_head's, after its 160 static bytes, moved from byte 160 to 256 (-0.3 / -1.0% per 0.6B step at
-     * depths 16,384 / 256, -0.4% per 1.7B step; s24r4); 256 to 1,024 bytes measured no better. */
+    /* The input vector (fp32, normalised in place), then with a norm its weights, filled by cp.async. It starts on
+     * a 128-byte boundary whatever the static arrays below take: at byte 16 (bfea1ab) the SASS differed only in that
+     * offset, yet one product alone cost the step +7 to +15% and all of them 25% (s23r2, s24r3; docs/notes-cuda.md,
+     * session 24). The lm_head's vector moved from byte 160 to 256 with it: no measurable change (s24r5). */
     extern __shared__ __align__(128) float4 smem_vec[];
-    /* The warps' sums of squares (the first GEMV_WARPS entries; 32 entries, the footprint every measurement above
-     * ran with). */
+    /* The warps' sums of squares (the first GEMV_WARPS entries; 32, the size every measurement ran with). */
     __shared__ float reduce_scratch[32];
     __shared__ argmax_entry warp_best[GEMV_WARPS];
 
