@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                                     const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2) {
     using merge_scratch = warp_partials<WARPS, GROUP>; /* reuses the stages once the loop is done */
     static_assert(sizeof(merge_scratch) <= sizeof(((cluster_smem<GROUP> *)0)->stages), "merge scratch fits");
-    /* 128-byte aligned, as the stages' cp.async writes want (docs/notes-cuda.md, session 24: the decode GEMV's staged
-     * vector off a 128-byte boundary made each product ~30% slower); with no static shared memory it starts at 0. */
+    /* 128-byte aligned for the stages' cp.async writes (scripts/kernel_footprint.sh says why every kernel declares it
+     * so). */
     extern __shared__ __align__(128) unsigned char smem_raw[];
     cluster_smem<GROUP> &sm = *reinterpret_cast<cluster_smem<GROUP> *>(smem_raw);
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();

@@ -595,10 +595,9 @@ __device__ __forceinline__ void lm_head_stage(const cuda_decode_args &a, pipe_st
  * gate/up 2 outputs = 4 rows, down 1 row of 6 KB); a QKV, o and down task per warp (1024 tasks, 1056 warps). */
 template <int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) decode_persistent_kernel(const cuda_decode_args a) {
-    /* 128-byte aligned (every declaration of it alike): after this kernel's 10,080 bytes of static shared memory it
-     * started 96 bytes past a 128-byte boundary, where cp.async and bulk writes are slow (the decode GEMV's staged
-     * vector there made each product ~30% slower, session 24); aligned, this kernel's step is 3.2% faster at depth
-     * 256 and 4.0% at 16,384 (s25r1; docs/notes-cuda.md, session 25). */
+    /* 128-byte aligned, as every declaration of it (scripts/kernel_footprint.sh says why): after the 10,080 bytes of
+     * static shared memory the slots started 96 bytes past a boundary; aligned, the step is 3.2 / 4.0% faster at
+     * depths 256 / 16,384 (s25r1). */
     extern __shared__ __align__(128) float4 smem_dynamic[];
     __shared__ uint64_t slot_bars[WARPS][MAX_SLOTS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -63,9 +63,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
                      bool y_settled) {
     constexpr int BT = NT * 8; /* batch rows staged */
     static_assert(!(RAW && X_BF16), "RAW stages a fp32 input");
-    /* 128-byte aligned: the decode GEMV's cp.async-staged vector at byte 16 instead of 128 made each product ~30%
-     * slower (docs/notes-cuda.md, session 24). The static arrays below are multiples of 128 bytes, so the region
-     * starts aligned anyway; the declaration keeps it so when they change. */
+    /* 128-byte aligned for the cp.async staging (scripts/kernel_footprint.sh says why every kernel declares it so). */
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);
     /* Partial sums per warp: (tile row, batch row), rows padded to BT + BT / 8 floats so that the epilogue's reads
