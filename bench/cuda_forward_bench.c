@@ -28,6 +28,8 @@
 #include "kite.h"
 #include "model/dummy.h"
 
+#include "bench_util.h"
+
 #define HBM_BYTES_PER_S 4.3e12
 #define TENSOR_FLOPS 790e12
 #define MAX_LIST 8
@@ -48,25 +50,6 @@ static int parse_list(const char *s, int *out) {
     }
     return n;
 }
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-#define TRY(expr)                                                                                        \
-    do {                                                                                                 \
-        kite_status try_status_ = (expr);                                                                \
-        if (try_status_ != KITE_OK) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, kite_last_error());             \
-            exit(1);                                                                                     \
-        }                                                                                                \
-    } while (0)
 
 /* Sequence s owns the block table table + s * seq_blocks (scattered blocks, disjoint between sequences). */
 static int32_t *table;

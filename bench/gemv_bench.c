@@ -14,26 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(x)                                                                                         \
-    do {                                                                                                 \
-        cudaError_t e_ = (x);                                                                            \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                             \
-            return 1;                                                                                    \
-        }                                                                                                \
-    } while (0)
-#define TRY(x)                                                                                           \
-    do {                                                                                                 \
-        if ((x) != KITE_OK) {                                                                            \
-            fprintf(stderr, "%s failed: %s\n", #x, kite_last_error());                                  \
-            return 1;                                                                                    \
-        }                                                                                                \
-    } while (0)
-
-static int compare_floats(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
+#include "cuda_bench_check.h"
 
 int main(int argc, char **argv) {
     const int rows = argc > 1 ? atoi(argv[1]) : 151936, cols = argc > 2 ? atoi(argv[2]) : 1024;
@@ -81,7 +63,7 @@ int main(int argc, char **argv) {
     const int normed = epilogue == CUDA_GEMV_ARGMAX || epilogue == CUDA_GEMV_STORE || epilogue == CUDA_GEMV_SWIGLU;
     enum { LAUNCHES = 20, PASSES = 9 };
     for (int pdl = 0; pdl <= 1; pdl++) {
-        float us[PASSES];
+        double us[PASSES];
         for (int pass = -1; pass < PASSES; pass++) {
             CHECK(cudaEventRecord(begin, stream));
             for (int i = 0; i < LAUNCHES; i++)
@@ -90,12 +72,12 @@ int main(int argc, char **argv) {
             CHECK(cudaEventSynchronize(end));
             float ms = 0.0f;
             CHECK(cudaEventElapsedTime(&ms, begin, end));
-            if (pass >= 0) us[pass] = ms * 1000.0f / LAUNCHES;
+            if (pass >= 0) us[pass] = ms * 1000.0 / LAUNCHES;
         }
-        qsort(us, PASSES, sizeof us[0], compare_floats);
+        const double mid = median(us, PASSES); /* us sorted */
         const double bytes = (double)n_weights * 2.0;
         printf("gemv %d x %d epilogue %d %s: %.2f us per product (passes %.2f .. %.2f), %.2f TB/s\n", rows, cols,
-               epilogue, pdl ? "pdl   " : "no pdl", us[PASSES / 2], us[0], us[PASSES - 1], bytes / (us[PASSES / 2] * 1e-6) / 1e12);
+               epilogue, pdl ? "pdl   " : "no pdl", mid, us[0], us[PASSES - 1], bytes / (mid * 1e-6) / 1e12);
     }
     /* The products' bits and the argmax id, so that two builds or forms of the kernel can be compared. */
     float *result = malloc((size_t)rows * sizeof(float));
