@@ -61,7 +61,7 @@ static void forward(backend *b, int seq, const int32_t *tokens, int n, int befor
     int32_t start[2] = {0, n}, ctx = before + n;
     const int32_t *t = table + (size_t)seq * (size_t)seq_blocks;
     uint8_t w = (uint8_t)wants;
-    step_batch batch = {1, n, tokens, start, &ctx, &t, &w, false};
+    step_batch batch = {1, n, tokens, start, &ctx, &t, &w, false, false};
     TRY(b->ops->forward(b, &batch));
 }
 
@@ -101,7 +101,7 @@ static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int 
         const double t0 = now_s();
         for (int g = 0; g < n_gen; g++) {
             for (int s = 0; s < n_seqs; s++) ctx[s] = depth + g + 1;
-            step_batch batch = {n_seqs, n_seqs, next, start, ctx, tables, wants, false};
+            step_batch batch = {n_seqs, n_seqs, next, start, ctx, tables, wants, false, true}; /* read by argmax only */
             TRY(b->ops->forward(b, &batch));
             if (!queued) TRY(b->ops->argmax(b, next, n_seqs));
         }

@@ -81,10 +81,14 @@ static void random_tokens(bench_context *b, int32_t *out, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = (int32_t)(next_random(&b->rng) % (uint64_t)b->config->vocab_size);
 }
 
+/* What a forward keeps of its last new tokens: nothing (a context being filled), their logits, or only their argmax
+ * ids (step_batch.ids_only: greedy decode, read by argmax). */
+typedef enum { KEEP_NOTHING, KEEP_LOGITS, KEEP_IDS } forward_keeps;
+
 /* One forward of n_seqs sequences with n_new tokens each, continuing contexts of `start` positions. tokens NULL:
  * one token each, the previous forward's argmax taken on the device (tokens_from_argmax). */
 static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
-                                int32_t start, bool want_logits) {
+                                int32_t start, forward_keeps keeps) {
     int32_t seq_start[BENCH_MAX_SEQS + 1];
     int32_t context[BENCH_MAX_SEQS];
     uint8_t wants[BENCH_MAX_SEQS];
@@ -92,13 +96,13 @@ static kite_status forward_step(backend *be, int32_t **tables, int32_t n_seqs, c
     for (int32_t s = 0; s < n_seqs; s++) {
         seq_start[s] = s * n_new;
         context[s] = start + n_new;
-        wants[s] = want_logits;
+        wants[s] = keeps != KEEP_NOTHING;
     }
     seq_start[n_seqs] = n_seqs * n_new;
     step_batch batch = {.n_seqs = n_seqs, .n_tokens = n_seqs * n_new, .token_ids = tokens,
                         .seq_token_start = seq_start, .seq_context_len = context,
                         .block_tables = (const int32_t *const *)tables, .seq_wants_logits = wants,
-                        .tokens_from_argmax = tokens == NULL};
+                        .tokens_from_argmax = tokens == NULL, .ids_only = keeps == KEEP_IDS};
     return be->ops->forward(be, &batch);
 }
 
@@ -116,7 +120,7 @@ static kite_status fill_context(bench_context *b, backend *be, int32_t **tables,
                 memcpy(chunk, tokens + (size_t)s * depth + done, (size_t)n * sizeof(int32_t));
             else
                 random_tokens(b, chunk, (size_t)n);
-            status = forward_step(be, &tables[s], 1, chunk, n, done, false);
+            status = forward_step(be, &tables[s], 1, chunk, n, done, KEEP_NOTHING);
             done += n;
         }
     }
@@ -210,9 +214,9 @@ static kite_status ensure_reference(bench_context *b) {
 /* The same step on both CPU references; their logits go to exact and rounded. */
 static kite_status reference_step(bench_context *b, int32_t **tables, int32_t n_seqs, const int32_t *tokens,
                                   int32_t n_new, int32_t start, float *exact, float *rounded) {
-    KITE_TRY(forward_step(b->reference, tables, n_seqs, tokens, n_new, start, true));
+    KITE_TRY(forward_step(b->reference, tables, n_seqs, tokens, n_new, start, KEEP_LOGITS));
     KITE_TRY(b->reference->ops->read_logits(b->reference, exact, n_seqs));
-    KITE_TRY(forward_step(b->reference_bf16, tables, n_seqs, tokens, n_new, start, true));
+    KITE_TRY(forward_step(b->reference_bf16, tables, n_seqs, tokens, n_new, start, KEEP_LOGITS));
     return b->reference_bf16->ops->read_logits(b->reference_bf16, rounded, n_seqs);
 }
 
@@ -233,7 +237,7 @@ static kite_status gate_prefill(bench_context *b, int32_t n_seqs, int32_t n, int
     kite_status status = tokens && lt && lr && lb ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK) {
         random_tokens(b, tokens, (size_t)seqs * (size_t)m);
-        status = forward_step(b->target, b->tables, seqs, tokens, m, 0, true);
+        status = forward_step(b->target, b->tables, seqs, tokens, m, 0, KEEP_LOGITS);
     }
     if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, seqs);
     if (status == KITE_OK) status = reference_step(b, ref_tables, seqs, tokens, m, 0, lr, lb);
@@ -260,10 +264,10 @@ static kite_status gate_decode(bench_context *b, int32_t n_seqs, int32_t depth, 
     int32_t d = depth < GATE_MAX_DEPTH ? depth : GATE_MAX_DEPTH;
     size_t vocab = (size_t)b->config->vocab_size;
     int32_t *context = malloc((size_t)n_seqs * (size_t)(d > 0 ? d : 1) * sizeof(int32_t));
-    int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t));
+    int32_t *tokens = malloc((size_t)n_seqs * sizeof(int32_t)), *ids = malloc((size_t)n_seqs * sizeof(int32_t));
     float *lt = malloc((size_t)n_seqs * vocab * sizeof(float)), *lr = malloc((size_t)checked * vocab * sizeof(float));
     float *lb = malloc((size_t)checked * vocab * sizeof(float));
-    kite_status status = context && tokens && lt && lr && lb
+    kite_status status = context && tokens && ids && lt && lr && lb
                              ? KITE_OK
                              : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench: out of memory");
     if (status == KITE_OK && d > 0) {
@@ -275,16 +279,30 @@ static kite_status gate_decode(bench_context *b, int32_t n_seqs, int32_t depth, 
     }
     if (status == KITE_OK) random_tokens(b, tokens, (size_t)n_seqs);
     for (int32_t step = 0; step < GATE_STEPS && status == KITE_OK; step++) {
-        status = forward_step(b->target, b->tables, n_seqs, tokens, 1, d + step, true);
+        status = forward_step(b->target, b->tables, n_seqs, tokens, 1, d + step, KEEP_LOGITS);
         if (status == KITE_OK) status = b->target->ops->read_logits(b->target, lt, n_seqs);
         if (status == KITE_OK) status = reference_step(b, ref_tables, checked, tokens, 1, d + step, lr, lb);
+        /* The timed greedy steps keep only their ids (KEEP_IDS; CUDA then screens the lm_head, lm_head_screen.cu):
+         * the same step again that way must give exactly the argmax of the logits just compared. */
+        if (status == KITE_OK) status = forward_step(b->target, b->tables, n_seqs, tokens, 1, d + step, KEEP_IDS);
+        if (status == KITE_OK) status = b->target->ops->argmax(b->target, ids, n_seqs);
         if (status != KITE_OK) break;
         gate_compare(lt, lr, lb, checked, (int32_t)vocab, g);
+        for (int32_t s = 0; s < n_seqs && g->passed; s++) {
+            int32_t expected = 0;
+            top_ids(lt + (size_t)s * vocab, (int32_t)vocab, 1, &expected);
+            if (ids[s] != expected) {
+                g->passed = false;
+                snprintf(g->why, sizeof g->why, "sequence %d: the ids-only step chose %d, its logits' argmax is %d", s,
+                         ids[s], expected);
+            }
+        }
         /* Continue with the target's greedy choices, as a real generation would. */
         for (int32_t s = 0; s < n_seqs; s++) top_ids(lt + (size_t)s * vocab, (int32_t)vocab, 1, &tokens[s]);
     }
     free(context);
     free(tokens);
+    free(ids);
     free(lt);
     free(lr);
     free(lb);
@@ -319,7 +337,7 @@ static kite_status prefill_sequences(bench_context *b, int32_t n_seqs, int32_t n
     int32_t last_group = 0;
     for (int32_t first = 0; first < n_seqs; first += per_step) {
         int32_t group = n_seqs - first < per_step ? n_seqs - first : per_step;
-        KITE_TRY(forward_step(b->target, b->tables + first, group, tokens + (size_t)first * n, n, 0, true));
+        KITE_TRY(forward_step(b->target, b->tables + first, group, tokens + (size_t)first * n, n, 0, KEEP_LOGITS));
         last_group = group;
     }
     return b->target->ops->argmax(b->target, ids, last_group); /* waits for the device */
@@ -385,10 +403,10 @@ static kite_status next_tokens(bench_context *b, int32_t n_seqs, bench_sampling 
 static kite_status decode_overlapped(bench_context *b, int32_t n_steps, int32_t n_seqs, int32_t depth,
                                      const int32_t *first_tokens, int32_t *ids) {
     backend *be = b->target;
-    KITE_TRY(forward_step(be, b->tables, n_seqs, first_tokens, 1, depth, true));
+    KITE_TRY(forward_step(be, b->tables, n_seqs, first_tokens, 1, depth, KEEP_IDS));
     KITE_TRY(be->ops->argmax_begin(be, n_seqs));
     for (int32_t step = 1; step < n_steps; step++) {
-        KITE_TRY(forward_step(be, b->tables, n_seqs, NULL, 1, depth + step, true));
+        KITE_TRY(forward_step(be, b->tables, n_seqs, NULL, 1, depth + step, KEEP_IDS));
         KITE_TRY(be->ops->argmax_begin(be, n_seqs));
         KITE_TRY(be->ops->argmax_end(be, ids, n_seqs)); /* the previous step's, read while this one runs */
     }
@@ -424,7 +442,8 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
             status = decode_overlapped(b, n_steps, n_seqs, depth, tokens, ids);
         } else {
             for (int32_t step = 0; step < n_steps && status == KITE_OK; step++) {
-                status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step, true);
+                status = forward_step(b->target, b->tables, n_seqs, tokens, 1, depth + step,
+                                      sampling ? KEEP_LOGITS : KEEP_IDS);
                 if (status == KITE_OK) status = next_tokens(b, n_seqs, sampling ? &host : NULL, ids);
                 memcpy(tokens, ids, (size_t)n_seqs * sizeof(int32_t)); /* feed back what was chosen */
             }

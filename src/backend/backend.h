@@ -43,6 +43,10 @@ typedef struct step_batch {
      * n_seqs rows, and each sequence here adds one token and wants logits. The host need not know the tokens
      * yet: the engine enqueues this step before it reads the previous one's ids. */
     bool tokens_from_argmax;
+    /* The caller reads only the argmax ids of this forward's kept rows (argmax, argmax_begin / argmax_end), not their
+     * logits: a backend may then skip writing the logits (CUDA: single-stream decode's screened lm_head,
+     * lm_head_screen.cu) and refuse read_logits and read_top until the next forward. The ids are the same either way. */
+    bool ids_only;
 } step_batch;
 
 typedef struct backend backend;

@@ -507,7 +507,7 @@ static kite_status enqueue_ahead(kite_engine *e, engine_request *const *row_requ
     e->seq_token_start[rows] = rows;
     step_batch batch = {.n_seqs = rows, .n_tokens = rows, .token_ids = NULL, .seq_token_start = e->seq_token_start,
                         .seq_context_len = e->seq_context_len, .block_tables = e->block_tables,
-                        .seq_wants_logits = e->wants_logits, .tokens_from_argmax = true};
+                        .seq_wants_logits = e->wants_logits, .tokens_from_argmax = true, .ids_only = true};
     backend *b = e->model->backend;
     KITE_TRY(b->ops->forward(b, &batch));
     KITE_TRY(b->ops->argmax_begin(b, rows));
@@ -585,7 +585,8 @@ kite_status kite_engine_step(kite_engine *e) {
     e->seq_token_start[n] = total;
     step_batch batch = {.n_seqs = n, .n_tokens = total, .token_ids = e->token_ids,
                         .seq_token_start = e->seq_token_start, .seq_context_len = e->seq_context_len,
-                        .block_tables = e->block_tables, .seq_wants_logits = e->wants_logits};
+                        .block_tables = e->block_tables, .seq_wants_logits = e->wants_logits,
+                        .ids_only = all_greedy}; /* greedy rows are read by argmax only (below) */
     backend *b = e->model->backend;
     KITE_TRY(b->ops->forward(b, &batch));
     for (int32_t s = 0; s < n; s++) e->step_requests[s]->n_computed += (size_t)e->step_new_tokens[s];

@@ -58,7 +58,7 @@ static void run_seq(backend *b, int seq, const int32_t *tokens, int n, int befor
     int32_t start[2] = {0, n}, ctx = before + n;
     const int32_t *table = tables[seq];
     uint8_t wants = 1;
-    step_batch batch = {1, n, tokens, start, &ctx, &table, &wants, false};
+    step_batch batch = {1, n, tokens, start, &ctx, &table, &wants, false, false};
     TRY(b->ops->forward(b, &batch));
 }
 
@@ -183,7 +183,7 @@ static void test_chunked_prefill(void) {
     uint8_t wants[2] = {1, 1};
     /* seq 0 is reused here as scratch: prefill it with the same 300 tokens first */
     run_seq(gpu, 0, tokens, n, 0);
-    step_batch batch = {2, 2, toks, start, ctx, tb, wants, false};
+    step_batch batch = {2, 2, toks, start, ctx, tb, wants, false, false};
     TRY(gpu->ops->forward(gpu, &batch));
     TRY(gpu->ops->read_logits(gpu, mixed, 2));
     const double e1 = rel_l2(mixed, graph_logits, (size_t)V), e2 = rel_l2(mixed + V, graph_logits, (size_t)V);
@@ -306,11 +306,11 @@ static void test_batched_decode_n(int n) {
         prompt_tokens(prompt, len, 100 + (uint32_t)s);
         int32_t pstart[2] = {0, len}, pctx = len;
         uint8_t pw = 1;
-        step_batch p = {1, len, prompt, pstart, &pctx, &bt[s], &pw, false};
+        step_batch p = {1, len, prompt, pstart, &pctx, &bt[s], &pw, false, false};
         TRY(cpu->ops->forward(cpu, &p));
         TRY(gpu->ops->forward(gpu, &p));
         st[0] = single_tables[s];
-        step_batch q = {1, len, prompt, pstart, &pctx, st, &pw, false};
+        step_batch q = {1, len, prompt, pstart, &pctx, st, &pw, false, false};
         TRY(gpu->ops->forward(gpu, &q));
         ctx[s] = len;
         tokens[s] = (int32_t)((s * 7919 + 13) % V);
@@ -322,7 +322,7 @@ static void test_batched_decode_n(int n) {
     int near_ties = 0;
     for (int step = 0; step < BATCH_STEPS; step++) {
         for (int s = 0; s < n; s++) ctx[s]++;
-        step_batch b = {n, n, tokens, start, ctx, bt, wants, false};
+        step_batch b = {n, n, tokens, start, ctx, bt, wants, false, false};
         TRY(gpu->ops->forward(gpu, &b));
         TRY(gpu->ops->read_logits(gpu, gpu_rows, n));
         TRY(gpu->ops->argmax(gpu, ids, n));
@@ -338,7 +338,7 @@ static void test_batched_decode_n(int n) {
             int32_t one_start[2] = {0, 1}, one_ctx = ctx[s], one_id = -1;
             uint8_t w1 = 1;
             st[0] = single_tables[s];
-            step_batch o = {1, 1, &tokens[s], one_start, &one_ctx, st, &w1, false};
+            step_batch o = {1, 1, &tokens[s], one_start, &one_ctx, st, &w1, false, false};
             TRY(gpu->ops->forward(gpu, &o));
             TRY(gpu->ops->read_logits(gpu, one, 1));
             TRY(gpu->ops->argmax(gpu, &one_id, 1));
@@ -409,26 +409,27 @@ static void greedy_ids(int n, int steps, int overlapped, int32_t *out) {
     }
     start[n] = total;
     for (int s = 0; s <= n; s++) one_start[s] = s;
-    step_batch p = {n, total, prompt, start, ctx, tb, wants, false};
+    step_batch p = {n, total, prompt, start, ctx, tb, wants, false, false};
     TRY(gpu->ops->forward(gpu, &p));
     if (overlapped) TRY(gpu->ops->argmax_begin(gpu, n));
     for (int step = 0; step < steps; step++) {
         for (int s = 0; s < n; s++) ctx[s]++;
         if (overlapped) {
-            step_batch d = {n, n, NULL, one_start, ctx, tb, wants, true};
+            step_batch d = {n, n, NULL, one_start, ctx, tb, wants, true, true}; /* ids only: the screened lm_head */
             TRY(gpu->ops->forward(gpu, &d));
             TRY(gpu->ops->argmax_begin(gpu, n));
             TRY(gpu->ops->argmax_end(gpu, out + (size_t)step * n, n));
         } else {
             TRY(gpu->ops->argmax(gpu, out + (size_t)step * n, n));
-            step_batch d = {n, n, out + (size_t)step * n, one_start, ctx, tb, wants, false};
+            step_batch d = {n, n, out + (size_t)step * n, one_start, ctx, tb, wants, false, false};
             TRY(gpu->ops->forward(gpu, &d));
         }
     }
     if (overlapped) TRY(gpu->ops->argmax_end(gpu, last, n)); /* the last step's, not compared */
 }
 
-/* Overlapped decode equals serial decode, id for id, on every path a step's tokens can come from: one sequence
+/* Overlapped decode (its steps kept as ids only: the screened lm_head where the path has it) equals serial decode
+ * (the lm_head GEMV's logits kept), id for id, on every path a step's tokens can come from: one sequence
  * (the decode graph; its first step copies the token from the prefill's argmax, later ones read dec_token in
  * place), 4 sequences (the batched graph: bat_ids), both without the graphs, one sequence on the persistent
  * kernel, 4 on the general path; misuse is refused. */
@@ -463,6 +464,10 @@ static void test_overlapped_decode(void) {
                           STEPS, want);
                 printf("  overlapped decode (%s): %llu step buffer copies over %d steps\n", names[mode], copies, STEPS);
             }
+            if (n == 1 && mode <= 1 && strstr(gpu->ops->decode_path(gpu), "int8 screen")) {
+                float row[1]; /* the last forward kept ids only: no logits to read */
+                CHECK(gpu->ops->read_logits(gpu, row, 1) != KITE_OK);
+            }
             int differ = 0;
             for (int i = 0; i < STEPS * n; i++) differ += serial[i] != overlapped[i];
             CHECK_MSG(differ == 0, "%s, %d sequences: %d of %d ids differ", names[mode], n, differ, STEPS * n);
@@ -476,7 +481,7 @@ static void test_overlapped_decode(void) {
     int32_t one_start[3] = {0, 1, 2}, ctx[2] = {5, 5};
     const int32_t *tb[2] = {tables[0], tables[1]};
     uint8_t wants[2] = {1, 1};
-    step_batch d = {2, 2, NULL, one_start, ctx, tb, wants, true}; /* the last forward kept 4 rows */
+    step_batch d = {2, 2, NULL, one_start, ctx, tb, wants, true, false}; /* the last forward kept 4 rows */
     CHECK(gpu->ops->forward(gpu, &d) != KITE_OK);
 }
 

@@ -654,6 +654,97 @@ static void test_gemv(void) {
     check_gemv(999, 2048, CUDA_GEMV_ARGMAX, 1);
 }
 
+/* The screened lm_head against cuda_gemv's ARGMAX on the same input: with every row a candidate its exact logits
+ * must be the GEMV's bit for bit (the screen's premise), and screened, the same id. What is planted: 0 nothing; 1 the
+ * best row copied to a higher id (a tie: the lower id wins) and a row one bf16 step off it; 2 a row with +inf and
+ * one with NaN (inf wins, NaN never does); 3 every row the same (all tie: id 0, every row a candidate); 4 a NaN in
+ * the input (every logit NaN: id 0, as the GEMV says). */
+static void check_lm_head_screen(int rows, int cols, int plant) {
+    const size_t wn = (size_t)rows * cols;
+    uint16_t *w_bits = xmalloc(wn * 2);
+    float *x = xmalloc((size_t)cols * 4), *g = xmalloc((size_t)cols * 4);
+    float *y = xmalloc((size_t)rows * 4), *y_exact = xmalloc((size_t)rows * 4);
+    random_bf16(w_bits, NULL, wn, 0.05f);
+    random_f32(x, (size_t)cols, 1.0f);
+    for (int i = 0; i < cols; i++) g[i] = 1.0f + 0.1f * rng_normal();
+    if (plant == 3)
+        for (int r = 1; r < rows; r++) memcpy(w_bits + (size_t)r * cols, w_bits, (size_t)cols * 2);
+    if (plant == 4) x[cols / 3] = NAN;
+    void *d_w = device_buffer(wn * 2, w_bits);
+    float *d_x = device_buffer((size_t)cols * 4, x), *d_g = device_buffer((size_t)cols * 4, g);
+    float *d_y = device_buffer((size_t)rows * 4, NULL), *d_exact = device_buffer((size_t)rows * 4, NULL);
+    void *d_ws = device_buffer(cuda_gemv_argmax_workspace(rows), NULL);
+    int32_t *d_id = device_buffer(4, NULL), *d_screened = device_buffer(4, NULL);
+    if (plant == 1 || plant == 2) { /* plant after a first product says which row is best */
+        DEVICE_CHECK(cuda_gemv(d_w, d_x, d_g, 1e-6f, d_y, rows, cols, CUDA_GEMV_ARGMAX, d_ws, d_id, NULL, 1));
+        int32_t best = -1;
+        DEVICE_CHECK(kite_cuda_copy_to_host(&best, d_id, 4));
+        CHECK(best >= 0 && best < rows);
+        const int copy_to = (best + rows / 2) % rows, near = (best + rows / 3) % rows;
+        uint16_t *row = w_bits + (size_t)best * cols;
+        if (plant == 1) {
+            memcpy(w_bits + (size_t)copy_to * cols, row, (size_t)cols * 2);
+            memcpy(w_bits + (size_t)near * cols, row, (size_t)cols * 2);
+            w_bits[(size_t)near * cols + 7] ^= 1; /* one step of the last bf16 bit */
+        } else {
+            w_bits[(size_t)copy_to * cols + 5] = 0x7f80; /* +inf */
+            w_bits[(size_t)near * cols + 9] = 0x7fc0;    /* NaN */
+        }
+        DEVICE_CHECK(kite_cuda_copy_to_device(d_w, w_bits, wn * 2));
+    }
+    void *d_screen = NULL;
+    DEVICE_CHECK(kite_cuda_malloc(&d_screen, cuda_lm_head_screen_bytes(rows, cols)));
+    DEVICE_CHECK(cuda_lm_head_screen_build(d_w, rows, cols, d_screen, NULL));
+    DEVICE_CHECK(cuda_gemv(d_w, d_x, d_g, 1e-6f, d_y, rows, cols, CUDA_GEMV_ARGMAX, d_ws, d_id, NULL, 1));
+    DEVICE_CHECK(cuda_lm_head_screened_argmax(d_w, d_screen, d_x, d_g, 1e-6f, rows, cols, d_screened, d_exact, 1, NULL, 1));
+    int32_t id = -1, screened = -2;
+    DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, (size_t)rows * 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(y_exact, d_exact, (size_t)rows * 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(&id, d_id, 4));
+    DEVICE_CHECK(kite_cuda_copy_to_host(&screened, d_screened, 4));
+    CHECK_MSG(memcmp(y, y_exact, (size_t)rows * 4) == 0, "screen %d x %d plant %d: exact logits differ from the GEMV's",
+              rows, cols, plant);
+    CHECK_MSG(screened == id, "screen %d x %d plant %d, every row: id %d, the GEMV's %d", rows, cols, plant, screened, id);
+    unsigned candidates = 0;
+    for (int pass = 0; pass < 2; pass++) { /* twice: the second launch finds the counters reset */
+        screened = -2;
+        DEVICE_CHECK(kite_cuda_memset(d_screened, 0xff, 4));
+        DEVICE_CHECK(cuda_lm_head_screened_argmax(d_w, d_screen, d_x, d_g, 1e-6f, rows, cols, d_screened, NULL, 0, NULL, 1));
+        DEVICE_CHECK(kite_cuda_copy_to_host(&screened, d_screened, 4));
+        CHECK_MSG(screened == id, "screen %d x %d plant %d pass %d: id %d, the GEMV's %d", rows, cols, plant, pass,
+                  screened, id);
+        DEVICE_CHECK(cuda_lm_head_screen_candidates(d_screen, rows, cols, &candidates));
+        CHECK_MSG(candidates >= 1 && candidates <= (unsigned)rows, "screen %d x %d: %u candidates", rows, cols, candidates);
+    }
+    if (plant == 3 || plant == 4)
+        CHECK_MSG(candidates == (unsigned)rows && id == 0, "screen plant %d: %u of %d rows candidates, id %d", plant,
+                  candidates, rows, id);
+    if (plant == 1 && rows >= 100) CHECK_MSG(candidates >= 3, "screen: the tie and the near row must be candidates (%u)", candidates);
+    printf("  lm_head screen %d x %d, plant %d: id %d, %u candidate rows\n", rows, cols, plant, id, candidates);
+    CHECK(guard_intact(d_screened, 4));
+    CHECK(guard_intact(d_exact, (size_t)rows * 4));
+    void *bufs[] = {d_w, d_x, d_g, d_y, d_exact, d_ws, d_id, d_screened, d_screen};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
+    free(w_bits);
+    free(x);
+    free(g);
+    free(y);
+    free(y_exact);
+}
+
+static void test_lm_head_screen(void) {
+    CHECK(cuda_lm_head_screen_fits(151936, 1024) && !cuda_lm_head_screen_fits(1000, 1032));
+    check_lm_head_screen(151936, 1024, 0); /* Qwen3-0.6B */
+    check_lm_head_screen(151936, 1024, 1);
+    check_lm_head_screen(151936, 2048, 2); /* Qwen3-1.7B: two steps per task */
+    check_lm_head_screen(1000, 1024, 3);
+    check_lm_head_screen(1000, 1024, 4);
+    check_lm_head_screen(4099, 2560, 1); /* Qwen3-4B's hidden size, a last step of part chunks */
+    check_lm_head_screen(997, 1040, 0);  /* 65 chunks of 16 */
+    check_lm_head_screen(3, 4096, 1);    /* fewer rows than a task's warp; 48 KB of dynamic shared memory */
+    check_lm_head_screen(500, 6144, 2);  /* the exact pass at 48 KB too */
+}
+
 /* ---- batched decode: attention over B sequences, products of B rows ------------------------------- */
 
 /* The split-K kernel with n_splits (bulk_cluster 0), or the bulk-fed cluster kernel with clusters of
@@ -1235,6 +1326,7 @@ int main(void) {
     TEST_RUN(test_attention_decode_cluster);
     TEST_RUN(test_attention_decode_bulk);
     TEST_RUN(test_gemv);
+    TEST_RUN(test_lm_head_screen);
     TEST_RUN(test_attention_decode_rows);
     TEST_RUN(test_attention_decode_bulk_rows);
     TEST_RUN(test_gemm_rows);

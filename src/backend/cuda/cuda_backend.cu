@@ -24,8 +24,10 @@ namespace {
 
 void free_all(cuda_backend *b) {
     if (b->stream) cudaStreamSynchronize(b->stream);
-    for (int i = 0; i < N_DECODE_ATTENTION; i++)
-        if (b->graph[i]) cudaGraphExecDestroy(b->graph[i]);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N_DECODE_ATTENTION; i++)
+            if (b->graph[k][i]) cudaGraphExecDestroy(b->graph[k][i]);
+    cudaFree(b->lm_head_screen);
     cuda_gemm_destroy(b->gemm);
     cudaFree(b->weight_bytes);
     free(b->layers);
@@ -187,9 +189,9 @@ const char *cuda_decode_path(backend *self) {
             at += (size_t)snprintf(attention + at, sizeof attention - at, "cp.async cluster of %d up to %d, ",
                                    b->attention_cluster, (int)b->cluster_max_context);
         if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
-        snprintf(single, sizeof single, "%s; attention: %s",
+        snprintf(single, sizeof single, "%s; attention: %s; greedy lm_head: %s",
                  b->use_graph ? (b->use_pdl ? "graph+pdl" : "graph") : (b->use_pdl ? "pdl, no graph" : "no graph"),
-                 attention);
+                 attention, b->lm_head_screen ? "int8 screen, bf16 candidates" : "bf16");
     }
     if (b->use_batch)
         snprintf(batched, sizeof batched,
@@ -359,6 +361,18 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         b->dec_argmax_ws = parts[7];
         b->dec_counters = static_cast<unsigned *>(parts[8]);
         b->dec_token = reinterpret_cast<int32_t *>(static_cast<unsigned char *>(parts[8]) + (size_t)c->n_heads * 4);
+    }
+    /* The lm_head's int8 screen for greedy single-stream decode (lm_head_screen.cu): half the lm_head's bytes of
+     * device memory more, to read half its bytes per greedy step. Off with KITE_CUDA_LM_HEAD_SCREEN=0; left off
+     * (decode then reads the bf16 lm_head whole, as before) where the shape does not suit its kernels or the device
+     * has no room for it. */
+    if (status == KITE_OK && env_flag("KITE_CUDA_LM_HEAD_SCREEN", true) && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
+        if (cudaMalloc(&b->lm_head_screen, cuda_lm_head_screen_bytes(c->vocab_size, c->hidden_size)) == cudaSuccess) {
+            STEP(cuda_lm_head_screen_build(b->lm_head, c->vocab_size, c->hidden_size, b->lm_head_screen, b->stream));
+        } else {
+            (void)cudaGetLastError(); /* out of memory: not sticky; clear it */
+            b->lm_head_screen = NULL;
+        }
     }
     if (status == KITE_OK && env_flag("KITE_CUDA_ATTENTION_CLUSTER", true)) {
         const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};

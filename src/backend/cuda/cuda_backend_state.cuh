@@ -102,8 +102,12 @@ struct cuda_backend {
     int32_t step_next_position;
     int32_t step_table_copied;    /* entries of that table (step_host holds them) */
     unsigned long long step_copies; /* step buffer copies made (cuda_backend_step_copies) */
-    /* Captured decode steps, one per attention kernel (decode_attention_kernel picks one per step by context). */
-    cudaGraphExec_t graph[N_DECODE_ATTENTION];
+    /* Captured decode steps, one per attention kernel (decode_attention_kernel picks one per step by context), with
+     * the lm_head as the GEMV (logits kept) or screened ([1]: step_batch.ids_only, where lm_head_screen is set). */
+    cudaGraphExec_t graph[2][N_DECODE_ATTENTION];
+    /* The lm_head's int8 screen (lm_head_screen.cu; cuda_lm_head_screen_bytes), NULL where it is off
+     * (KITE_CUDA_LM_HEAD_SCREEN=0), does not fit the shape, or could not be allocated. */
+    void *lm_head_screen;
     int32_t bulk_max_context;
     int32_t cluster_max_context;
     /* The same step as one persistent kernel (decode_persistent.cu), when the shapes and device allow. */

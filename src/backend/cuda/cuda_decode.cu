@@ -1,7 +1,8 @@
 /* The CUDA backend's single-stream decode (one sequence, one token, logits wanted): GEMV kernels that read each
  * weight once, attention by the bulk-copy fed cluster kernel up to bulk_max_context (1,024), by the split-K kernel
- * beyond (the cp.async cluster kernel where cluster_max_context asks for it), lm_head + argmax on the device,
- * captured as a CUDA graph (one per attention kernel) and replayed.
+ * beyond (the cp.async cluster kernel where cluster_max_context asks for it), lm_head + argmax on the device (for a
+ * step asked for ids only, step_batch.ids_only, the lm_head screened through its int8 copy: lm_head_screen.cu),
+ * captured as a CUDA graph (one per attention kernel and lm_head form) and replayed.
  * Per-step values (token, position, cache slot, context length, block table) live in device memory; the step's
  * last kernel moves them on by one position, so a step chained in place needs a copy from the host only where they
  * differ (a new cache block, a host token); kernels chain by programmatic dependent launch.
@@ -21,7 +22,8 @@ int decode_attention_kernel(const cuda_backend *b, int32_t context) {
     return DECODE_ATTENTION_SPLIT;
 }
 
-kite_status decode_launches(cuda_backend *b, int attention) {
+/* ids_only: the lm_head screened (argmax only, no logits). */
+kite_status decode_launches(cuda_backend *b, int attention, bool ids_only) {
     const qwen3_config *c = &b->config;
     void *st = b->stream;
     const int pdl = b->use_pdl ? 1 : 0;
@@ -62,9 +64,14 @@ kite_status decode_launches(cuda_backend *b, int attention) {
         DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemv(L->down, b->dec_act, NULL, 0.0f, b->dec_x, hidden, inter,
                                                      CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
     }
-    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
-                                                    c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,
-                                                    b->dec_token, st, pdl));
+    if (ids_only)
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD,
+                    cuda_lm_head_screened_argmax(b->lm_head, b->lm_head_screen, b->dec_x, b->final_norm, eps,
+                                                 c->vocab_size, hidden, b->dec_token, NULL, 0, st, pdl));
+    else
+        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
+                                                        c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,
+                                                        b->dec_token, st, pdl));
     int32_t *moved = b->step_device; /* `step` above is read-only; the publish kernel moves these on */
     const cuda_decode_step next = {moved + STEP_POSITION, moved + STEP_SLOT, moved + STEP_CONTEXT,
                                    moved + STEP_TABLE, b->kv_block_size, b->kv_blocks};
@@ -72,18 +79,20 @@ kite_status decode_launches(cuda_backend *b, int attention) {
     return KITE_OK;
 }
 
-kite_status capture_decode_graph(cuda_backend *b, int which) {
-    return capture_graph(b->stream, [&] { return decode_launches(b, which); }, &b->graph[which], "decode graph");
+kite_status capture_decode_graph(cuda_backend *b, int which, bool ids_only) {
+    return capture_graph(b->stream, [&] { return decode_launches(b, which, ids_only); }, &b->graph[ids_only][which],
+                         "decode graph");
 }
 
 } // namespace
 
 kite_status destroy_decode_graphs(cuda_backend *b) {
     b->step_advanced = false; /* kv_reserve replaces the step buffer after this */
-    for (int i = 0; i < N_DECODE_ATTENTION; i++) {
-        if (b->graph[i]) CUDA_CHECK(cudaGraphExecDestroy(b->graph[i]));
-        b->graph[i] = NULL;
-    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N_DECODE_ATTENTION; i++) {
+            if (b->graph[k][i]) CUDA_CHECK(cudaGraphExecDestroy(b->graph[k][i]));
+            b->graph[k][i] = NULL;
+        }
     return KITE_OK;
 }
 
@@ -92,6 +101,7 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32
     const int32_t bs = b->kv_block_size, context = batch->seq_context_len[0];
     const int32_t position = context - 1, n_blocks = KITE_CEIL_DIV(context, bs);
     const bool persistent = b->use_persistent && bs % 16 == 0; /* the kernel copies K/V in pieces of 16 slots */
+    const bool ids_only = batch->ids_only && b->lm_head_screen && !persistent;
     /* The graphs' embedding reads dec_token for a negative id; the persistent kernel reads the id itself. */
     const bool chained_in_place = chained == b->dec_token && !persistent;
     /* The previous step (chained in place too) left this step's values on the device if it was at the position
@@ -130,16 +140,16 @@ kite_status forward_decode(cuda_backend *b, const step_batch *batch, const int32
     } else {
         const int attention = decode_attention_kernel(b, context);
         if (b->use_graph) {
-            if (!b->graph[attention]) KITE_TRY(capture_decode_graph(b, attention));
-            CUDA_CHECK(cudaGraphLaunch(b->graph[attention], b->stream));
+            if (!b->graph[ids_only][attention]) KITE_TRY(capture_decode_graph(b, attention, ids_only));
+            CUDA_CHECK(cudaGraphLaunch(b->graph[ids_only][attention], b->stream));
         } else {
-            KITE_TRY(decode_launches(b, attention));
+            KITE_TRY(decode_launches(b, attention, ids_only));
         }
     }
     /* The graphs' and the direct launches' publish moved the buffer on (the persistent kernel does not). */
     b->step_advanced = chained_in_place;
     b->step_next_position = position + 1;
-    b->kept_logits = b->dec_logits;
+    b->kept_logits = ids_only ? NULL : b->dec_logits; /* read_logits and read_top refuse NULL */
     b->kept_rows = 1;
     b->kept_decode = true;
     b->kept_published = persistent ? NULL : b->publish_host + (position & 1);

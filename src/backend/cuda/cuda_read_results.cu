@@ -6,6 +6,12 @@
 #include <math.h>
 #include <string.h>
 
+/* A forward asked for ids only (step_batch.ids_only) kept no logits. */
+static kite_status ids_only_refusal(const char *what) {
+    return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %s after a forward that kept only its argmax ids "
+                     "(step_batch.ids_only)", what);
+}
+
 /* The device ids of the kept rows' argmax: where the decode graphs left them, else computed into ids_device. */
 kite_status kept_argmax_device(cuda_backend *b, int32_t n_rows, const int32_t **ids) {
     if (b->kept_decode) {
@@ -26,6 +32,7 @@ kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
     if (n_rows < 0 || n_rows > b->kept_rows)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d logits rows asked, %d kept", n_rows, b->kept_rows);
     if (n_rows == 0) return KITE_OK;
+    if (!b->kept_logits) return ids_only_refusal("read_logits");
     CUDA_CHECK(cudaMemcpyAsync(out, b->kept_logits, (size_t)n_rows * (size_t)b->config.vocab_size * sizeof(float),
                                cudaMemcpyDeviceToHost, b->stream));
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
@@ -65,6 +72,7 @@ kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_l
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: read_top of %d rows (%d kept), k %d (at most %d)",
                          n_rows, b->kept_rows, k, BACKEND_TOP_MAX);
     if (n_rows == 0) return KITE_OK;
+    if (!b->kept_logits) return ids_only_refusal("read_top");
     const int vocab = b->config.vocab_size;
     if (!cuda_top_candidates_fits(vocab, k)) { /* not ranked here: the caller reads the rows whole */
         for (int32_t r = 0; r < n_rows; r++) stats[r] = backend_row_top{-INFINITY, 0, -1, -1, 0.0};

@@ -1,0 +1,459 @@
+/* Greedy decode's lm_head by screening: the argmax of the logits without reading every bf16 row.
+ *
+ * In a small model's decode step the lm_head is the largest single read (Qwen3-0.6B: 311 MB of bf16, ~73 us of a
+ * 0.58 ms step at depth 256), and a greedy step needs only its argmax. Here a copy of the matrix in int8 (one scale
+ * per row: half the bytes) is read first. It gives every row an approximate logit and a rigorous bound on how far
+ * the exact logit can be from it. Only a row whose upper bound reaches the best lower bound can hold the argmax;
+ * those few rows' exact logits are then computed from the bf16 rows with the lm_head GEMV's own arithmetic
+ * (gemv.cu), so the id is the one the full product gives, ties (lowest id) and NaN (never wins) included.
+ * test_lm_head_screen checks that bit for bit against cuda_gemv.
+ *
+ * The bound. The GEMV computes logit_i = s * (w_i . v) in fp32, with v = x * g the staged input times the norm
+ * weights and s the RMS scale (both staged below by the GEMV's own code, so they are the same bits). With
+ * w~_i = scale_i * q_i the int8 row and e_i = |w_i - w~_i|_2:
+ *   |w_i . v - w~_i . v| <= e_i |v|_2                                        (Cauchy-Schwarz),
+ * and a dot product of n terms summed in fp32 is within gamma_n |w|_2 |v|_2 of its exact value (gamma_n = n u / (1 -
+ * n u), u = 2^-24; |w~_i| <= |w_i| + e_i). So |logit_i - approx_i| <= s |v|_2 d_i with
+ *   d_i = e_i + 2 gamma_n (|w_i|_2 + e_i) + 8 u (|w_i|_2 + e_i)              (the last term: the products by s),
+ * computed once per row in double and rounded up (screen_build_kernel), and s |v|_2 once per step with 1% to spare
+ * (it covers the fp32 rounding of |v|_2, of the bound's product and of approx +- bound). A row with a non-finite
+ * weight gets d_i = inf: it is always a candidate. A step whose s |v|_2 or approx_i is not finite makes the row (or
+ * every row) a candidate, and the exact pass then reads those rows as the GEMV would.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <float.h>
+#include <math.h>
+
+namespace {
+
+constexpr int SCREEN_THREADS = 128; /* also the staging's: s must come out as the GEMV's bits (gemv.cu) */
+constexpr int SCREEN_WARPS = SCREEN_THREADS / 32;
+constexpr int SCREEN_BLOCKS_PER_SM = 4;
+constexpr int PICK_BLOCKS_PER_SM = 2;
+constexpr int SCREEN_R = 4; /* rows a warp walks together */
+constexpr int SCREEN_U = 2; /* 16-byte chunks (16 int8 columns) per lane, row and step */
+constexpr int PICK_GROUPS_AHEAD = 8; /* groups of 32 rows whose upper bounds a warp of the exact pass loads at once */
+
+int sm_count() {
+    static int count = 0;
+    if (count == 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+            count = 132;
+    }
+    return count;
+}
+
+int screen_grid(int rows) {
+    const int tasks = KITE_CEIL_DIV(rows, SCREEN_R), blocks = KITE_CEIL_DIV(tasks, SCREEN_WARPS);
+    return blocks < SCREEN_BLOCKS_PER_SM * sm_count() ? blocks : SCREEN_BLOCKS_PER_SM * sm_count();
+}
+
+int pick_grid(int rows) {
+    const int groups = KITE_CEIL_DIV(rows, 32), blocks = KITE_CEIL_DIV(groups, SCREEN_WARPS);
+    return blocks < PICK_BLOCKS_PER_SM * sm_count() ? blocks : PICK_BLOCKS_PER_SM * sm_count();
+}
+
+/* Where each part of the screen's one allocation lies (bytes from its start; each part 256-byte aligned). */
+struct screen_layout {
+    size_t q, info, upper, lower, partial, counters, total;
+};
+
+screen_layout layout_of(int rows, int cols) {
+    auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+    screen_layout l;
+    l.q = 0;
+    l.info = up((size_t)rows * (size_t)cols);
+    l.upper = l.info + up((size_t)rows * sizeof(float2));
+    l.lower = l.upper + up((size_t)rows * sizeof(float));
+    l.partial = l.lower + up((size_t)SCREEN_BLOCKS_PER_SM * sm_count() * sizeof(float));
+    l.counters = l.partial + up((size_t)PICK_BLOCKS_PER_SM * sm_count() * sizeof(argmax_entry));
+    l.total = l.counters + 256;
+    return l;
+}
+
+/* Counters at l.counters: the exact pass's arrivals, its candidates of this step so far, and of the last step. */
+enum { COUNTER_ARRIVED = 0, COUNTER_CANDIDATES = 1, COUNTER_LAST_CANDIDATES = 2 };
+
+/* One warp per row: the int8 row (round to nearest of w * 127 / max|w|), its scale and its bound d (above). */
+__global__ void screen_build_kernel(const bf16 *__restrict__ weight, int rows, int cols, int8_t *q, float2 *info) {
+    const int lane = threadIdx.x & 31;
+    const int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    if (row >= rows) return;
+    const bf16 *w = weight + (size_t)row * (size_t)cols;
+    float peak = 0.0f;
+    bool finite = true;
+    for (int j = lane; j < cols; j += 32) {
+        const float v = __bfloat162float(w[j]);
+        finite &= isfinite(v);
+        peak = fmaxf(peak, fabsf(v));
+    }
+    finite = __all_sync(0xffffffffu, finite);
+    peak = warp_max(peak);
+    const float scale = finite && peak > 0.0f ? peak / 127.0f : 0.0f;
+    double err_sq = 0.0, norm_sq = 0.0;
+    for (int j = lane; j < cols; j += 32) {
+        const float v = __bfloat162float(w[j]);
+        int level = 0;
+        if (scale > 0.0f) {
+            level = __float2int_rn(v / scale);
+            level = level > 127 ? 127 : (level < -127 ? -127 : level);
+        }
+        q[(size_t)row * (size_t)cols + j] = (int8_t)level;
+        const double diff = (double)v - (double)scale * (double)level;
+        err_sq += diff * diff;
+        norm_sq += (double)v * (double)v;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        err_sq += __shfl_xor_sync(0xffffffffu, err_sq, offset);
+        norm_sq += __shfl_xor_sync(0xffffffffu, norm_sq, offset);
+    }
+    if (lane == 0) {
+        float bound = INFINITY;
+        if (finite) {
+            const double u = 0x1.0p-24, n = (double)cols;
+            const double gamma = n * u / (1.0 - n * u);
+            const double e = sqrt(err_sq), norm = sqrt(norm_sq);
+            const double d = e + 2.0 * gamma * (norm + e) + 8.0 * u * (norm + e);
+            bound = __double2float_ru(d * (1.0 + 0x1.0p-20));
+        }
+        info[row] = make_float2(scale, bound);
+    }
+}
+
+/* The GEMV's staging (gemv.cu, kept identical so that v and s are its bits): x into smem_vec by cp.async, times the
+ * norm weights already in smem_norm, and s = rsqrt(mean(x^2) + eps) from the same per-thread, per-warp order. With
+ * v_norm_sq, also sum(v^2) (any order: it only enters the bound, with margin). The block's threads all call it. */
+__device__ __forceinline__ float stage_input(const float *x, float eps, int cols, float4 *smem_vec, const float4 *smem_norm,
+                                             float *reduce_scratch, float *v_norm_sq) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_vec = cols >> 2;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) cp_async_16(&smem_vec[i], &x4[i]);
+    cp_async_commit();
+    cp_async_wait<0>();
+    float sum_sq = 0.0f, v_sq = 0.0f;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) {
+        float4 v = smem_vec[i];
+        const float4 g = smem_norm[i];
+        sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        v.x *= g.x;
+        v.y *= g.y;
+        v.z *= g.z;
+        v.w *= g.w;
+        smem_vec[i] = v;
+        v_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    sum_sq = warp_sum(sum_sq);
+    v_sq = warp_sum(v_sq);
+    if (lane == 0) {
+        reduce_scratch[warp] = sum_sq;
+        reduce_scratch[SCREEN_WARPS + warp] = v_sq;
+    }
+    __syncthreads();
+    float total = 0.0f, v_total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < SCREEN_WARPS; w++) {
+        total += reduce_scratch[w];
+        v_total += reduce_scratch[SCREEN_WARPS + w];
+    }
+    *v_norm_sq = v_total;
+    return rsqrtf(total / (float)cols + eps);
+}
+
+/* 16 int8 (one chunk) times 16 staged floats: byte k of a word, biased to unsigned, placed under the exponent of
+ * 2^23 is the float 2^23 + b exactly; minus 2^23 + 128 it is the int8 value, again exactly. */
+__device__ __forceinline__ float int8x4_dot(uint32_t word, float4 v, float acc) {
+    const uint32_t biased = word ^ 0x80808080u;
+    constexpr float offset = 8388736.0f; /* 2^23 + 128 */
+    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7440)) - offset, v.x, acc);
+    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7441)) - offset, v.y, acc);
+    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7442)) - offset, v.z, acc);
+    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7443)) - offset, v.w, acc);
+    return acc;
+}
+
+/* Phase 1: every row's upper bound approx + s|v|d into `upper`, and each block's best lower bound approx - s|v|d into
+ * lower[blockIdx.x]. A warp walks SCREEN_R rows at a time in steps of SCREEN_U chunks per lane, the next step's loads
+ * in flight while it multiplies (as the GEMV does). The staged input is re-laid out in four planes (plane k holds
+ * floats 4k..4k+3 of every 16-column chunk) so that a warp's reads of one plane are consecutive 16-byte pieces. */
+__global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
+    screen_kernel(const int8_t *__restrict__ q, const float2 *__restrict__ info, const float *x,
+                  const float *__restrict__ norm_weight, float eps, int rows, int cols, float *upper, float *lower) {
+    extern __shared__ __align__(128) float4 smem_vec[]; /* cols floats, then the norm weights, then the planes */
+    __shared__ float reduce_scratch[2 * SCREEN_WARPS];
+    __shared__ float warp_lower[SCREEN_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_vec = cols >> 2, n_chunks = cols >> 4;
+    const int n_tasks = KITE_CEIL_DIV(rows, SCREEN_R), task_stride = gridDim.x * SCREEN_WARPS;
+    float4 *smem_norm = smem_vec + n_vec, *planes = smem_vec + 2 * n_vec;
+
+    struct cursor {
+        int task, first;
+    };
+    auto advance = [&](cursor &c) {
+        c.first += 32 * SCREEN_U;
+        if (c.first >= n_chunks) {
+            c.first = 0;
+            c.task += task_stride;
+        }
+    };
+    auto load_step = [&](const cursor &c, uint4 (&w)[SCREEN_R][SCREEN_U], float2 (&row_info)[SCREEN_R]) {
+#pragma unroll
+        for (int r = 0; r < SCREEN_R; r++) {
+            const int row = c.task * SCREEN_R + r < rows ? c.task * SCREEN_R + r : 0; /* out of range: discarded */
+            const uint4 *row_ptr = reinterpret_cast<const uint4 *>(q + (size_t)row * (size_t)cols);
+#pragma unroll
+            for (int u = 0; u < SCREEN_U; u++) {
+                const int chunk = c.first + u * 32 + lane;
+                w[r][u] = chunk < n_chunks ? load_weight_16(row_ptr + chunk) : make_uint4(0, 0, 0, 0);
+            }
+            if (c.first + 32 * SCREEN_U >= n_chunks) row_info[r] = info[row]; /* with the task's last step */
+        }
+    };
+    float acc[SCREEN_R];
+#pragma unroll
+    for (int r = 0; r < SCREEN_R; r++) acc[r] = 0.0f;
+    float best_lower = -INFINITY, s = 1.0f, bound_scale = 0.0f;
+    auto multiply_step = [&](const cursor &c, const uint4 (&w)[SCREEN_R][SCREEN_U], const float2 (&row_info)[SCREEN_R]) {
+#pragma unroll
+        for (int u = 0; u < SCREEN_U; u++) {
+            const int chunk = c.first + u * 32 + lane;
+            if (chunk < n_chunks) {
+                float4 v[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[k] = planes[k * n_chunks + chunk];
+#pragma unroll
+                for (int r = 0; r < SCREEN_R; r++) {
+                    acc[r] = int8x4_dot(w[r][u].x, v[0], acc[r]);
+                    acc[r] = int8x4_dot(w[r][u].y, v[1], acc[r]);
+                    acc[r] = int8x4_dot(w[r][u].z, v[2], acc[r]);
+                    acc[r] = int8x4_dot(w[r][u].w, v[3], acc[r]);
+                }
+            }
+        }
+        if (c.first + 32 * SCREEN_U >= n_chunks) { /* the task's last step */
+#pragma unroll
+            for (int r = 0; r < SCREEN_R; r++) {
+                const float dot = warp_sum(acc[r]);
+                const int row = c.task * SCREEN_R + r;
+                if (lane == r && row < rows) {
+                    const float approx = dot * row_info[r].x * s, bound = bound_scale * row_info[r].y;
+                    float up = approx + bound, low = approx - bound;
+                    if (!(isfinite(approx) && isfinite(bound))) { /* no bound: always a candidate */
+                        up = INFINITY;
+                        low = -INFINITY;
+                    }
+                    upper[row] = up;
+                    best_lower = fmaxf(best_lower, low);
+                }
+                acc[r] = 0.0f;
+            }
+        }
+    };
+
+    /* Weights do not depend on the previous kernel: the first step's before the wait, the second after it (the
+     * lm_head GEMV's pattern, gemv.cu). */
+    uint4 wa[SCREEN_R][SCREEN_U], wb[SCREEN_R][SCREEN_U];
+    float2 ia[SCREEN_R], ib[SCREEN_R];
+    cursor next_load = {(int)blockIdx.x * SCREEN_WARPS + warp, 0};
+    cursor next_multiply = next_load;
+    if (next_load.task < n_tasks) load_step(next_load, wa, ia);
+    advance(next_load);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS)
+        cp_async_16(&smem_norm[i], &reinterpret_cast<const float4 *>(norm_weight)[i]);
+    cp_async_commit();
+    pdl_wait();
+    pdl_launch_dependents();
+    if (next_load.task < n_tasks) load_step(next_load, wb, ib);
+    advance(next_load);
+
+    float v_norm_sq = 0.0f;
+    s = stage_input(x, eps, cols, smem_vec, smem_norm, reduce_scratch, &v_norm_sq);
+    bound_scale = s * sqrtf(v_norm_sq) * 1.01f;
+    if (!isfinite(bound_scale)) bound_scale = INFINITY;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) /* piece i: chunk i / 4, plane i % 4 */
+        planes[(i & 3) * n_chunks + (i >> 2)] = smem_vec[i];
+    __syncthreads();
+
+    while (next_multiply.task < n_tasks) {
+        multiply_step(next_multiply, wa, ia);
+        advance(next_multiply);
+        if (next_load.task < n_tasks) load_step(next_load, wa, ia);
+        advance(next_load);
+        if (next_multiply.task >= n_tasks) break;
+        multiply_step(next_multiply, wb, ib);
+        advance(next_multiply);
+        if (next_load.task < n_tasks) load_step(next_load, wb, ib);
+        advance(next_load);
+    }
+    best_lower = warp_max(best_lower);
+    if (lane == 0) warp_lower[warp] = best_lower;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float b = warp_lower[0];
+        for (int w = 1; w < SCREEN_WARPS; w++) b = fmaxf(b, warp_lower[w]);
+        lower[blockIdx.x] = b;
+    }
+}
+
+/* Phase 2: the best lower bound L over phase 1's blocks; every row whose upper bound reaches L gets its exact logit,
+ * computed as the lm_head GEMV computes it (gemv.cu's multiply: a lane's chunks of 8 in order lane, lane + 32, ...,
+ * the same expression, warp_sum, times s). A warp reads the bounds of 32 rows per group; the block's best goes to
+ * partial[], and the last block to arrive reduces them to the id. logits (tests only, else NULL): every candidate's
+ * exact logit. all_rows (tests only): every row a candidate. */
+__global__ void __launch_bounds__(SCREEN_THREADS)
+    pick_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
+                int rows, int cols, const float *upper, const float *lower, int n_lower, argmax_entry *partial,
+                unsigned *counters, int32_t *out, float *logits, int all_rows) {
+    extern __shared__ __align__(128) float4 smem_vec[]; /* cols floats, then the norm weights */
+    __shared__ float reduce_scratch[2 * SCREEN_WARPS];
+    __shared__ float lower_scratch[32];
+    __shared__ argmax_entry best_scratch[32];
+    __shared__ unsigned block_candidates;
+    __shared__ bool is_last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_vec = cols >> 2, n_chunks = cols >> 3;
+    float4 *smem_norm = smem_vec + n_vec;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS)
+        cp_async_16(&smem_norm[i], &reinterpret_cast<const float4 *>(norm_weight)[i]);
+    cp_async_commit();
+    if (threadIdx.x == 0) block_candidates = 0;
+    pdl_wait();
+    pdl_launch_dependents();
+
+    float level = -INFINITY; /* L */
+    for (int i = threadIdx.x; i < n_lower; i += SCREEN_THREADS) level = fmaxf(level, lower[i]);
+    level = warp_max(level);
+    if (lane == 0) lower_scratch[warp] = level;
+    float v_norm_sq = 0.0f;
+    const float s = stage_input(x, eps, cols, smem_vec, smem_norm, reduce_scratch, &v_norm_sq); /* has a barrier */
+    level = lower_scratch[0];
+#pragma unroll
+    for (int w = 1; w < SCREEN_WARPS; w++) level = fmaxf(level, lower_scratch[w]);
+    if (all_rows) level = -INFINITY;
+
+    float best_value = -FLT_MAX;
+    int32_t best_index = INT32_MAX;
+    unsigned candidates = 0;
+    const int n_groups = KITE_CEIL_DIV(rows, 32), group_stride = gridDim.x * SCREEN_WARPS;
+    for (int first = (int)blockIdx.x * SCREEN_WARPS + warp; first < n_groups; first += PICK_GROUPS_AHEAD * group_stride) {
+        float bounds[PICK_GROUPS_AHEAD];
+#pragma unroll
+        for (int j = 0; j < PICK_GROUPS_AHEAD; j++) {
+            const int row = (first + j * group_stride) * 32 + lane;
+            bounds[j] = row < rows ? upper[row] : NAN; /* compares false, even with all_rows */
+        }
+#pragma unroll /* bounds[] stays in registers */
+        for (int j = 0; j < PICK_GROUPS_AHEAD; j++) {
+            unsigned mask = __ballot_sync(0xffffffffu, bounds[j] >= level);
+            while (mask) {
+                const int row = (first + j * group_stride) * 32 + __ffs(mask) - 1;
+                mask &= mask - 1;
+                const uint4 *row_ptr = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
+                float acc = 0.0f;
+                for (int chunk = lane; chunk < n_chunks; chunk += 32) {
+                    const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
+                    float wf[8];
+                    bf16x8_to_float(load_weight_16(row_ptr + chunk), wf);
+                    acc += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
+                           wf[6] * x1.z + wf[7] * x1.w;
+                }
+                const float logit = warp_sum(acc) * s;
+                if (lane == 0) {
+                    if (logits) logits[row] = logit;
+                    if (argmax_better(logit, row, best_value, best_index)) {
+                        best_value = logit;
+                        best_index = row;
+                    }
+                    candidates++;
+                }
+            }
+        }
+    }
+    if (lane == 0 && candidates) atomicAdd(&block_candidates, candidates);
+    argmax_entry best = block_argmax(argmax_entry{best_value, best_index}, best_scratch); /* has barriers */
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = best;
+        atomicAdd(&counters[COUNTER_CANDIDATES], block_candidates);
+    }
+    if (!block_arrive_is_last(&counters[COUNTER_ARRIVED], gridDim.x, &is_last)) return;
+    best = argmax_none();
+    for (int i = threadIdx.x; i < (int)gridDim.x; i += SCREEN_THREADS)
+        if (argmax_better(partial[i].value, partial[i].index, best.value, best.index)) best = partial[i];
+    best = block_argmax(best, best_scratch);
+    if (threadIdx.x == 0) {
+        out[0] = argmax_id(best);
+        counters[COUNTER_LAST_CANDIDATES] = counters[COUNTER_CANDIDATES];
+        counters[COUNTER_CANDIDATES] = 0;
+        counters[COUNTER_ARRIVED] = 0; /* for the next launch (graph replays) */
+    }
+}
+
+} // namespace
+
+extern "C" int cuda_lm_head_screen_fits(int rows, int cols) {
+    /* Staged input, norm weights and the planes: 12 bytes per column of shared memory. */
+    return rows > 0 && cols > 0 && cols % 16 == 0 && (size_t)cols * 12 <= 200 * 1024;
+}
+
+extern "C" size_t cuda_lm_head_screen_bytes(int rows, int cols) { return layout_of(rows, cols).total; }
+
+extern "C" kite_status cuda_lm_head_screen_build(const void *weight, int rows, int cols, void *screen, void *stream) {
+    if (!cuda_lm_head_screen_fits(rows, cols))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_lm_head_screen_build: %d x %d is not supported", rows, cols);
+    const screen_layout l = layout_of(rows, cols);
+    unsigned char *base = static_cast<unsigned char *>(screen);
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    CUDA_CHECK(cudaMemsetAsync(base + l.counters, 0, 256, st));
+    const int warps_per_block = 8;
+    screen_build_kernel<<<KITE_CEIL_DIV(rows, warps_per_block), warps_per_block * 32, 0, st>>>(
+        static_cast<const bf16 *>(weight), rows, cols, reinterpret_cast<int8_t *>(base + l.q),
+        reinterpret_cast<float2 *>(base + l.info));
+    CUDA_CHECK_LAUNCH();
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const void *screen, const float *x,
+                                                    const float *norm_weight, float eps, int rows, int cols,
+                                                    int32_t *out, float *logits, int all_rows, void *stream,
+                                                    int use_pdl) {
+    if (!cuda_lm_head_screen_fits(rows, cols) || !norm_weight || !out)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_lm_head_screened_argmax: %d x %d (cols %% 16, a norm and "
+                         "an output needed)", rows, cols);
+    const screen_layout l = layout_of(rows, cols);
+    const unsigned char *base = static_cast<const unsigned char *>(screen);
+    unsigned char *mutable_base = const_cast<unsigned char *>(base);
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const int grid = screen_grid(rows), pick = pick_grid(rows);
+    const size_t screen_smem = (size_t)cols * 12, pick_smem = (size_t)cols * 8;
+    /* Past 48 KB with the kernels' static shared memory (under 1 KB) the launch needs the opt-in. */
+    if (screen_smem > 47 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(screen_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)screen_smem));
+    if (pick_smem > 47 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(pick_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pick_smem));
+    float *upper = reinterpret_cast<float *>(mutable_base + l.upper), *lower = reinterpret_cast<float *>(mutable_base + l.lower);
+    CUDA_CHECK(launch_kernel(screen_kernel, dim3(grid), dim3(SCREEN_THREADS), screen_smem, st, use_pdl != 0,
+                             reinterpret_cast<const int8_t *>(base + l.q), reinterpret_cast<const float2 *>(base + l.info),
+                             x, norm_weight, eps, rows, cols, upper, lower));
+    CUDA_CHECK(launch_kernel(pick_kernel, dim3(pick), dim3(SCREEN_THREADS), pick_smem, st, use_pdl != 0,
+                             static_cast<const bf16 *>(weight), x, norm_weight, eps, rows, cols,
+                             static_cast<const float *>(upper), static_cast<const float *>(lower), grid,
+                             reinterpret_cast<argmax_entry *>(mutable_base + l.partial),
+                             reinterpret_cast<unsigned *>(mutable_base + l.counters), out, logits, all_rows));
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_lm_head_screen_candidates(const void *screen, int rows, int cols, unsigned *out) {
+    const screen_layout l = layout_of(rows, cols);
+    CUDA_CHECK(cudaMemcpy(out, static_cast<const unsigned char *>(screen) + l.counters +
+                                   COUNTER_LAST_CANDIDATES * sizeof(unsigned), sizeof(unsigned), cudaMemcpyDeviceToHost));
+    return KITE_OK;
+}
