@@ -5,7 +5,9 @@
  * Prints the median of 9 timed passes of 20 launches each (after one warm-up pass), without and with PDL
  * between the launches, as microseconds per product and the weights' read rate; then a hash of y's bits and (ARGMAX)
  * the id, so that two builds of the kernel can be compared bit for bit (ADD epilogues accumulate into y launch after
- * launch: compare their hashes only between runs of the same launches). */
+ * launch: compare their hashes only between runs of the same launches). For ARGMAX with cols % 16 == 0 it then times
+ * greedy decode's screened lm_head the same way (cuda_lm_head_screened_argmax: the int8 screen and the exact pass
+ * over its candidates), with how many rows it read whole and whether its id is the GEMV's. */
 #include "backend/cuda/cuda_ops.h"
 
 #include <cuda_runtime.h>
@@ -97,5 +99,35 @@ int main(int argc, char **argv) {
     printf("outputs: fnv1a %016llx%s\n", (unsigned long long)hash, epilogue == CUDA_GEMV_ARGMAX ? "" : " (no argmax)");
     if (epilogue == CUDA_GEMV_ARGMAX) printf("argmax: %d\n", id);
     free(result);
+    if (epilogue == CUDA_GEMV_ARGMAX && cuda_lm_head_screen_fits(rows, cols)) {
+        void *screen;
+        CHECK(cudaMalloc(&screen, cuda_lm_head_screen_bytes(rows, cols)));
+        TRY(cuda_lm_head_screen_build(weight, rows, cols, screen, stream));
+        for (int pdl = 0; pdl <= 1; pdl++) {
+            double us[PASSES];
+            for (int pass = -1; pass < PASSES; pass++) {
+                CHECK(cudaEventRecord(begin, stream));
+                for (int i = 0; i < LAUNCHES; i++)
+                    TRY(cuda_lm_head_screened_argmax(weight, screen, x, norm, 1e-6f, rows, cols, out, NULL, 0, stream, pdl));
+                CHECK(cudaEventRecord(end, stream));
+                CHECK(cudaEventSynchronize(end));
+                float ms = 0.0f;
+                CHECK(cudaEventElapsedTime(&ms, begin, end));
+                if (pass >= 0) us[pass] = ms * 1000.0 / LAUNCHES;
+            }
+            const double mid = median(us, PASSES);
+            const double bytes = (double)n_weights + (double)rows * 12.0; /* int8 rows, (scale, bound), the upper bounds */
+            printf("screened argmax %d x %d %s: %.2f us per product (passes %.2f .. %.2f), %.2f TB/s over the screen\n",
+                   rows, cols, pdl ? "pdl   " : "no pdl", mid, us[0], us[PASSES - 1], bytes / (mid * 1e-6) / 1e12);
+        }
+        unsigned candidates = 0;
+        int32_t screened = -1;
+        TRY(cuda_lm_head_screen_candidates(screen, rows, cols, &candidates));
+        CHECK(cudaMemcpy(&screened, out, sizeof screened, cudaMemcpyDeviceToHost));
+        printf("screened argmax: %d (%s the GEMV's), %u candidate rows read whole\n", screened,
+               screened == id ? "equal to" : "DIFFERENT FROM", candidates);
+        CHECK(cudaFree(screen));
+        if (screened != id) return 1;
+    }
     return 0;
 }
