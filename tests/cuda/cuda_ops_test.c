@@ -652,6 +652,7 @@ static void test_gemv(void) {
     check_gemv(9002, 1032, CUDA_GEMV_SWIGLU, 1);
     check_gemv(151936, 1024, CUDA_GEMV_ARGMAX, 1);
     check_gemv(999, 2048, CUDA_GEMV_ARGMAX, 1);
+    check_gemv(1000, 6144, CUDA_GEMV_ARGMAX, 1); /* 48 KB staged: dynamic and static shared memory past 48 KB */
 }
 
 /* The screened lm_head against cuda_gemv's ARGMAX on the same input: with every row a candidate its exact logits

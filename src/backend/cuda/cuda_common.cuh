@@ -243,6 +243,19 @@ static inline cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid
     return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 }
 
+/* Opts `kernel` into dynamic_bytes of dynamic shared memory where that and its static arrays together pass the 48 KB a
+ * launch gets without asking (it then fails with an invalid argument). Below 32 KB of dynamic memory nothing is
+ * asked: no kernel here has 16 KB of static arrays (bench/kernel-footprint.txt; gemm_rows the most, 11 KB). */
+template <typename Kernel>
+static inline cudaError_t allow_dynamic_smem(Kernel kernel, size_t dynamic_bytes) {
+    if (dynamic_bytes <= 32 * 1024) return cudaSuccess;
+    cudaFuncAttributes attributes;
+    const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+    if (e != cudaSuccess) return e;
+    if (attributes.sharedSizeBytes + dynamic_bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_bytes);
+}
+
 /* Offset (in elements) of (block, K=0 / V=1, kv_head, slot) inside one layer's cache (cuda_ops.h). */
 __device__ __forceinline__ size_t kv_offset(const cuda_kv_layer &kv, int32_t block, int kind, int kv_head,
                                             int32_t slot) {

@@ -411,7 +411,7 @@ kite_status gemm_rows_launch(const rows_call &c) {
     const int grid = blocks_needed < resident ? blocks_needed : resident;
     const size_t smem = staged_smem_bytes(NT, c.cols, RAW);
     auto kernel = gemm_rows_kernel<NT, EPILOGUE, X_BF16, Y_BF16, RAW>;
-    if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_CHECK(allow_dynamic_smem(kernel, smem));
     CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(THREADS), smem, c.stream, c.pdl, c.weight, c.x, c.norm_weight,
                              c.eps, c.y, c.n_rows, c.rows, c.cols, k_slices, c.partial, c.y_settled));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)

@@ -274,7 +274,7 @@ kite_status gemv_launch(const gemv_call &c) {
                                EPILOGUE == CUDA_GEMV_ARGMAX ? gemv_argmax_max_grid() : gemv_max_grid());
     const size_t smem = (size_t)c.cols * sizeof(float) * (c.norm_weight != nullptr ? 2 : 1);
     auto kernel = gemv_kernel<R, U, EPILOGUE, MIN_BLOCKS>;
-    if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_CHECK(allow_dynamic_smem(kernel, smem));
     CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, c.stream, c.pdl, c.weight, c.x,
                              c.norm_weight, c.eps, c.y, c.rows, c.cols, c.partial, c.y_settled));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)

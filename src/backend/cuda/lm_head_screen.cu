@@ -434,11 +434,8 @@ extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const vo
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     const int grid = screen_grid(rows), pick = pick_grid(rows);
     const size_t screen_smem = (size_t)cols * 12, pick_smem = (size_t)cols * 8;
-    /* Past 48 KB with the kernels' static shared memory (under 1 KB) the launch needs the opt-in. */
-    if (screen_smem > 47 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(screen_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)screen_smem));
-    if (pick_smem > 47 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(pick_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pick_smem));
+    CUDA_CHECK(allow_dynamic_smem(screen_kernel, screen_smem));
+    CUDA_CHECK(allow_dynamic_smem(pick_kernel, pick_smem));
     float *upper = reinterpret_cast<float *>(mutable_base + l.upper), *lower = reinterpret_cast<float *>(mutable_base + l.lower);
     CUDA_CHECK(launch_kernel(screen_kernel, dim3(grid), dim3(SCREEN_THREADS), screen_smem, st, use_pdl != 0,
                              reinterpret_cast<const int8_t *>(base + l.q), reinterpret_cast<const float2 *>(base + l.info),
