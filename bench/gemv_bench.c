@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
             for (int pass = -1; pass < PASSES; pass++) {
                 CHECK(cudaEventRecord(begin, stream));
                 for (int i = 0; i < LAUNCHES; i++)
-                    TRY(cuda_lm_head_screened_argmax(weight, screen, x, norm, 1e-6f, rows, cols, out, NULL, 0, stream, pdl));
+                    TRY(cuda_lm_head_screened_argmax(weight, screen, x, norm, 1e-6f, rows, cols, out, NULL, NULL, 0, stream, pdl));
                 CHECK(cudaEventRecord(end, stream));
                 CHECK(cudaEventSynchronize(end));
                 float ms = 0.0f;

@@ -697,7 +697,10 @@ static void check_lm_head_screen(int rows, int cols, int plant) {
     DEVICE_CHECK(kite_cuda_malloc(&d_screen, cuda_lm_head_screen_bytes(rows, cols)));
     DEVICE_CHECK(cuda_lm_head_screen_build(d_w, rows, cols, d_screen, NULL));
     DEVICE_CHECK(cuda_gemv(d_w, d_x, d_g, 1e-6f, d_y, rows, cols, CUDA_GEMV_ARGMAX, d_ws, d_id, NULL, 1));
-    DEVICE_CHECK(cuda_lm_head_screened_argmax(d_w, d_screen, d_x, d_g, 1e-6f, rows, cols, d_screened, d_exact, 1, NULL, 1));
+    float *d_bounds = device_buffer((size_t)rows * 8, NULL), *bounds = xmalloc((size_t)rows * 8);
+    DEVICE_CHECK(cuda_lm_head_screened_argmax(d_w, d_screen, d_x, d_g, 1e-6f, rows, cols, d_screened, d_exact, d_bounds, 1,
+                                              NULL, 1));
+    DEVICE_CHECK(kite_cuda_copy_to_host(bounds, d_bounds, (size_t)rows * 8));
     int32_t id = -1, screened = -2;
     DEVICE_CHECK(kite_cuda_copy_to_host(y, d_y, (size_t)rows * 4));
     DEVICE_CHECK(kite_cuda_copy_to_host(y_exact, d_exact, (size_t)rows * 4));
@@ -706,11 +709,23 @@ static void check_lm_head_screen(int rows, int cols, int plant) {
     CHECK_MSG(memcmp(y, y_exact, (size_t)rows * 4) == 0, "screen %d x %d plant %d: exact logits differ from the GEMV's",
               rows, cols, plant);
     CHECK_MSG(screened == id, "screen %d x %d plant %d, every row: id %d, the GEMV's %d", rows, cols, plant, screened, id);
+    /* The screen's premise, row by row: the exact logit lies within its bound of the estimate. */
+    int outside = 0;
+    double widest = 0.0; /* the largest |exact - estimate| / bound: how tight the bound is */
+    for (int r = 0; r < rows; r++) {
+        const float approx = bounds[2 * r], bound = bounds[2 * r + 1];
+        if (!isfinite(y[r]) || !isfinite(approx) || !isfinite(bound)) continue; /* such rows are always candidates */
+        const double gap = fabs((double)y[r] - (double)approx);
+        outside += gap > (double)bound;
+        if (bound > 0 && gap / bound > widest) widest = gap / bound;
+    }
+    CHECK_MSG(outside == 0, "screen %d x %d plant %d: %d rows' exact logits outside their bounds", rows, cols, plant, outside);
     unsigned candidates = 0;
     for (int pass = 0; pass < 2; pass++) { /* twice: the second launch finds the counters reset */
         screened = -2;
         DEVICE_CHECK(kite_cuda_memset(d_screened, 0xff, 4));
-        DEVICE_CHECK(cuda_lm_head_screened_argmax(d_w, d_screen, d_x, d_g, 1e-6f, rows, cols, d_screened, NULL, 0, NULL, 1));
+        DEVICE_CHECK(cuda_lm_head_screened_argmax(d_w, d_screen, d_x, d_g, 1e-6f, rows, cols, d_screened, NULL, NULL, 0,
+                                                  NULL, 1));
         DEVICE_CHECK(kite_cuda_copy_to_host(&screened, d_screened, 4));
         CHECK_MSG(screened == id, "screen %d x %d plant %d pass %d: id %d, the GEMV's %d", rows, cols, plant, pass,
                   screened, id);
@@ -721,16 +736,19 @@ static void check_lm_head_screen(int rows, int cols, int plant) {
         CHECK_MSG(candidates == (unsigned)rows && id == 0, "screen plant %d: %u of %d rows candidates, id %d", plant,
                   candidates, rows, id);
     if (plant == 1 && rows >= 100) CHECK_MSG(candidates >= 3, "screen: the tie and the near row must be candidates (%u)", candidates);
-    printf("  lm_head screen %d x %d, plant %d: id %d, %u candidate rows\n", rows, cols, plant, id, candidates);
+    printf("  lm_head screen %d x %d, plant %d: id %d, %u candidate rows, |exact - estimate| at most %.3f of the bound\n",
+           rows, cols, plant, id, candidates, widest);
     CHECK(guard_intact(d_screened, 4));
     CHECK(guard_intact(d_exact, (size_t)rows * 4));
-    void *bufs[] = {d_w, d_x, d_g, d_y, d_exact, d_ws, d_id, d_screened, d_screen};
+    CHECK(guard_intact(d_bounds, (size_t)rows * 8));
+    void *bufs[] = {d_w, d_x, d_g, d_y, d_exact, d_ws, d_id, d_screened, d_screen, d_bounds};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kite_cuda_free(bufs[i]);
     free(w_bits);
     free(x);
     free(g);
     free(y);
     free(y_exact);
+    free(bounds);
 }
 
 static void test_lm_head_screen(void) {

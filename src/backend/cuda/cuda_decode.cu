@@ -67,7 +67,7 @@ kite_status decode_launches(cuda_backend *b, int attention, bool ids_only) {
     if (ids_only)
         DECODE_PART(CUDA_DECODE_PART_LM_HEAD,
                     cuda_lm_head_screened_argmax(b->lm_head, b->lm_head_screen, b->dec_x, b->final_norm, eps,
-                                                 c->vocab_size, hidden, b->dec_token, NULL, 0, st, pdl));
+                                                 c->vocab_size, hidden, b->dec_token, NULL, NULL, 0, st, pdl));
     else
         DECODE_PART(CUDA_DECODE_PART_LM_HEAD, cuda_gemv(b->lm_head, b->dec_x, b->final_norm, eps, b->dec_logits,
                                                         c->vocab_size, hidden, CUDA_GEMV_ARGMAX, b->dec_argmax_ws,

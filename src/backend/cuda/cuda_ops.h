@@ -168,8 +168,9 @@ kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weig
 
 /* Greedy decode's lm_head by screening (lm_head_screen.cu): out[0] = the id cuda_gemv's ARGMAX gives for
  * rmsnorm(x) * norm_weight against weight (rows, cols; bf16), bit for bit, reading an int8 copy of the matrix and then
- * only the bf16 rows that can hold the argmax. No logits are written (logits: tests only, else NULL: each candidate
- * row's exact logit; all_rows: tests only, every row a candidate). The screen is one device allocation of
+ * only the bf16 rows that can hold the argmax. No logits are written (tests only, else NULL / 0: logits, each
+ * candidate row's exact logit; bounds, rows x (approx, bound) pairs, the screen's estimate and its proven distance to
+ * the exact logit; all_rows, every row a candidate). The screen is one device allocation of
  * cuda_lm_head_screen_bytes, filled once by cuda_lm_head_screen_build from the weight. A norm is required;
  * cuda_lm_head_screen_fits says which shapes the kernels take (cols % 16 == 0). candidates: how many rows the last
  * screened argmax read whole (a synchronous copy; for tests and measurements). */
@@ -177,8 +178,8 @@ int cuda_lm_head_screen_fits(int rows, int cols);
 size_t cuda_lm_head_screen_bytes(int rows, int cols);
 kite_status cuda_lm_head_screen_build(const void *weight, int rows, int cols, void *screen, void *stream);
 kite_status cuda_lm_head_screened_argmax(const void *weight, const void *screen, const float *x, const float *norm_weight,
-                                         float eps, int rows, int cols, int32_t *out, float *logits, int all_rows,
-                                         void *stream, int use_pdl);
+                                         float eps, int rows, int cols, int32_t *out, float *logits, float *bounds,
+                                         int all_rows, void *stream, int use_pdl);
 kite_status cuda_lm_head_screen_candidates(const void *screen, int rows, int cols, unsigned *candidates);
 
 /* Batched decode products for n_rows <= 32 sequences (tensor cores, each weight read once per step):

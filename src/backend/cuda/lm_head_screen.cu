@@ -8,17 +8,23 @@
  * (gemv.cu), so the id is the one the full product gives, ties (lowest id) and NaN (never wins) included.
  * test_lm_head_screen checks that bit for bit against cuda_gemv.
  *
+ * The screen's arithmetic is integer: each block also quantizes the staged input in two int8 levels,
+ * v~ = d1 * hi + d2 * lo (d1 = max|v| / 127, d2 = d1 / 254: about 15 bits), so that a row's approximate dot product
+ * is two exact int32 sums of dp4a, S1 = q_i . hi and S2 = q_i . lo, and approx_i = s * scale_i * (d1 S1 + d2 S2).
+ * (The float form, a conversion and an FMA per weight byte, ran at 3.4 TB/s, instruction-bound: s27r4.)
+ *
  * The bound. The GEMV computes logit_i = s * (w_i . v) in fp32, with v = x * g the staged input times the norm
  * weights and s the RMS scale (both staged below by the GEMV's own code, so they are the same bits). With
- * w~_i = scale_i * q_i the int8 row and e_i = |w_i - w~_i|_2:
- *   |w_i . v - w~_i . v| <= e_i |v|_2                                        (Cauchy-Schwarz),
- * and a dot product of n terms summed in fp32 is within gamma_n |w|_2 |v|_2 of its exact value (gamma_n = n u / (1 -
- * n u), u = 2^-24; |w~_i| <= |w_i| + e_i). So |logit_i - approx_i| <= s |v|_2 d_i with
- *   d_i = e_i + 2 gamma_n (|w_i|_2 + e_i) + 8 u (|w_i|_2 + e_i)              (the last term: the products by s),
- * computed once per row in double and rounded up (screen_build_kernel), and s |v|_2 once per step with 1% to spare
- * (it covers the fp32 rounding of |v|_2, of the bound's product and of approx +- bound). A row with a non-finite
- * weight gets d_i = inf: it is always a candidate. A step whose s |v|_2 or approx_i is not finite makes the row (or
- * every row) a candidate, and the exact pass then reads those rows as the GEMV would.
+ * w~_i = scale_i * q_i the int8 row, e_i = |w_i - w~_i|_2 and n_i = |w_i|_2 + e_i >= |w~_i|_2:
+ *   |w_i . v - w~_i . v~| <= e_i |v|_2 + n_i |v - v~|_2                     (Cauchy-Schwarz, twice),
+ * a dot product of n terms summed in fp32 (the exact pass) is within gamma_n |w|_2 |v|_2 of its exact value
+ * (gamma_n = n u / (1 - n u), u = 2^-24), and approx_i's few fp32 roundings (its integer sums are exact) are within
+ * a few u of s n_i (|v|_2 + |v - v~|_2). So |logit_i - approx_i| <= s |v|_2 d_i + s |v - v~|_2 n_max with
+ *   d_i = e_i + 2 gamma_n (|w_i|_2 + e_i) + 8 u (|w_i|_2 + e_i),   n_max = max_i n_i,
+ * computed once per row in double and rounded up (screen_build_kernel), and s |v|_2 and s |v - v~|_2 once per block
+ * with 1% to spare (it covers the fp32 rounding of the norms, of the bound's products and of approx +- bound). A row
+ * with a non-finite weight gets d_i = inf: it is always a candidate. A step whose bound or approx_i is not finite
+ * makes the row (or every row) a candidate, and the exact pass then reads those rows as the GEMV would.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -34,6 +40,7 @@ constexpr int PICK_BLOCKS_PER_SM = 2;
 constexpr int SCREEN_R = 4; /* rows a warp walks together */
 constexpr int SCREEN_U = 2; /* 16-byte chunks (16 int8 columns) per lane, row and step */
 constexpr int PICK_GROUPS_AHEAD = 8; /* groups of 32 rows whose upper bounds a warp of the exact pass loads at once */
+constexpr int PICK_CHUNKS_AHEAD = 8; /* 16-byte chunks of a candidate row per lane in flight at once */
 
 int sm_count() {
     static int count = 0;
@@ -74,11 +81,13 @@ screen_layout layout_of(int rows, int cols) {
     return l;
 }
 
-/* Counters at l.counters: the exact pass's arrivals, its candidates of this step so far, and of the last step. */
-enum { COUNTER_ARRIVED = 0, COUNTER_CANDIDATES = 1, COUNTER_LAST_CANDIDATES = 2 };
+/* Words at l.counters: the exact pass's arrivals, its candidates of this step so far and of the last step, and n_max
+ * (a float's bits; set by the build). */
+enum { COUNTER_ARRIVED = 0, COUNTER_CANDIDATES = 1, COUNTER_LAST_CANDIDATES = 2, WORD_N_MAX = 3 };
 
 /* One warp per row: the int8 row (round to nearest of w * 127 / max|w|), its scale and its bound d (above). */
-__global__ void screen_build_kernel(const bf16 *__restrict__ weight, int rows, int cols, int8_t *q, float2 *info) {
+__global__ void screen_build_kernel(const bf16 *__restrict__ weight, int rows, int cols, int8_t *q, float2 *info,
+                                    unsigned *n_max_bits) {
     const int lane = threadIdx.x & 31;
     const int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     if (row >= rows) return;
@@ -119,6 +128,8 @@ __global__ void screen_build_kernel(const bf16 *__restrict__ weight, int rows, i
             const double e = sqrt(err_sq), norm = sqrt(norm_sq);
             const double d = e + 2.0 * gamma * (norm + e) + 8.0 * u * (norm + e);
             bound = __double2float_ru(d * (1.0 + 0x1.0p-20));
+            /* Non-negative floats order as their bits. */
+            atomicMax(n_max_bits, __float_as_uint(__double2float_ru((norm + e) * (1.0 + 0x1.0p-20))));
         }
         info[row] = make_float2(scale, bound);
     }
@@ -165,32 +176,24 @@ __device__ __forceinline__ float stage_input(const float *x, float eps, int cols
     return rsqrtf(total / (float)cols + eps);
 }
 
-/* 16 int8 (one chunk) times 16 staged floats: byte k of a word, biased to unsigned, placed under the exponent of
- * 2^23 is the float 2^23 + b exactly; minus 2^23 + 128 it is the int8 value, again exactly. */
-__device__ __forceinline__ float int8x4_dot(uint32_t word, float4 v, float acc) {
-    const uint32_t biased = word ^ 0x80808080u;
-    constexpr float offset = 8388736.0f; /* 2^23 + 128 */
-    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7440)) - offset, v.x, acc);
-    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7441)) - offset, v.y, acc);
-    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7442)) - offset, v.z, acc);
-    acc = fmaf(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7443)) - offset, v.w, acc);
-    return acc;
-}
-
-/* Phase 1: every row's upper bound approx + s|v|d into `upper`, and each block's best lower bound approx - s|v|d into
- * lower[blockIdx.x]. A warp walks SCREEN_R rows at a time in steps of SCREEN_U chunks per lane, the next step's loads
- * in flight while it multiplies (as the GEMV does). The staged input is re-laid out in four planes (plane k holds
- * floats 4k..4k+3 of every 16-column chunk) so that a warp's reads of one plane are consecutive 16-byte pieces. */
+/* Phase 1: every row's upper bound approx + bound into `upper`, and each block's best lower bound approx - bound into
+ * lower[blockIdx.x] (bounds: test only, else NULL: each row's (approx, bound)). A warp walks SCREEN_R rows at a time in
+ * steps of SCREEN_U chunks of 16 int8 per lane, the next step's loads in flight while it multiplies (as the GEMV
+ * does); the input's two int8 levels sit in shared memory chunk by chunk (16 bytes each), so a warp's reads are
+ * consecutive 16-byte pieces. */
 __global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
     screen_kernel(const int8_t *__restrict__ q, const float2 *__restrict__ info, const float *x,
-                  const float *__restrict__ norm_weight, float eps, int rows, int cols, float *upper, float *lower) {
-    extern __shared__ __align__(128) float4 smem_vec[]; /* cols floats, then the norm weights, then the planes */
+                  const float *__restrict__ norm_weight, float eps, int rows, int cols, const unsigned *n_max_bits,
+                  float *upper, float *lower, float2 *bounds) {
+    extern __shared__ __align__(128) float4 smem_vec[]; /* cols floats, the norm weights, then hi and lo (int8) */
     __shared__ float reduce_scratch[2 * SCREEN_WARPS];
+    __shared__ double err_scratch[SCREEN_WARPS];
     __shared__ float warp_lower[SCREEN_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_vec = cols >> 2, n_chunks = cols >> 4;
     const int n_tasks = KITE_CEIL_DIV(rows, SCREEN_R), task_stride = gridDim.x * SCREEN_WARPS;
-    float4 *smem_norm = smem_vec + n_vec, *planes = smem_vec + 2 * n_vec;
+    float4 *smem_norm = smem_vec + n_vec;
+    uint4 *hi_chunks = reinterpret_cast<uint4 *>(smem_vec + 2 * n_vec), *lo_chunks = hi_chunks + n_chunks;
 
     struct cursor {
         int task, first;
@@ -202,7 +205,8 @@ __global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
             c.task += task_stride;
         }
     };
-    auto load_step = [&](const cursor &c, uint4 (&w)[SCREEN_R][SCREEN_U], float2 (&row_info)[SCREEN_R]) {
+    /* Lane r < SCREEN_R also loads row r's (scale, bound) with the task's last step: it alone writes that row. */
+    auto load_step = [&](const cursor &c, uint4 (&w)[SCREEN_R][SCREEN_U], float2 &row_info) {
 #pragma unroll
         for (int r = 0; r < SCREEN_R; r++) {
             const int row = c.task * SCREEN_R + r < rows ? c.task * SCREEN_R + r : 0; /* out of range: discarded */
@@ -212,46 +216,53 @@ __global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
                 const int chunk = c.first + u * 32 + lane;
                 w[r][u] = chunk < n_chunks ? load_weight_16(row_ptr + chunk) : make_uint4(0, 0, 0, 0);
             }
-            if (c.first + 32 * SCREEN_U >= n_chunks) row_info[r] = info[row]; /* with the task's last step */
         }
+        const int own = c.task * SCREEN_R + (lane < SCREEN_R ? lane : 0);
+        if (c.first + 32 * SCREEN_U >= n_chunks) row_info = info[own < rows ? own : 0];
     };
-    float acc[SCREEN_R];
+    int sum_hi[SCREEN_R], sum_lo[SCREEN_R];
 #pragma unroll
-    for (int r = 0; r < SCREEN_R; r++) acc[r] = 0.0f;
-    float best_lower = -INFINITY, s = 1.0f, bound_scale = 0.0f;
-    auto multiply_step = [&](const cursor &c, const uint4 (&w)[SCREEN_R][SCREEN_U], const float2 (&row_info)[SCREEN_R]) {
+    for (int r = 0; r < SCREEN_R; r++) sum_hi[r] = sum_lo[r] = 0;
+    /* The step's constants: approx = scale_i * (unit_hi * S1 + unit_lo * S2), unit_hi = s * d1, unit_lo = s * d2. */
+    float best_lower = -INFINITY, unit_hi = 0.0f, unit_lo = 0.0f, bound_scale = 0.0f, bound_extra = 0.0f;
+    auto multiply_step = [&](const cursor &c, const uint4 (&w)[SCREEN_R][SCREEN_U], const float2 row_info) {
 #pragma unroll
         for (int u = 0; u < SCREEN_U; u++) {
             const int chunk = c.first + u * 32 + lane;
             if (chunk < n_chunks) {
-                float4 v[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) v[k] = planes[k * n_chunks + chunk];
+                const uint4 hi = hi_chunks[chunk], lo = lo_chunks[chunk];
 #pragma unroll
                 for (int r = 0; r < SCREEN_R; r++) {
-                    acc[r] = int8x4_dot(w[r][u].x, v[0], acc[r]);
-                    acc[r] = int8x4_dot(w[r][u].y, v[1], acc[r]);
-                    acc[r] = int8x4_dot(w[r][u].z, v[2], acc[r]);
-                    acc[r] = int8x4_dot(w[r][u].w, v[3], acc[r]);
+                    sum_hi[r] = __dp4a((int)w[r][u].x, (int)hi.x, sum_hi[r]);
+                    sum_hi[r] = __dp4a((int)w[r][u].y, (int)hi.y, sum_hi[r]);
+                    sum_hi[r] = __dp4a((int)w[r][u].z, (int)hi.z, sum_hi[r]);
+                    sum_hi[r] = __dp4a((int)w[r][u].w, (int)hi.w, sum_hi[r]);
+                    sum_lo[r] = __dp4a((int)w[r][u].x, (int)lo.x, sum_lo[r]);
+                    sum_lo[r] = __dp4a((int)w[r][u].y, (int)lo.y, sum_lo[r]);
+                    sum_lo[r] = __dp4a((int)w[r][u].z, (int)lo.z, sum_lo[r]);
+                    sum_lo[r] = __dp4a((int)w[r][u].w, (int)lo.w, sum_lo[r]);
                 }
             }
         }
         if (c.first + 32 * SCREEN_U >= n_chunks) { /* the task's last step */
 #pragma unroll
             for (int r = 0; r < SCREEN_R; r++) {
-                const float dot = warp_sum(acc[r]);
+                const int total_hi = __reduce_add_sync(0xffffffffu, sum_hi[r]);
+                const int total_lo = __reduce_add_sync(0xffffffffu, sum_lo[r]);
                 const int row = c.task * SCREEN_R + r;
                 if (lane == r && row < rows) {
-                    const float approx = dot * row_info[r].x * s, bound = bound_scale * row_info[r].y;
+                    const float approx = row_info.x * (unit_hi * (float)total_hi + unit_lo * (float)total_lo);
+                    const float bound = bound_scale * row_info.y + bound_extra;
                     float up = approx + bound, low = approx - bound;
                     if (!(isfinite(approx) && isfinite(bound))) { /* no bound: always a candidate */
                         up = INFINITY;
                         low = -INFINITY;
                     }
                     upper[row] = up;
+                    if (bounds) bounds[row] = make_float2(approx, bound);
                     best_lower = fmaxf(best_lower, low);
                 }
-                acc[r] = 0.0f;
+                sum_hi[r] = sum_lo[r] = 0;
             }
         }
     };
@@ -259,7 +270,7 @@ __global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
     /* Weights do not depend on the previous kernel: the first step's before the wait, the second after it (the
      * lm_head GEMV's pattern, gemv.cu). */
     uint4 wa[SCREEN_R][SCREEN_U], wb[SCREEN_R][SCREEN_U];
-    float2 ia[SCREEN_R], ib[SCREEN_R];
+    float2 ia = make_float2(0.0f, 0.0f), ib = ia;
     cursor next_load = {(int)blockIdx.x * SCREEN_WARPS + warp, 0};
     cursor next_multiply = next_load;
     if (next_load.task < n_tasks) load_step(next_load, wa, ia);
@@ -268,19 +279,62 @@ __global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
     for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS)
         cp_async_16(&smem_norm[i], &reinterpret_cast<const float4 *>(norm_weight)[i]);
     cp_async_commit();
+    const float n_max = __uint_as_float(*n_max_bits);
     pdl_wait();
     pdl_launch_dependents();
     if (next_load.task < n_tasks) load_step(next_load, wb, ib);
     advance(next_load);
 
+    /* The input, its scale s, and its two int8 levels with |v - v~|_2 (in double: only the bound uses it). */
     float v_norm_sq = 0.0f;
-    s = stage_input(x, eps, cols, smem_vec, smem_norm, reduce_scratch, &v_norm_sq);
-    bound_scale = s * sqrtf(v_norm_sq) * 1.01f;
-    if (!isfinite(bound_scale)) bound_scale = INFINITY;
+    const float s = stage_input(x, eps, cols, smem_vec, smem_norm, reduce_scratch, &v_norm_sq);
+    float peak = 0.0f;
 #pragma unroll 1
-    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) /* piece i: chunk i / 4, plane i % 4 */
-        planes[(i & 3) * n_chunks + (i >> 2)] = smem_vec[i];
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) {
+        const float4 v = smem_vec[i];
+        peak = fmaxf(peak, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+    peak = warp_max(peak);
+    __syncthreads(); /* reduce_scratch's sums were read by every thread in stage_input */
+    if (lane == 0) reduce_scratch[warp] = peak;
     __syncthreads();
+    for (int w = 0; w < SCREEN_WARPS; w++) peak = fmaxf(peak, reduce_scratch[w]);
+    const bool levels = isfinite(peak) && peak > 0.0f; /* else hi = lo = 0 and the bound is infinite or exact */
+    const float d1 = levels ? peak / 127.0f : 0.0f, d2 = d1 / 254.0f;
+    unit_hi = s * d1;
+    unit_lo = s * d2;
+    double err_sq = 0.0;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) {
+        const float4 v4 = smem_vec[i];
+        const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+        uint32_t hi_word = 0, lo_word = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int hi = 0, lo = 0;
+            if (levels) {
+                hi = min(127, max(-127, __float2int_rn(v[k] / d1)));
+                const double rest = (double)v[k] - (double)d1 * hi;
+                lo = (int)fmin(127.0, fmax(-127.0, rint(rest / (double)d2)));
+            }
+            const double err = (double)v[k] - ((double)d1 * hi + (double)d2 * lo);
+            err_sq += err * err;
+            hi_word |= (uint32_t)(hi & 0xff) << (8 * k);
+            lo_word |= (uint32_t)(lo & 0xff) << (8 * k);
+        }
+        /* piece i: word i % 4 of chunk i / 4 */
+        reinterpret_cast<uint32_t *>(hi_chunks)[i] = hi_word;
+        reinterpret_cast<uint32_t *>(lo_chunks)[i] = lo_word;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) err_sq += __shfl_xor_sync(0xffffffffu, err_sq, offset);
+    if (lane == 0) err_scratch[warp] = err_sq;
+    __syncthreads();
+    double err_total = 0.0;
+    for (int w = 0; w < SCREEN_WARPS; w++) err_total += err_scratch[w];
+    bound_scale = s * sqrtf(v_norm_sq) * 1.01f;
+    bound_extra = s * __double2float_ru(sqrt(err_total)) * n_max * 1.01f;
+    if (!isfinite(bound_scale) || !isfinite(bound_extra)) bound_scale = INFINITY;
 
     while (next_multiply.task < n_tasks) {
         multiply_step(next_multiply, wa, ia);
@@ -359,12 +413,24 @@ __global__ void __launch_bounds__(SCREEN_THREADS)
                 mask &= mask - 1;
                 const uint4 *row_ptr = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
                 float acc = 0.0f;
-                for (int chunk = lane; chunk < n_chunks; chunk += 32) {
-                    const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
-                    float wf[8];
-                    bf16x8_to_float(load_weight_16(row_ptr + chunk), wf);
-                    acc += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
-                           wf[6] * x1.z + wf[7] * x1.w;
+                /* PICK_CHUNKS_AHEAD chunks' loads at once (one round trip per 2,048 columns), then the multiply in the
+                 * GEMV's order. */
+                for (int base = lane; base < n_chunks; base += 32 * PICK_CHUNKS_AHEAD) {
+                    uint4 w[PICK_CHUNKS_AHEAD];
+#pragma unroll
+                    for (int k = 0; k < PICK_CHUNKS_AHEAD; k++)
+                        w[k] = base + 32 * k < n_chunks ? load_weight_16(row_ptr + base + 32 * k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                    for (int k = 0; k < PICK_CHUNKS_AHEAD; k++) {
+                        const int chunk = base + 32 * k;
+                        if (chunk < n_chunks) {
+                            const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
+                            float wf[8];
+                            bf16x8_to_float(w[k], wf);
+                            acc += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x +
+                                   wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
+                        }
+                    }
                 }
                 const float logit = warp_sum(acc) * s;
                 if (lane == 0) {
@@ -400,8 +466,8 @@ __global__ void __launch_bounds__(SCREEN_THREADS)
 } // namespace
 
 extern "C" int cuda_lm_head_screen_fits(int rows, int cols) {
-    /* Staged input, norm weights and the planes: 12 bytes per column of shared memory. */
-    return rows > 0 && cols > 0 && cols % 16 == 0 && (size_t)cols * 12 <= 200 * 1024;
+    /* Staged input and norm weights (fp32), the input's two int8 levels: 10 bytes per column of shared memory. */
+    return rows > 0 && cols > 0 && cols % 16 == 0 && (size_t)cols * 10 <= 200 * 1024;
 }
 
 extern "C" size_t cuda_lm_head_screen_bytes(int rows, int cols) { return layout_of(rows, cols).total; }
@@ -416,15 +482,15 @@ extern "C" kite_status cuda_lm_head_screen_build(const void *weight, int rows, i
     const int warps_per_block = 8;
     screen_build_kernel<<<KITE_CEIL_DIV(rows, warps_per_block), warps_per_block * 32, 0, st>>>(
         static_cast<const bf16 *>(weight), rows, cols, reinterpret_cast<int8_t *>(base + l.q),
-        reinterpret_cast<float2 *>(base + l.info));
+        reinterpret_cast<float2 *>(base + l.info), reinterpret_cast<unsigned *>(base + l.counters) + WORD_N_MAX);
     CUDA_CHECK_LAUNCH();
     return KITE_OK;
 }
 
 extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const void *screen, const float *x,
                                                     const float *norm_weight, float eps, int rows, int cols,
-                                                    int32_t *out, float *logits, int all_rows, void *stream,
-                                                    int use_pdl) {
+                                                    int32_t *out, float *logits, float *bounds, int all_rows,
+                                                    void *stream, int use_pdl) {
     if (!cuda_lm_head_screen_fits(rows, cols) || !norm_weight || !out)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_lm_head_screened_argmax: %d x %d (cols %% 16, a norm and "
                          "an output needed)", rows, cols);
@@ -433,13 +499,15 @@ extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const vo
     unsigned char *mutable_base = const_cast<unsigned char *>(base);
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     const int grid = screen_grid(rows), pick = pick_grid(rows);
-    const size_t screen_smem = (size_t)cols * 12, pick_smem = (size_t)cols * 8;
+    const size_t screen_smem = (size_t)cols * 10, pick_smem = (size_t)cols * 8;
     CUDA_CHECK(allow_dynamic_smem(screen_kernel, screen_smem));
     CUDA_CHECK(allow_dynamic_smem(pick_kernel, pick_smem));
     float *upper = reinterpret_cast<float *>(mutable_base + l.upper), *lower = reinterpret_cast<float *>(mutable_base + l.lower);
     CUDA_CHECK(launch_kernel(screen_kernel, dim3(grid), dim3(SCREEN_THREADS), screen_smem, st, use_pdl != 0,
                              reinterpret_cast<const int8_t *>(base + l.q), reinterpret_cast<const float2 *>(base + l.info),
-                             x, norm_weight, eps, rows, cols, upper, lower));
+                             x, norm_weight, eps, rows, cols,
+                             reinterpret_cast<const unsigned *>(base + l.counters) + WORD_N_MAX, upper, lower,
+                             reinterpret_cast<float2 *>(bounds)));
     CUDA_CHECK(launch_kernel(pick_kernel, dim3(pick), dim3(SCREEN_THREADS), pick_smem, st, use_pdl != 0,
                              static_cast<const bf16 *>(weight), x, norm_weight, eps, rows, cols,
                              static_cast<const float *>(upper), static_cast<const float *>(lower), grid,
