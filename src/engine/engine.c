@@ -14,6 +14,9 @@
  * the H200, bench/results/logs/2026-11-30-s12r2) then overlaps the device's work. The step in flight is
  * resolved at the next kite_engine_step; a row whose request finished or was cancelled meanwhile is dropped.
  * KITE_ENGINE_OVERLAP=0 turns it off.
+ *
+ * Greedy steps (every row greedy, no logprobs) ask the backend for ids only (step_batch.ids_only): the rows are read by
+ * argmax alone, and the CUDA backend then screens the lm_head instead of writing every logit (lm_head_screen.cu).
  */
 #include <math.h>
 #include <stdio.h>
