@@ -177,7 +177,7 @@ kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weig
 int cuda_lm_head_screen_fits(int rows, int cols);
 size_t cuda_lm_head_screen_bytes(int rows, int cols);
 kite_status cuda_lm_head_screen_build(const void *weight, int rows, int cols, void *screen, void *stream);
-kite_status cuda_lm_head_screened_argmax(const void *weight, const void *screen, const float *x, const float *norm_weight,
+kite_status cuda_lm_head_screened_argmax(const void *weight, void *screen, const float *x, const float *norm_weight,
                                          float eps, int rows, int cols, int32_t *out, float *logits, float *bounds,
                                          int all_rows, void *stream, int use_pdl);
 kite_status cuda_lm_head_screen_candidates(const void *screen, int rows, int cols, unsigned *candidates);

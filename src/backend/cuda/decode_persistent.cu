@@ -218,12 +218,7 @@ struct matvec_pipe {
                 const int c = (c0 >> 3) + j;
                 const float4 x0 = x4[2 * c], x1 = x4[2 * c + 1];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    float wf[8];
-                    bf16x8_to_float(w[r * (chunk_cols >> 3) + j], wf);
-                    acc[r] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
-                              wf[6] * x1.z + wf[7] * x1.w;
-                }
+                for (int r = 0; r < R; r++) acc[r] += chunk_dot(w[r * (chunk_cols >> 3) + j], x0, x1);
             }
             __syncwarp(); /* every lane is done with the slot */
             pipe.consumed++;

@@ -88,12 +88,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
             if (chunk < n_chunks) {
                 const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    float wf[8];
-                    bf16x8_to_float(w[r][u], wf);
-                    acc[r] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
-                              wf[6] * x1.z + wf[7] * x1.w;
-                }
+                for (int r = 0; r < R; r++) acc[r] += chunk_dot(w[r][u], x0, x1);
             }
         }
         if (c.first + 32 * U >= n_chunks) { /* the task's last step */
@@ -145,45 +140,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     TIMELINE_WAITED();
     if (SECOND_STEP_AFTER_WAIT) load_next(wb);
 
-    /* Stage the input vector (the previous kernel's output, in L2) by cp.async: every 16-byte piece requested at
-     * once, so one round trip to L2 whatever cols. (A loop of loads, unrolled by 4 by the compiler, paid a round
-     * trip per 4 pieces per thread: 2 for 1,024 columns through its remainder loop, 3 for 3,072 and 6,144.) With
-     * all of a small matrix's weight steps requested before the wait, those round trips are the critical path.
-     * With a norm, RMSNorm(x) . w = rsqrt(mean(x^2) + eps) * ((x * g) . w): each thread multiplies the pieces it
-     * copied by the norm weights g and sums their squares in the same pass, the warps' sums meet in shared memory
-     * across the one barrier the staging needs anyway, and the scale multiplies the dot products at the end (one
-     * barrier instead of three and one pass over the input fewer: -0.7 to -1.3% per 0.6B step at depths 256 and 4,096,
-     * 0.0% at 16,384, -1.1% per 1.7B step; session 22, s22r1 / s22r2). */
-    {
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-#pragma unroll 1
-        for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) cp_async_16(&smem_vec[i], &x4[i]);
-        cp_async_commit();
-        cp_async_wait<0>();
-        if (norm_weight != nullptr) {
-            float sum_sq = 0.0f;
-#pragma unroll 1
-            for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS) {
-                float4 v = smem_vec[i];
-                const float4 g = smem_norm[i];
-                sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-                v.x *= g.x;
-                v.y *= g.y;
-                v.z *= g.z;
-                v.w *= g.w;
-                smem_vec[i] = v;
-            }
-            sum_sq = warp_sum(sum_sq);
-            if (lane == 0) reduce_scratch[warp] = sum_sq;
-        }
-        __syncthreads();
-        if (norm_weight != nullptr) {
-            float total = 0.0f;
-#pragma unroll
-            for (int w = 0; w < GEMV_WARPS; w++) total += reduce_scratch[w];
-            norm_scale = rsqrtf(total / (float)cols + eps);
-        }
-    }
+    /* Stage the input vector (stage_decode_input, gemv_task.cuh). Every 16-byte piece by cp.async at once: a loop of
+     * loads, unrolled by 4 by the compiler, paid a round trip per 4 pieces per thread (2 for 1,024 columns through its
+     * remainder loop, 3 for 3,072 and 6,144), and with all of a small matrix's weight steps requested before the wait
+     * those round trips are the critical path. The norm folded into the staging (one barrier instead of three and one
+     * pass over the input fewer): -0.7 to -1.3% per 0.6B step at depths 256 and 4,096, 0.0% at 16,384, -1.1% per 1.7B
+     * step (session 22, s22r1 / s22r2). */
+    norm_scale = stage_decode_input<GEMV_THREADS>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch);
     TIMELINE_MARK(0); /* the input staged (and times the norm weights) */
 
     while (next_multiply.task < n_tasks) {

@@ -7,6 +7,70 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
+/* One 16-byte chunk of a bf16 weight row times 8 fp32 inputs, summed in the order every decode GEMV adds them (gemv.cu,
+ * decode_persistent.cu); the lm_head screen's exact pass uses it too, because it must reproduce the GEMV's bits. */
+__device__ __forceinline__ float chunk_dot(const uint4 w, const float4 x0, const float4 x1) {
+    float wf[8];
+    bf16x8_to_float(w, wf);
+    return wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y + wf[6] * x1.z +
+           wf[7] * x1.w;
+}
+
+/* The decode GEMV's staging of its input (a block of THREADS threads; every thread calls it; one barrier): x (cols
+ * floats, the previous kernel's output, in L2) into smem_vec by cp.async, every 16-byte piece requested at once, so one
+ * round trip to L2 whatever cols. With a norm (norm_weight not NULL; only tested for NULL here: its values are already
+ * requested into smem_norm by cp.async, and the wait here covers them), RMSNorm(x) . w = rsqrt(mean(x^2) + eps) * ((x * g) . w): each thread multiplies the pieces it copied by
+ * the norm weights g and sums their squares in the same pass, the warps' sums meet in reduce_scratch (THREADS / 32
+ * floats; 2 * THREADS / 32 with V_NORM) across the one barrier the staging needs anyway, and the scale, returned (1
+ * without a norm), multiplies the dot products at the end. V_NORM (the lm_head screen's bound; a norm then always):
+ * also *v_norm_sq = sum((x * g)^2). The lm_head screen (lm_head_screen.cu) stages through this too: its logits must be the GEMV's bits. */
+template <int THREADS, bool V_NORM = false>
+__device__ __forceinline__ float stage_decode_input(const float *x, const float *norm_weight, const float4 *smem_norm, float eps,
+                                                    int cols, float4 *smem_vec, float *reduce_scratch,
+                                                    float *v_norm_sq = nullptr) {
+    constexpr int WARPS = THREADS / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_vec = cols >> 2;
+    float norm_scale = 1.0f;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < n_vec; i += THREADS) cp_async_16(&smem_vec[i], &x4[i]);
+    cp_async_commit();
+    cp_async_wait<0>();
+    if (V_NORM || norm_weight != nullptr) {
+        float sum_sq = 0.0f, v_sq = 0.0f;
+#pragma unroll 1
+        for (int i = threadIdx.x; i < n_vec; i += THREADS) {
+            float4 v = smem_vec[i];
+            const float4 g = smem_norm[i];
+            sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            v.x *= g.x;
+            v.y *= g.y;
+            v.z *= g.z;
+            v.w *= g.w;
+            smem_vec[i] = v;
+            if (V_NORM) v_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        sum_sq = warp_sum(sum_sq);
+        if (V_NORM) v_sq = warp_sum(v_sq);
+        if (lane == 0) {
+            reduce_scratch[warp] = sum_sq;
+            if (V_NORM) reduce_scratch[WARPS + warp] = v_sq;
+        }
+    }
+    __syncthreads();
+    if (V_NORM || norm_weight != nullptr) {
+        float total = 0.0f, v_total = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            total += reduce_scratch[w];
+            if (V_NORM) v_total += reduce_scratch[WARPS + w];
+        }
+        if (V_NORM) *v_norm_sq = v_total;
+        norm_scale = rsqrtf(total / (float)cols + eps);
+    }
+    return norm_scale;
+}
+
 template <int R, int EPILOGUE>
 struct gemv_task_rows {
     static constexpr int OUTPUTS_PER_TASK = EPILOGUE == CUDA_GEMV_SWIGLU ? R / 2 : R;

@@ -26,7 +26,7 @@
  * with a non-finite weight gets d_i = inf: it is always a candidate. A step whose bound or approx_i is not finite
  * makes the row (or every row) a candidate, and the exact pass then reads those rows as the GEMV would.
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemv_task.cuh" /* the GEMV's staging and chunk_dot: the same bits */
 
 #include <float.h>
 #include <math.h>
@@ -133,47 +133,6 @@ __global__ void screen_build_kernel(const bf16 *__restrict__ weight, int rows, i
         }
         info[row] = make_float2(scale, bound);
     }
-}
-
-/* The GEMV's staging (gemv.cu, kept identical so that v and s are its bits): x into smem_vec by cp.async, times the
- * norm weights already in smem_norm, and s = rsqrt(mean(x^2) + eps) from the same per-thread, per-warp order. With
- * v_norm_sq, also sum(v^2) (any order: it only enters the bound, with margin). The block's threads all call it. */
-__device__ __forceinline__ float stage_input(const float *x, float eps, int cols, float4 *smem_vec, const float4 *smem_norm,
-                                             float *reduce_scratch, float *v_norm_sq) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_vec = cols >> 2;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
-#pragma unroll 1
-    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) cp_async_16(&smem_vec[i], &x4[i]);
-    cp_async_commit();
-    cp_async_wait<0>();
-    float sum_sq = 0.0f, v_sq = 0.0f;
-#pragma unroll 1
-    for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) {
-        float4 v = smem_vec[i];
-        const float4 g = smem_norm[i];
-        sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        v.x *= g.x;
-        v.y *= g.y;
-        v.z *= g.z;
-        v.w *= g.w;
-        smem_vec[i] = v;
-        v_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    sum_sq = warp_sum(sum_sq);
-    v_sq = warp_sum(v_sq);
-    if (lane == 0) {
-        reduce_scratch[warp] = sum_sq;
-        reduce_scratch[SCREEN_WARPS + warp] = v_sq;
-    }
-    __syncthreads();
-    float total = 0.0f, v_total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < SCREEN_WARPS; w++) {
-        total += reduce_scratch[w];
-        v_total += reduce_scratch[SCREEN_WARPS + w];
-    }
-    *v_norm_sq = v_total;
-    return rsqrtf(total / (float)cols + eps);
 }
 
 /* Phase 1: every row's upper bound approx + bound into `upper`, and each block's best lower bound approx - bound into
@@ -287,7 +246,8 @@ __global__ void __launch_bounds__(SCREEN_THREADS, SCREEN_BLOCKS_PER_SM)
 
     /* The input, its scale s, and its two int8 levels with |v - v~|_2 (in double: only the bound uses it). */
     float v_norm_sq = 0.0f;
-    const float s = stage_input(x, eps, cols, smem_vec, smem_norm, reduce_scratch, &v_norm_sq);
+    const float s = stage_decode_input<SCREEN_THREADS, true>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch,
+                                                             &v_norm_sq);
     float peak = 0.0f;
 #pragma unroll 1
     for (int i = threadIdx.x; i < n_vec; i += SCREEN_THREADS) {
@@ -387,8 +347,11 @@ __global__ void __launch_bounds__(SCREEN_THREADS)
     for (int i = threadIdx.x; i < n_lower; i += SCREEN_THREADS) level = fmaxf(level, lower[i]);
     level = warp_max(level);
     if (lane == 0) lower_scratch[warp] = level;
+    /* v_norm_sq is not used here: it is the form that ran on the H200 (s27r5), and without it the kernel's code changes;
+     * dropping it waits for the next GPU run (docs/notes-cuda.md, session 27). */
     float v_norm_sq = 0.0f;
-    const float s = stage_input(x, eps, cols, smem_vec, smem_norm, reduce_scratch, &v_norm_sq); /* has a barrier */
+    const float s = stage_decode_input<SCREEN_THREADS, true>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch,
+                                                             &v_norm_sq); /* has a barrier */
     level = lower_scratch[0];
 #pragma unroll
     for (int w = 1; w < SCREEN_WARPS; w++) level = fmaxf(level, lower_scratch[w]);
@@ -423,13 +386,7 @@ __global__ void __launch_bounds__(SCREEN_THREADS)
 #pragma unroll
                     for (int k = 0; k < PICK_CHUNKS_AHEAD; k++) {
                         const int chunk = base + 32 * k;
-                        if (chunk < n_chunks) {
-                            const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
-                            float wf[8];
-                            bf16x8_to_float(w[k], wf);
-                            acc += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x +
-                                   wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
-                        }
+                        if (chunk < n_chunks) acc += chunk_dot(w[k], smem_vec[2 * chunk], smem_vec[2 * chunk + 1]);
                     }
                 }
                 const float logit = warp_sum(acc) * s;
@@ -487,7 +444,7 @@ extern "C" kite_status cuda_lm_head_screen_build(const void *weight, int rows, i
     return KITE_OK;
 }
 
-extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const void *screen, const float *x,
+extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, void *screen, const float *x,
                                                     const float *norm_weight, float eps, int rows, int cols,
                                                     int32_t *out, float *logits, float *bounds, int all_rows,
                                                     void *stream, int use_pdl) {
@@ -495,14 +452,13 @@ extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const vo
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_lm_head_screened_argmax: %d x %d (cols %% 16, a norm and "
                          "an output needed)", rows, cols);
     const screen_layout l = layout_of(rows, cols);
-    const unsigned char *base = static_cast<const unsigned char *>(screen);
-    unsigned char *mutable_base = const_cast<unsigned char *>(base);
+    unsigned char *base = static_cast<unsigned char *>(screen); /* the copy and bounds read, the rest written */
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     const int grid = screen_grid(rows), pick = pick_grid(rows);
     const size_t screen_smem = (size_t)cols * 10, pick_smem = (size_t)cols * 8;
     CUDA_CHECK(allow_dynamic_smem(screen_kernel, screen_smem));
     CUDA_CHECK(allow_dynamic_smem(pick_kernel, pick_smem));
-    float *upper = reinterpret_cast<float *>(mutable_base + l.upper), *lower = reinterpret_cast<float *>(mutable_base + l.lower);
+    float *upper = reinterpret_cast<float *>(base + l.upper), *lower = reinterpret_cast<float *>(base + l.lower);
     CUDA_CHECK(launch_kernel(screen_kernel, dim3(grid), dim3(SCREEN_THREADS), screen_smem, st, use_pdl != 0,
                              reinterpret_cast<const int8_t *>(base + l.q), reinterpret_cast<const float2 *>(base + l.info),
                              x, norm_weight, eps, rows, cols,
@@ -511,8 +467,8 @@ extern "C" kite_status cuda_lm_head_screened_argmax(const void *weight, const vo
     CUDA_CHECK(launch_kernel(pick_kernel, dim3(pick), dim3(SCREEN_THREADS), pick_smem, st, use_pdl != 0,
                              static_cast<const bf16 *>(weight), x, norm_weight, eps, rows, cols,
                              static_cast<const float *>(upper), static_cast<const float *>(lower), grid,
-                             reinterpret_cast<argmax_entry *>(mutable_base + l.partial),
-                             reinterpret_cast<unsigned *>(mutable_base + l.counters), out, logits, all_rows));
+                             reinterpret_cast<argmax_entry *>(base + l.partial),
+                             reinterpret_cast<unsigned *>(base + l.counters), out, logits, all_rows));
     return KITE_OK;
 }
 
