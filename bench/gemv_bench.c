@@ -19,6 +19,46 @@
 #include "bench_util.h"
 #include "cuda_bench_check.h"
 
+enum { LAUNCHES = 20, PASSES = 9 };
+
+/* One product as timed here: cuda_gemv, or with a screen greedy decode's screened lm_head over the same weight. */
+typedef struct product {
+    const void *weight;
+    const float *x, *norm;
+    float *y;
+    int rows, cols, epilogue;
+    void *workspace, *screen;
+    int32_t *out;
+} product;
+
+static void launch(const product *p, cudaStream_t stream, int pdl) {
+    if (p->screen)
+        TRY(cuda_lm_head_screened_argmax(p->weight, p->screen, p->x, p->norm, 1e-6f, p->rows, p->cols, p->out, NULL, NULL,
+                                         0, stream, pdl));
+    else
+        TRY(cuda_gemv(p->weight, p->x, p->norm, 1e-6f, p->y, p->rows, p->cols, p->epilogue, p->workspace, p->out, stream,
+                      pdl));
+}
+
+/* Microseconds per product over PASSES passes of LAUNCHES launches (after one warm-up pass), sorted into us. */
+static double time_product(const product *p, cudaStream_t stream, int pdl, double us[PASSES]) {
+    cudaEvent_t begin, end;
+    CHECK(cudaEventCreate(&begin));
+    CHECK(cudaEventCreate(&end));
+    for (int pass = -1; pass < PASSES; pass++) {
+        CHECK(cudaEventRecord(begin, stream));
+        for (int i = 0; i < LAUNCHES; i++) launch(p, stream, pdl);
+        CHECK(cudaEventRecord(end, stream));
+        CHECK(cudaEventSynchronize(end));
+        float ms = 0.0f;
+        CHECK(cudaEventElapsedTime(&ms, begin, end));
+        if (pass >= 0) us[pass] = ms * 1000.0 / LAUNCHES;
+    }
+    CHECK(cudaEventDestroy(begin));
+    CHECK(cudaEventDestroy(end));
+    return median(us, PASSES);
+}
+
 int main(int argc, char **argv) {
     const int rows = argc > 1 ? atoi(argv[1]) : 151936, cols = argc > 2 ? atoi(argv[2]) : 1024;
     const int epilogue = argc > 3 ? atoi(argv[3]) : CUDA_GEMV_ARGMAX;
@@ -59,24 +99,11 @@ int main(int argc, char **argv) {
     free(host_x);
     cudaStream_t stream;
     CHECK(cudaStreamCreate(&stream));
-    cudaEvent_t begin, end;
-    CHECK(cudaEventCreate(&begin));
-    CHECK(cudaEventCreate(&end));
     const int normed = epilogue == CUDA_GEMV_ARGMAX || epilogue == CUDA_GEMV_STORE || epilogue == CUDA_GEMV_SWIGLU;
-    enum { LAUNCHES = 20, PASSES = 9 };
+    product gemv = {weight, x, normed ? norm : NULL, y, rows, cols, epilogue, workspace, NULL, out};
     for (int pdl = 0; pdl <= 1; pdl++) {
         double us[PASSES];
-        for (int pass = -1; pass < PASSES; pass++) {
-            CHECK(cudaEventRecord(begin, stream));
-            for (int i = 0; i < LAUNCHES; i++)
-                TRY(cuda_gemv(weight, x, normed ? norm : NULL, 1e-6f, y, rows, cols, epilogue, workspace, out, stream, pdl));
-            CHECK(cudaEventRecord(end, stream));
-            CHECK(cudaEventSynchronize(end));
-            float ms = 0.0f;
-            CHECK(cudaEventElapsedTime(&ms, begin, end));
-            if (pass >= 0) us[pass] = ms * 1000.0 / LAUNCHES;
-        }
-        const double mid = median(us, PASSES); /* us sorted */
+        const double mid = time_product(&gemv, stream, pdl, us);
         const double bytes = (double)n_weights * 2.0;
         printf("gemv %d x %d epilogue %d %s: %.2f us per product (passes %.2f .. %.2f), %.2f TB/s\n", rows, cols,
                epilogue, pdl ? "pdl   " : "no pdl", mid, us[0], us[PASSES - 1], bytes / (mid * 1e-6) / 1e12);
@@ -103,19 +130,11 @@ int main(int argc, char **argv) {
         void *screen;
         CHECK(cudaMalloc(&screen, cuda_lm_head_screen_bytes(rows, cols)));
         TRY(cuda_lm_head_screen_build(weight, rows, cols, screen, stream));
+        product screened_product = gemv;
+        screened_product.screen = screen;
         for (int pdl = 0; pdl <= 1; pdl++) {
             double us[PASSES];
-            for (int pass = -1; pass < PASSES; pass++) {
-                CHECK(cudaEventRecord(begin, stream));
-                for (int i = 0; i < LAUNCHES; i++)
-                    TRY(cuda_lm_head_screened_argmax(weight, screen, x, norm, 1e-6f, rows, cols, out, NULL, NULL, 0, stream, pdl));
-                CHECK(cudaEventRecord(end, stream));
-                CHECK(cudaEventSynchronize(end));
-                float ms = 0.0f;
-                CHECK(cudaEventElapsedTime(&ms, begin, end));
-                if (pass >= 0) us[pass] = ms * 1000.0 / LAUNCHES;
-            }
-            const double mid = median(us, PASSES);
+            const double mid = time_product(&screened_product, stream, pdl, us);
             const double bytes = (double)n_weights + (double)rows * 12.0; /* int8 rows, (scale, bound), the upper bounds */
             printf("screened argmax %d x %d %s: %.2f us per product (passes %.2f .. %.2f), %.2f TB/s over the screen\n",
                    rows, cols, pdl ? "pdl   " : "no pdl", mid, us[0], us[PASSES - 1], bytes / (mid * 1e-6) / 1e12);
