@@ -41,12 +41,11 @@ const char *kite_last_error(void);
 /* Whether this build contains the CUDA backend (it may still find no usable GPU at run time). */
 bool kite_built_with_cuda(void);
 
-/* Frees memory that kite returned to the caller (token id arrays, text). */
-void kite_free(void *pointer);
-
-/* ---- models --------------------------------------------------------------------------------------- */
-
-typedef struct kite_model kite_model;
+/* This build: the library's version ("0.1.0"), the source commit it was built from (`git describe`, "-dirty"
+ * when the tree had changes) and its CMake build type. Static strings. */
+const char *kite_version(void);
+const char *kite_build_commit(void);
+const char *kite_build_type(void);
 
 typedef enum kite_backend_kind {
     KITE_BACKEND_AUTO = 0, /* CUDA when this build has it, a usable GPU is present and its kernels implement
@@ -54,6 +53,52 @@ typedef enum kite_backend_kind {
     KITE_BACKEND_CPU = 1,  /* float32 reference */
     KITE_BACKEND_CUDA = 2,
 } kite_backend_kind;
+
+/* What a backend finds on this machine, without loading a model. */
+typedef struct kite_backend_probe_result {
+    bool available;              /* a model can be loaded on it here */
+    char reason[256];            /* why not, when !available ("no CUDA GPU is usable here (...)") */
+    char device_name[128];       /* "NVIDIA H200"; "cpu" for the CPU backend */
+    int32_t compute_major;       /* CUDA compute capability (0 for the CPU) */
+    int32_t compute_minor;
+    size_t memory_total_bytes;   /* device memory (0 for the CPU) */
+    size_t memory_free_bytes;
+    int32_t n_threads;           /* CPU: the threads it would use (0 for CUDA) */
+} kite_backend_probe_result;
+
+/* Fills out for one backend kind (KITE_BACKEND_CPU or KITE_BACKEND_CUDA) and device ordinal (CUDA). An
+ * unavailable backend is not a failure: out->available is false and out->reason says why. Fails only on a bad
+ * kind or a NULL out. */
+kite_status kite_backend_probe(kite_backend_kind kind, int32_t device, kite_backend_probe_result *out);
+
+/* ---- runtime switches ----------------------------------------------------------------------------- */
+
+/* kite's environment switches (KITE_CUDA_GRAPH=0, ...), each read once when a model's backend or an engine is
+ * created; docs/OPTIONS.md lists them. A value out of its range makes that creation fail with a message naming
+ * the switch. These functions list the registry, for `kite info --options`. */
+typedef struct kite_option_info {
+    const char *name;          /* the environment variable */
+    bool is_bool;              /* 0 or 1; else an integer in [min, max] */
+    int32_t default_value;
+    int32_t min;
+    int32_t max;
+    const char *doc;           /* one line */
+    const char *environment;   /* the variable's text in this process's environment, NULL when unset or empty */
+    int32_t value;             /* the value in effect (the default when unset or invalid) */
+    bool valid;                /* false when environment is set but not a value in range */
+} kite_option_info;
+
+int32_t kite_option_count(void);
+/* index in [0, kite_option_count()). Static strings, but environment, which is valid until the environment
+ * changes. */
+kite_status kite_option_get(int32_t index, kite_option_info *out);
+
+/* Frees memory that kite returned to the caller (token id arrays, text). */
+void kite_free(void *pointer);
+
+/* ---- models --------------------------------------------------------------------------------------- */
+
+typedef struct kite_model kite_model;
 
 typedef struct kite_load_params {
     kite_backend_kind backend;

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "util/error.h"
+#include "util/options.h"
 #include "util/parallel.h"
 
 static const char bench_usage[] =
@@ -63,6 +64,12 @@ typedef struct bench_context {
     int32_t **tables;     /* [max_seqs] contiguous block runs */
     uint64_t rng;
 } bench_context;
+
+/* Whether greedy tg rows run overlapped, as the engine would run them (KITE_ENGINE_OVERLAP). */
+static bool bench_overlapped(const backend *target) {
+    runtime_options options;
+    return options_read(&options) == KITE_OK && options.engine_overlap && backend_offers_overlap(target);
+}
 
 static double seconds_now(void) {
     struct timespec t;
@@ -434,7 +441,7 @@ static kite_status time_decode(bench_context *b, int32_t n_steps, int32_t n_seqs
         }
     }
     if (status == KITE_OK && depth > 0) status = fill_context(b, b->target, b->tables, n_seqs, depth, NULL);
-    const bool overlapped = !sampling && backend_overlapped_decode(b->target);
+    const bool overlapped = !sampling && bench_overlapped(b->target);
     for (int rep = -1; rep < reps && status == KITE_OK; rep++) {
         random_tokens(b, tokens, (size_t)n_seqs);
         double t0 = seconds_now();
@@ -515,7 +522,7 @@ static void print_row(const bench_options *o, bench_context *b, const char *test
             json_write_string(stdout, path, strlen(path));
         }
         if (strncmp(test, "tg", 2) == 0) /* each step enqueued before the previous one's ids are read (engine.c) */
-            printf(",\"overlapped\":%s", !samples(o) && backend_overlapped_decode(b->target) ? "true" : "false");
+            printf(",\"overlapped\":%s", !samples(o) && bench_overlapped(b->target) ? "true" : "false");
         if (samples(o) && strncmp(test, "tg", 2) == 0)
             printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,\"repetition_penalty\":%g}",
                    o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
@@ -597,7 +604,7 @@ static int run_bench(const bench_options *o) {
                KITE_GIT_COMMIT, o->dummy ? o->dummy : o->model_dir, b.target->ops->name, device, o->reps);
         if (b.target->ops->decode_path) printf("decode: %s\n", b.target->ops->decode_path(b.target));
         if (!samples(o))
-            printf("greedy tg rows: %s\n", backend_overlapped_decode(b.target)
+            printf("greedy tg rows: %s\n", bench_overlapped(b.target)
                                                ? "overlapped (each step enqueued before the previous step's ids are "
                                                  "read, as the engine runs them; KITE_ENGINE_OVERLAP=0: serial)"
                                                : "serial (each step waits for the previous step's ids)");

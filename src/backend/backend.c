@@ -1,8 +1,6 @@
 /* Backend helpers shared by every implementation. */
 #include "backend/backend.h"
 
-#include <stdlib.h>
-#include <string.h>
 
 size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size) {
     /* A config that cannot describe a model has no KV footprint (0 tells the caller nothing fits). */
@@ -10,7 +8,4 @@ size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size) {
     return 2 * (size_t)config->n_layers * (size_t)config->n_kv_heads * (size_t)config->head_dim * element_size;
 }
 
-bool backend_overlapped_decode(const backend *b) {
-    const char *env = getenv("KITE_ENGINE_OVERLAP");
-    return b->ops->argmax_begin && b->ops->argmax_end && !(env && strcmp(env, "0") == 0);
-}
+bool backend_offers_overlap(const backend *b) { return b->ops->argmax_begin && b->ops->argmax_end; }

@@ -116,9 +116,9 @@ typedef struct backend_params {
     int32_t emulate_bf16_activations;
 } backend_params;
 
-/* Whether greedy decode runs overlapped (the engine's, and kite bench's greedy tg rows): the backend offers
- * argmax_begin / argmax_end and KITE_ENGINE_OVERLAP is not 0. */
-bool backend_overlapped_decode(const backend *b);
+/* Whether the backend offers overlapped greedy decode (argmax_begin / argmax_end); the engine uses it unless
+ * KITE_ENGINE_OVERLAP=0 (util/options.h). */
+bool backend_offers_overlap(const backend *b);
 /* Bytes of KV cache for one position over all layers (K and V), at the backend's storage precision. */
 size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size);
 
@@ -130,6 +130,9 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
  * KITE_ERROR_UNSUPPORTED. cuda_backend_available() is false when no usable GPU is present, and then
  * fills reason with why (for `kite info` and --backend auto). */
 int cuda_backend_available(char *reason, size_t reason_capacity);
+/* kite_backend_probe for CUDA device `device`: out->available and reason as cuda_backend_available; the device's
+ * name, compute capability and memory whenever the device exists. */
+void cuda_backend_probe(int32_t device, kite_backend_probe_result *out);
 kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                 const backend_params *params, backend **out);
 

@@ -10,6 +10,11 @@ int cuda_backend_available(char *reason, size_t reason_capacity) {
     return 0;
 }
 
+void cuda_backend_probe(int32_t device, kite_backend_probe_result *out) {
+    *out = (kite_backend_probe_result){.available = false};
+    snprintf(out->reason, sizeof out->reason, "this build of kite has no CUDA backend");
+}
+
 kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                 const backend_params *params, backend **out) {
     *out = NULL;

@@ -26,6 +26,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/reduced_sampling.h"
+#include "util/options.h"
 #include "engine/request.h"
 #include "kite.h"
 #include "model/model.h"
@@ -137,6 +138,8 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
                          "engine params: max_sequences, max_step_tokens and kv_block_size must be positive, "
                          "kv_cache_fraction in (0, 1], max_context >= 0");
     if (p.max_step_tokens < p.max_sequences) p.max_step_tokens = p.max_sequences; /* every sequence gets a token */
+    runtime_options options;
+    KITE_TRY(options_read(&options));
     kite_engine *e = calloc(1, sizeof *e);
     if (!e) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
     e->model = model;
@@ -166,9 +169,8 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
         e->row_samplers = calloc(seqs, sizeof *e->row_samplers);
         e->ahead_requests = calloc(seqs, sizeof *e->ahead_requests);
-        e->overlap = backend_overlapped_decode(model->backend);
-        const char *reduced = getenv("KITE_ENGINE_REDUCED_SAMPLING");
-        e->reduced_sampling = !(reduced && strcmp(reduced, "0") == 0);
+        e->overlap = options.engine_overlap && backend_offers_overlap(model->backend);
+        e->reduced_sampling = options.engine_reduced_sampling != 0;
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
             !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
             !e->top_ids || !e->top_logprobs || !e->row_samplers || !e->ahead_requests)
