@@ -10,7 +10,8 @@ Provenance lives in the rows (commit, date, command, GPU); the table shows each 
 nothing in it is typed by hand. Which kite row a cell shows: among the rows of bench/results/kite.jsonl for that
 workload whose correctness gate passed, on the default paths (a command that starts with an environment
 assignment, VAR=value kite bench ..., ran under a switch and is left out), the one with the latest date, and of
-rows with the same date the later line in the file.
+rows with the same date the later line in the file. The smaller table below it (time to first token, the
+tokenizer) gives the range over the repeated rows that share the latest matching row's commit.
 """
 import argparse
 import json
@@ -64,6 +65,19 @@ WORKLOADS = [
      "llama": {"tool": "llama-bench", "depth": 0}, "llama_note": "depth 0"},
 ]
 
+
+# Rows measured in other units, each repeated a few times in one call: a cell gives the range over the rows that
+# share the commit of the latest matching row. (file, test, unit, value field) for kite and for its peer.
+OTHER = [
+    {"label": "process start to first token (0.6B checkpoint, wall clock of kite run)",
+     "kite": ("first-token.jsonl", "process_start_to_first_token", "s", "seconds"), "peer": None},
+    {"label": "tokenizer encode, one core",
+     "kite": ("tokenizer.jsonl", "tokenizer_encode_kite", "MB/s", "mb_s"),
+     "peer": ("tokenizer.jsonl", "tokenizer_encode_hf", "MB/s", "mb_s")},
+    {"label": "tokenizer.json load",
+     "kite": ("tokenizer.jsonl", "tokenizer_load_kite", "ms", "ms"),
+     "peer": ("tokenizer.jsonl", "tokenizer_load_hf", "ms", "ms")},
+]
 
 def read_rows(name):
     path = os.path.join(RESULTS, name)
@@ -143,6 +157,19 @@ def collect():
     return table
 
 
+def repeated(spec):
+    """(low, high, count, commit, date) over the rows of the latest matching row's commit; None if no row."""
+    if spec is None:
+        return None
+    name, test, unit, field = spec
+    rows = [r for r in read_rows(name) if r.get("test") == test and r.get(field) is not None]
+    if not rows:
+        return None
+    latest = max(enumerate(rows), key=lambda item: (item[1].get("date", ""), item[0]))[1]
+    same = [r[field] for r in rows if r.get("commit") == latest.get("commit")]
+    return min(same), max(same), len(same), unit, latest
+
+
 def number(v):
     return f"{v:,.0f}" if v >= 1000 or float(v).is_integer() else f"{v:,.1f}"
 
@@ -157,6 +184,19 @@ def cell(row, note=None):
     return f"{text}<br><sub>{where}</sub>"
 
 
+def other_cell(found):
+    if found is None:
+        return ""
+    low, high, count, unit, row = found
+    def short(v):
+        return f"{v:.2f}" if v < 10 else number(v)
+
+    text = short(low) if low == high else f"{short(low)}-{short(high)}"
+    where = " ".join(x for x in ((row.get("commit") or "")[:7], (row.get("date") or "")[:10]) if x and x != "unknown")
+    runs = f", {count} runs" if count > 1 else ""
+    return f"{text} {unit}<br><sub>{where}{runs}</sub>"
+
+
 def markdown(table):
     out = [
         "| workload (Qwen3-0.6B shape, bf16, one H200, unless named) | kite | llama.cpp | transformers |",
@@ -166,11 +206,18 @@ def markdown(table):
         out.append(f"| {w['label']} | {cell(k)} | {cell(l, w.get('llama_note'))} | {cell(t)} |")
     out += [
         "",
-        "Made by `python3 scripts/results-table.py` from bench/results/kite.jsonl, llama.cpp.jsonl and",
-        "peer-transformers.jsonl; each cell is tok/s with the commit and date of its row (llama.cpp's rows record no",
-        "build). kite's cell is the latest row of the workload (latest date, then latest line) whose correctness gate",
-        "passed, with no environment switch in its command. llama-bench's tg128 starts from an empty context; the",
-        "batched rows are llama-batched-bench's S_TG with 256-token prompts.",
+        "| other rows | kite | Hugging Face tokenizers |",
+        "|---|---|---|",
+    ]
+    for o in OTHER:
+        out.append(f"| {o['label']} | {other_cell(repeated(o['kite']))} | {other_cell(repeated(o['peer']))} |")
+    out += [
+        "",
+        "Made by `python3 scripts/results-table.py` from bench/results/*.jsonl; each cell gives the commit and date of",
+        "its row (llama.cpp's rows record no build). kite's cell is the latest row of the workload (latest date, then",
+        "latest line) whose correctness gate passed, with no environment switch in its command. llama-bench's tg128",
+        "starts from an empty context; the batched rows are llama-batched-bench's S_TG with 256-token prompts. The",
+        "other rows give the range over the repetitions that share the latest row's commit.",
     ]
     return "\n".join(out) + "\n"
 
