@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""The README's results table, made from the rows in bench/results/*.jsonl (Python standard library only).
+
+    python3 scripts/results-table.py            # rewrite README.md between the results markers
+    python3 scripts/results-table.py --check    # exit 1 if README.md is not what the rows give
+    python3 scripts/results-table.py --print    # the table on stdout
+    python3 scripts/results-table.py --tsv      # the same numbers for scripts/results-chart.sh
+
+Provenance lives in the rows (commit, date, command, GPU); the table shows each cell's commit and date, and
+nothing in it is typed by hand. Which kite row a cell shows: among the rows of bench/results/kite.jsonl for that
+workload whose correctness gate passed, on the default paths (a command that starts with an environment
+assignment, VAR=value kite bench ..., ran under a switch and is left out), the one with the latest date, and of
+rows with the same date the later line in the file. The smaller table below it (time to first token, the
+tokenizer) gives the range over the repeated rows that share the latest matching row's commit.
+"""
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+
+SAMPLED = {"temperature": 0.8, "top_k": 40}
+
+# One line of the table: its label and, per engine, what a row must hold to be that workload's. "model" matches
+# the first word of a row's model field (the peers' rows describe the checkpoint after it). "llama_note" says
+# where llama.cpp's figure was taken differently from kite's; "chart" is the line's name in the chart (sampled lines,
+# kite only, are not charted).
+WORKLOADS = [
+    {"label": "pp256 (prefill, tok/s)", "chart": "pp256", "key": {"model": "qwen3-0.6b-base", "test": "pp256", "batch": 1, "depth": 0},
+     "llama": {"tool": "llama-bench"}},
+    {"label": "pp2048", "chart": "pp2048", "key": {"model": "qwen3-0.6b-base", "test": "pp2048", "batch": 1, "depth": 0},
+     "llama": {"tool": "llama-bench"}},
+    {"label": "tg128 after a 256-token prompt (decode, tok/s)", "chart": "tg128 @256",
+     "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 1, "depth": 256},
+     "llama": {"tool": "llama-bench", "depth": 0}, "llama_note": "depth 0"},
+    {"label": "tg128 at depth 4,096", "chart": "tg128 @4096", "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 1, "depth": 4096},
+     "llama": {"tool": "llama-bench"}},
+    {"label": "tg128 at depth 16,384", "chart": "tg128 @16384", "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 1, "depth": 16384},
+     "llama": {"tool": "llama-bench"}},
+    {"label": "tg128 sampled (temperature 0.8, top-k 40), B = 1",
+     "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 1, "depth": 256}, "sampled": True},
+    {"label": "batched decode, 256-token prompts, B = 8", "chart": "B=8",
+     "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 8, "depth": 256},
+     "llama": {"tool": "llama-batched-bench"}},
+    {"label": "B = 8 sampled (temperature 0.8, top-k 40)",
+     "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 8, "depth": 256}, "sampled": True},
+    {"label": "B = 16", "chart": "B=16", "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 16, "depth": 256},
+     "llama": {"tool": "llama-batched-bench"}},
+    {"label": "B = 32", "chart": "B=32", "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 32, "depth": 256},
+     "llama": {"tool": "llama-batched-bench"}},
+    {"label": "B = 32 sampled (temperature 0.8, top-k 40)",
+     "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 32, "depth": 256}, "sampled": True},
+    {"label": "B = 64", "chart": "B=64", "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 64, "depth": 256},
+     "llama": {"tool": "llama-batched-bench"}},
+    {"label": "B = 128", "chart": "B=128", "key": {"model": "qwen3-0.6b-base", "test": "tg128", "batch": 128, "depth": 256},
+     "llama": {"tool": "llama-batched-bench"}},
+    {"label": "Qwen3-1.7B pp2048", "chart": "1.7B pp2048", "key": {"model": "qwen3-1.7b-base", "test": "pp2048", "batch": 1, "depth": 0},
+     "llama": {"tool": "llama-bench"}},
+    {"label": "Qwen3-1.7B tg128 after a 256-token prompt", "chart": "1.7B tg128",
+     "key": {"model": "qwen3-1.7b-base", "test": "tg128", "batch": 1, "depth": 256},
+     "llama": {"tool": "llama-bench", "depth": 0}, "llama_note": "depth 0"},
+]
+
+
+# Rows measured in other units, each repeated a few times in one call: a cell gives the range over the rows that
+# share the commit of the latest matching row. (file, test, unit, value field) for kite and for its peer.
+OTHER = [
+    {"label": "process start to first token (0.6B checkpoint, wall clock of kite run)",
+     "kite": ("first-token.jsonl", "process_start_to_first_token", "s", "seconds"), "peer": None},
+    {"label": "tokenizer encode, one core",
+     "kite": ("tokenizer.jsonl", "tokenizer_encode_kite", "MB/s", "mb_s"),
+     "peer": ("tokenizer.jsonl", "tokenizer_encode_hf", "MB/s", "mb_s")},
+    {"label": "tokenizer.json load",
+     "kite": ("tokenizer.jsonl", "tokenizer_load_kite", "ms", "ms"),
+     "peer": ("tokenizer.jsonl", "tokenizer_load_hf", "ms", "ms")},
+]
+
+def read_rows(name):
+    path = os.path.join(RESULTS, name)
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"results-table: {path}:{number}: not JSON ({e})")
+    return rows
+
+
+def matches(row, key):
+    for field, want in key.items():
+        have = row.get(field, 0 if field == "depth" else None)  # a prefill row may leave its depth out
+        if field == "model":
+            have = (have or "").split(" ")[0]
+        if have != want:
+            return False
+    return True
+
+
+def is_sampled(row):
+    s = row.get("sampling")
+    return bool(s) and all(s.get(k) == v for k, v in SAMPLED.items())
+
+
+def latest_kite(rows, workload):
+    """The latest row (date, then line) that passed its gate on the default paths; None if there is none."""
+    best = None
+    for line, row in enumerate(rows):
+        if row.get("backend") != "cuda" or row.get("gate") != "pass" or row.get("tok_s") is None:
+            continue
+        if not str(row.get("command", "")).startswith("kite bench"):
+            continue
+        if not matches(row, workload["key"]):
+            continue
+        if workload.get("sampled", False) != is_sampled(row):
+            continue
+        if row.get("sampling") and not is_sampled(row):
+            continue
+        order = (row.get("date", ""), line)
+        if best is None or order > best[0]:
+            best = (order, row)
+    return best[1] if best else None
+
+
+def peer_row(rows, key, extra):
+    """The peer's row for the workload (the latest by date, then line, if several)."""
+    want = dict(key)
+    want.update(extra)
+    best = None
+    for line, row in enumerate(rows):
+        if row.get("tok_s") is None or row.get("dtype", "bf16") not in ("bf16", "bfloat16"):
+            continue
+        if row.get("flash_attention") is False or not matches(row, want):
+            continue
+        order = (row.get("date", ""), line)
+        if best is None or order > best[0]:
+            best = (order, row)
+    return best[1] if best else None
+
+
+def collect():
+    kite = read_rows("kite.jsonl")
+    llama = read_rows("llama.cpp.jsonl")
+    transformers = read_rows("peer-transformers.jsonl")
+    table = []
+    for w in WORKLOADS:
+        k = latest_kite(kite, w)
+        l = peer_row(llama, w["key"], w["llama"]) if "llama" in w else None
+        t = None if w.get("sampled") else peer_row(transformers, w["key"], {})
+        table.append((w, k, l, t))
+    return table
+
+
+def repeated(spec):
+    """(low, high, count, commit, date) over the rows of the latest matching row's commit; None if no row."""
+    if spec is None:
+        return None
+    name, test, unit, field = spec
+    rows = [r for r in read_rows(name) if r.get("test") == test and r.get(field) is not None]
+    if not rows:
+        return None
+    latest = max(enumerate(rows), key=lambda item: (item[1].get("date", ""), item[0]))[1]
+    same = [r[field] for r in rows if r.get("commit") == latest.get("commit")]
+    return min(same), max(same), len(same), unit, latest
+
+
+def number(v):
+    return f"{v:,.0f}" if v >= 1000 or float(v).is_integer() else f"{v:,.1f}"
+
+
+def cell(row, note=None):
+    if row is None:
+        return ""
+    where = " ".join(x for x in ((row.get("commit") or "")[:7], (row.get("date") or "")[:10]) if x)
+    text = number(row["tok_s"])
+    if note:
+        text += f" ({note})"
+    return f"{text}<br><sub>{where}</sub>"
+
+
+def other_cell(found):
+    if found is None:
+        return ""
+    low, high, count, unit, row = found
+    def short(v):
+        return f"{v:.2f}" if v < 10 else number(v)
+
+    text = short(low) if low == high else f"{short(low)}-{short(high)}"
+    where = " ".join(x for x in ((row.get("commit") or "")[:7], (row.get("date") or "")[:10]) if x and x != "unknown")
+    runs = f", {count} runs" if count > 1 else ""
+    return f"{text} {unit}<br><sub>{where}{runs}</sub>"
+
+
+def markdown(table):
+    out = [
+        "| workload (Qwen3-0.6B shape, bf16, one H200, unless named) | kite | llama.cpp | transformers |",
+        "|---|---|---|---|",
+    ]
+    for w, k, l, t in table:
+        out.append(f"| {w['label']} | {cell(k)} | {cell(l, w.get('llama_note'))} | {cell(t)} |")
+    out += [
+        "",
+        "| other rows | kite | Hugging Face tokenizers |",
+        "|---|---|---|",
+    ]
+    for o in OTHER:
+        out.append(f"| {o['label']} | {other_cell(repeated(o['kite']))} | {other_cell(repeated(o['peer']))} |")
+    out += [
+        "",
+        "Made by `python3 scripts/results-table.py` from bench/results/*.jsonl; each cell gives the commit and date of",
+        "its row (llama.cpp's rows record no build). kite's cell is the latest row of the workload (latest date, then",
+        "latest line) whose correctness gate passed, with no environment switch in its command. llama-bench's tg128",
+        "starts from an empty context; the batched rows are llama-batched-bench's S_TG with 256-token prompts. The",
+        "other rows give the range over the repetitions that share the latest row's commit.",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def tsv(table):
+    lines = ["workload\tkite\tllama.cpp\ttransformers"]
+    for w, k, l, t in table:
+        if w.get("sampled"):
+            continue  # kite only: the chart compares engines
+        values = ["-" if r is None else f"{r['tok_s']:g}" for r in (k, l, t)]  # "-": no row
+        lines.append("\t".join([w["chart"]] + values))
+    return "\n".join(lines) + "\n"
+
+
+def splice(readme, block):
+    begin, end = readme.find(BEGIN), readme.find(END)
+    if begin < 0 or end < begin:
+        sys.exit(f"results-table: README.md has no {BEGIN} ... {END} block")
+    return readme[: begin + len(BEGIN)] + "\n" + block + readme[end:]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date")
+    mode.add_argument("--print", action="store_true", help="print the table")
+    mode.add_argument("--tsv", action="store_true", help="print the chart's data")
+    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    args = ap.parse_args()
+    table = collect()
+    for w, k, _, _ in table:
+        if k is None:
+            sys.exit(f"results-table: no kite row passes for '{w['label']}'")
+    if args.tsv:
+        sys.stdout.write(tsv(table))
+        return 0
+    block = markdown(table)
+    if args.print:
+        sys.stdout.write(block)
+        return 0
+    with open(args.readme, encoding="utf-8") as f:
+        readme = f.read()
+    updated = splice(readme, block)
+    if args.check:
+        if updated != readme:
+            print(f"results-table: {args.readme} is out of date; run python3 scripts/results-table.py", file=sys.stderr)
+            return 1
+        return 0
+    if updated != readme:
+        with open(args.readme, "w", encoding="utf-8") as f:
+            f.write(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
