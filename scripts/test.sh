@@ -30,6 +30,9 @@ else
   echo "== CUDA kernel footprints: skipped (this build has no CUDA backend)"
 fi
 
+echo "== README's results table against bench/results/*.jsonl"
+python3 scripts/results-table.py --check
+
 echo "== ASan + UBSan build and tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKITE_SANITIZE=ON -DKITE_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
