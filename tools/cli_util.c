@@ -84,7 +84,6 @@ cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *s
     return sampling_option_set(p->option->id, p->name, p->value ? p->value : "", sampling);
 }
 
-static const cli_option engine_options[] = {CLI_ENGINE_OPTIONS};
 static const cli_option sampling_options[] = {CLI_SAMPLING_OPTIONS};
 
 /* The id of `option` as written ("--threads" or "-t") among the rows; 0 for none. */
@@ -96,12 +95,6 @@ static int shared_option_id(const cli_option *rows, size_t n, const char *option
             return rows[i].id;
     }
     return 0;
-}
-
-cli_option_result cli_parse_engine_option(const char *option, const char *value, kite_load_params *load,
-                                          kite_engine_params *engine) {
-    int id = shared_option_id(engine_options, sizeof engine_options / sizeof engine_options[0], option);
-    return engine_option_set(id, option, value, load, engine);
 }
 
 cli_option_result cli_parse_sampling_option(const char *option, const char *value, kite_sampling *sampling) {
