@@ -14,7 +14,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -510,7 +509,7 @@ static bool wait_for_text(server_request *r, char **text, size_t *length, bool *
 static void completion_json(server *s, text_buffer *b, long id, const server_request *r, const char *text,
                             size_t length, bool chunk, bool last) {
     text_buffer_printf(b, "{\"id\":\"cmpl-%ld\",\"object\":\"text_completion\",\"created\":%lld,\"model\":", id,
-                  (long long)time(NULL));
+                       (long long)time(NULL));
     text_buffer_json_string(b, s->model_name, strlen(s->model_name));
     text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"text\":");
     text_buffer_json_string(b, text, length);
@@ -521,8 +520,8 @@ static void completion_json(server *s, text_buffer *b, long id, const server_req
         text_buffer_puts(b, "null");
     text_buffer_puts(b, "}]");
     if (!chunk || last)
-        text_buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}", r->n_prompt,
-                      r->n_generated, r->n_prompt + (size_t)r->n_generated);
+        text_buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}",
+                           r->n_prompt, r->n_generated, r->n_prompt + (size_t)r->n_generated);
     text_buffer_puts(b, "}");
 }
 
@@ -608,7 +607,7 @@ static void serve_completion(server *s, int fd, const char *body, size_t length)
     } else if (!stream && !client_gone) {
         text_buffer out = {0};
         completion_json(s, &out, id, r, all.data ? all.data : "", all.length, false, true);
-        if (out.failed)
+        if (out.failed || all.failed)
             respond_error(fd, 500, "Internal Server Error", "out of memory");
         else
             respond(fd, 200, "OK", "application/json", out.data, out.length);
