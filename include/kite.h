@@ -138,6 +138,40 @@ kite_model_info kite_model_get_info(const kite_model *model);
 kite_status kite_tokenize(const kite_model *model, const char *text, size_t length, int32_t **ids, size_t *n_ids);
 kite_status kite_detokenize(const kite_model *model, const int32_t *ids, size_t n_ids, char **text, size_t *length);
 
+/* ---- tokenizer ------------------------------------------------------------------------------------ */
+
+/* A checkpoint's tokenizer on its own, without loading weights (kite tokenize / detokenize), or a model's.
+ * Thread safety: a kite_tokenizer is read-only once loaded; any number of threads may encode and decode
+ * with one handle at once. */
+typedef struct kite_tokenizer kite_tokenizer;
+
+/* Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (the eos token); nothing else in
+ * DIR is read. A missing file is KITE_ERROR_IO, a damaged one KITE_ERROR_INVALID_TOKENIZER, both naming
+ * the file. Release it with kite_tokenizer_free(). */
+kite_status kite_tokenizer_load(const char *dir, kite_tokenizer **out);
+void kite_tokenizer_free(kite_tokenizer *tokenizer);
+
+/* The model's own tokenizer, borrowed: valid while the model lives, not to be freed. NULL for a model
+ * without one (kite_model_load_dummy). */
+const kite_tokenizer *kite_model_tokenizer(const kite_model *model);
+
+/* Number of ids, added tokens included (the largest id + 1). */
+int32_t kite_tokenizer_vocab_size(const kite_tokenizer *tokenizer);
+
+/* As kite_tokenize / kite_detokenize: *ids (NULL when *n_ids is 0) and *text (NUL-terminated) are
+ * allocated with malloc: release them with kite_free(). An id outside the vocabulary is
+ * KITE_ERROR_INVALID_INPUT. */
+kite_status kite_tokenizer_encode(const kite_tokenizer *tokenizer, const char *text, size_t length, int32_t **ids,
+                                  size_t *n_ids);
+kite_status kite_tokenizer_decode(const kite_tokenizer *tokenizer, const int32_t *ids, size_t n_ids, char **text,
+                                  size_t *length);
+
+/* The bytes one token decodes to alone (a piece of text, possibly part of a UTF-8 sequence; an added
+ * token gives its content), borrowed from the tokenizer: valid while it lives. An id outside the
+ * vocabulary is KITE_ERROR_INVALID_INPUT. */
+kite_status kite_tokenizer_token_bytes(const kite_tokenizer *tokenizer, int32_t id, const char **bytes,
+                                       size_t *length);
+
 /* ---- generation ------------------------------------------------------------------------------------ */
 
 typedef struct kite_sampling {

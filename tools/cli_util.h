@@ -1,4 +1,5 @@
-/* Small helpers shared by the CLI subcommands: argument parsing with clear errors, and JSON output. */
+/* What the CLI subcommands share beyond option parsing (cli_options.h): the engine and sampling options of
+ * `kite run`, `kite serve` and `kite bench`, and reporting a failed kite call. */
 #ifndef KITE_TOOLS_CLI_UTIL_H
 #define KITE_TOOLS_CLI_UTIL_H
 
@@ -7,30 +8,63 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli_options.h"
 #include "kite.h"
 
-/* Parses a whole decimal integer / float; false (after one line on stderr naming the option) otherwise. */
-bool cli_parse_int(const char *option, const char *text, long long min, long long max, long long *out);
-bool cli_parse_float(const char *option, const char *text, double min, double max, double *out);
-/* Parses "a,b,c" into a malloc'd array of ints within [min, max]. */
-bool cli_parse_int_list(const char *option, const char *text, long long min, long long max, int32_t **out, size_t *n);
-/* Takes the value of option argv[*i] (advancing *i); false with a message when it is missing. */
-bool cli_take_value(int argc, char **argv, int *i, const char **value);
+/* Ids of the shared options; a command's own ids stay below CLI_SHARED_ID_FIRST. */
+enum {
+    CLI_SHARED_ID_FIRST = 1000,
+    CLI_ID_BACKEND = CLI_SHARED_ID_FIRST,
+    CLI_ID_THREADS,
+    CLI_ID_KV_CACHE_MB,
+    CLI_ID_MAX_BATCH,
+    CLI_ID_MAX_STEP_TOKENS,
+    CLI_ID_MAX_CONTEXT,
+    CLI_ID_TEMPERATURE,
+    CLI_ID_TOP_K,
+    CLI_ID_TOP_P,
+    CLI_ID_MIN_P,
+    CLI_ID_REPEAT_PENALTY,
+};
+
+/* Table rows for the options of loading a model and creating an engine (`kite run`, `kite serve`). */
+#define CLI_ENGINE_OPTIONS                                                                                     \
+    {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto: CUDA when usable)", false}, \
+    {CLI_ID_THREADS, "threads", 't', "N", "CPU threads (default 0 = all cores)", false},                        \
+    {CLI_ID_MAX_CONTEXT, "max-context", 0, "N", "context limit (default: the model's, at most 65536)", false},   \
+    {CLI_ID_KV_CACHE_MB, "kv-cache-mb", 0, "N",                                                              \
+     "KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)", false},                \
+    {CLI_ID_MAX_BATCH, "max-batch", 0, "N", "sequences per step at most (default 256)", false},                 \
+    {CLI_ID_MAX_STEP_TOKENS, "max-step-tokens", 0, "N",                                                      \
+     "tokens per step at most, the chunked-prefill budget (default 2048)", false}
+
+/* Table rows for the sampling options (`kite run`, `kite bench`; not --seed, which means the prompts' seed to
+ * the bench). */
+#define CLI_SAMPLING_OPTIONS                                                                                   \
+    {CLI_ID_TEMPERATURE, "temperature", 0, "T", "0 = greedy (default 0)", false},                             \
+    {CLI_ID_TOP_K, "top-k", 0, "K", "sample from the K most likely tokens (default 0 = off)", false},           \
+    {CLI_ID_TOP_P, "top-p", 0, "P", "sample from the smallest set of probability P (default 1 = off)", false}, \
+    {CLI_ID_MIN_P, "min-p", 0, "P", "drop tokens below P times the best one's probability (default 0 = off)", \
+     false},                                                                                                   \
+    {CLI_ID_REPEAT_PENALTY, "repeat-penalty", 0, "R",                                                         \
+     "discourage tokens already in the prompt or output (default 1 = off)", false}
+
+typedef enum cli_option_result { CLI_OPTION_OTHER, CLI_OPTION_TAKEN, CLI_OPTION_BAD } cli_option_result;
+
+/* Applies the option the parser just returned when it is one of CLI_ENGINE_OPTIONS / CLI_SAMPLING_OPTIONS:
+ * CLI_OPTION_TAKEN when its value parsed, CLI_OPTION_BAD after a message when it did not (exit 2),
+ * CLI_OPTION_OTHER when the option is another one. */
+cli_option_result cli_take_engine_option(const cli_parser *p, kite_load_params *load, kite_engine_params *engine);
+cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *sampling);
+
 /* Parses --backend auto|cpu|cuda. */
 bool cli_parse_backend(const char *text, kite_backend_kind *out);
 
-/* The options `kite run` and `kite serve` share (--backend, --threads/-t, --kv-cache-mb, --max-batch,
- * --max-step-tokens, --max-context). Returns CLI_OPTION_TAKEN when `option` was one of them and `value`
- * parsed, CLI_OPTION_BAD after a message when the value did not parse, CLI_OPTION_OTHER otherwise. */
-typedef enum cli_option_result { CLI_OPTION_OTHER, CLI_OPTION_TAKEN, CLI_OPTION_BAD } cli_option_result;
-cli_option_result cli_parse_engine_option(const char *option, const char *value, kite_load_params *load,
-                                          kite_engine_params *engine);
-
-/* The sampling options `kite run` and `kite bench` share (--temperature, --top-k, --top-p, --min-p,
- * --repeat-penalty; not --seed, which means the prompts' seed to the bench). Results as cli_parse_engine_option. */
+/* For kite bench until it is on an option table: the sampling options met by a strcmp chain, `option` as
+ * written ("--top-p"); the value of option argv[*i] (advancing *i), false with a message when it is missing;
+ * a JSON string literal written straight to a stream (escaped by text_buffer_json_string). */
 cli_option_result cli_parse_sampling_option(const char *option, const char *value, kite_sampling *sampling);
-
-/* Writes text as a JSON string literal (with quotes), escaping as RFC 8259 requires. */
+bool cli_take_value(int argc, char **argv, int *i, const char **value);
 void json_write_string(FILE *out, const char *text, size_t length);
 
 /* Reports a failed kite call: "kite: <what>: <message>" on stderr. Returns 1 (the exit code). */

@@ -7,25 +7,48 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "kite.h"
+#include "text_buffer.h"
 
-static const char run_usage[] =
-    "usage: kite run --model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompt-file FILE) [options]\n"
-    "  --max-tokens N        new tokens at most (default 256; 0 = until eos or the context limit)\n"
-    "  --temperature T       0 = greedy (default 0)\n"
-    "  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --seed S\n"
-    "  --stop STR            stop when STR appears (repeatable; STR is not printed)\n"
-    "  --ignore-eos          keep generating past the end-of-text token\n"
-    "  --logprobs K          report the top K log-probabilities of each token (with --json)\n"
-    "  --backend auto|cpu|cuda   (default auto)    --threads N (CPU threads, 0 = all)\n"
-    "  --max-context N       context limit (default: the model's, at most 65536)\n"
-    "  --kv-cache-mb N       KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)\n"
-    "  --max-batch N         sequences per step at most (default 256)\n"
-    "  --max-step-tokens N   tokens per step at most, the chunked-prefill budget (default 2048)\n"
-    "  --dummy SHAPE         random weights of a known shape instead of --model (ids only)\n"
-    "  --json                print one JSON object per prompt, last, alone on a line\n";
+enum {
+    RUN_MODEL = 1,
+    RUN_DUMMY,
+    RUN_PROMPT,
+    RUN_PROMPT_IDS,
+    RUN_PROMPT_FILE,
+    RUN_MAX_TOKENS,
+    RUN_SEED,
+    RUN_STOP,
+    RUN_IGNORE_EOS,
+    RUN_LOGPROBS,
+    RUN_JSON,
+};
+
+static const cli_option run_options[] = {
+    {RUN_MODEL, "model", 'm', "DIR", "the checkpoint directory (config.json, safetensors, tokenizer.json)", false},
+    {RUN_DUMMY, "dummy", 0, "SHAPE", "random weights of a known shape instead of --model (ids only)", false},
+    {RUN_PROMPT, "prompt", 'p', "TEXT", "the prompt, streamed back with its continuation on stdout", false},
+    {RUN_PROMPT_IDS, "prompt-ids", 0, "ID,ID,...", "the prompt as token ids", false},
+    {RUN_PROMPT_FILE, "prompt-file", 0, "FILE", "one prompt per line, run as one continuous batch", false},
+    {RUN_MAX_TOKENS, "max-tokens", 'n', "N", "new tokens at most (default 256; 0 = until eos or the context limit)",
+     false},
+    CLI_SAMPLING_OPTIONS,
+    {RUN_SEED, "seed", 0, "S", "the sampling seed (default 0): same seed, same tokens", false},
+    {RUN_STOP, "stop", 0, "STR", "stop when STR appears (STR is not printed)", true},
+    {RUN_IGNORE_EOS, "ignore-eos", 0, NULL, "keep generating past the end-of-text token", false},
+    {RUN_LOGPROBS, "logprobs", 0, "K", "report the top K log-probabilities of each token (with --json)", false},
+    CLI_ENGINE_OPTIONS,
+    {RUN_JSON, "json", 0, NULL, "print one JSON object per prompt, last, alone on a line", false},
+};
+
+static const cli_command run_command = {
+    "run", "--model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompt-file FILE) [options]", NULL, run_options,
+    sizeof run_options / sizeof run_options[0]};
+
+#define MAX_STOP_STRINGS 64
 
 typedef struct generation {
     int32_t *prompt;
@@ -35,8 +58,7 @@ typedef struct generation {
     int32_t *top_ids;       /* per token x n_logprobs */
     float *top_logprobs;
     size_t n_tokens, capacity;
-    char *text;
-    size_t text_length, text_capacity;
+    text_buffer text;
     kite_finish_reason finish;
     int32_t n_logprobs;
     bool stream;            /* print text to stdout as it arrives */
@@ -76,20 +98,11 @@ static void on_token(const kite_token_event *event, void *user_data) {
         g->n_tokens++;
     }
     if (event->text_length > 0) {
-        size_t needed = g->text_length + event->text_length + 1;
-        if (needed > g->text_capacity) {
-            size_t grown = g->text_capacity ? g->text_capacity * 2 : 256;
-            while (grown < needed) grown *= 2;
-            char *p = realloc(g->text, grown);
-            if (!p) {
-                g->failed = true;
-                return;
-            }
-            g->text = p;
-            g->text_capacity = grown;
+        text_buffer_append(&g->text, event->text, event->text_length);
+        if (g->text.failed) {
+            g->failed = true;
+            return;
         }
-        memcpy(g->text + g->text_length, event->text, event->text_length);
-        g->text_length += event->text_length;
         if (g->stream) {
             fwrite(event->text, 1, event->text_length, stdout);
             fflush(stdout);
@@ -98,29 +111,44 @@ static void on_token(const kite_token_event *event, void *user_data) {
     if (event->finish != KITE_FINISH_NONE) g->finish = event->finish;
 }
 
-static void print_json(const generation *g, double load_s, const kite_engine_timings *t) {
-    printf("{\"prompt_tokens\":[");
-    for (size_t i = 0; i < g->n_prompt; i++) printf("%s%d", i ? "," : "", g->prompt[i]);
-    printf("],\"tokens\":[");
-    for (size_t i = 0; i < g->n_tokens; i++) printf("%s%d", i ? "," : "", g->tokens[i]);
-    printf("],\"text\":");
-    json_write_string(stdout, g->text ? g->text : "", g->text_length);
-    printf(",\"finish_reason\":\"%s\"", kite_finish_reason_string(g->finish));
+/* The --json line of one prompt; false when it could not be built or written. */
+static bool print_json(const generation *g, double load_s, const kite_engine_timings *t) {
+    text_buffer b = {0};
+    text_buffer_puts(&b, "{\"prompt_tokens\":");
+    text_buffer_json_int_array(&b, g->prompt, g->n_prompt);
+    text_buffer_puts(&b, ",\"tokens\":");
+    text_buffer_json_int_array(&b, g->tokens, g->n_tokens);
+    text_buffer_puts(&b, ",\"text\":");
+    text_buffer_json_string(&b, g->text.data ? g->text.data : "", g->text.length);
+    text_buffer_printf(&b, ",\"finish_reason\":\"%s\"", kite_finish_reason_string(g->finish));
     if (g->n_logprobs > 0) {
-        printf(",\"logprobs\":[");
+        text_buffer_puts(&b, ",\"logprobs\":[");
         for (size_t i = 0; i < g->n_tokens; i++) {
-            printf("%s{\"token\":%d,\"logprob\":%.9g,\"top\":[", i ? "," : "", g->tokens[i], (double)g->logprobs[i]);
+            text_buffer_printf(&b, "%s{\"token\":%d,\"logprob\":", i ? "," : "", g->tokens[i]);
+            text_buffer_json_general(&b, g->logprobs[i], 9);
+            text_buffer_puts(&b, ",\"top\":[");
             for (int32_t k = 0; k < g->n_logprobs; k++) {
                 size_t at = i * (size_t)g->n_logprobs + (size_t)k;
-                printf("%s{\"id\":%d,\"logprob\":%.9g}", k ? "," : "", g->top_ids[at], (double)g->top_logprobs[at]);
+                text_buffer_printf(&b, "%s{\"id\":%d,\"logprob\":", k ? "," : "", g->top_ids[at]);
+                text_buffer_json_general(&b, g->top_logprobs[at], 9);
+                text_buffer_puts(&b, "}");
             }
-            printf("]}");
+            text_buffer_puts(&b, "]}");
         }
-        printf("]");
+        text_buffer_puts(&b, "]");
     }
     double prefill = t->prefill_seconds > 0 ? (double)t->prefill_tokens / t->prefill_seconds : 0.0;
     double decode = t->decode_seconds > 0 ? (double)t->decode_tokens / t->decode_seconds : 0.0;
-    printf(",\"timings\":{\"load_s\":%.6f,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f}}\n", load_s, prefill, decode);
+    text_buffer_puts(&b, ",\"timings\":{\"load_s\":");
+    text_buffer_json_fixed(&b, load_s, 6);
+    text_buffer_puts(&b, ",\"prefill_tok_s\":");
+    text_buffer_json_fixed(&b, prefill, 3);
+    text_buffer_puts(&b, ",\"decode_tok_s\":");
+    text_buffer_json_fixed(&b, decode, 3);
+    text_buffer_puts(&b, "}}\n");
+    bool ok = text_buffer_write(&b, stdout);
+    text_buffer_free(&b);
+    return ok;
 }
 
 static double seconds_now(void) {
@@ -180,66 +208,66 @@ int cmd_run(int argc, char **argv) {
     kite_engine_params engine_params = kite_engine_params_default();
     kite_request request = kite_request_default();
     request.max_tokens = 256;
-    const char *stops[64];
+    const char *stops[MAX_STOP_STRINGS];
     int32_t n_stops = 0;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
+    cli_parser parser;
+    cli_parser_init(&parser, &run_command, argc, argv);
+    for (int id; (id = cli_parser_next(&parser)) != CLI_END;) {
         long long iv;
-        cli_option_result shared;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(run_usage, stdout);
-            return 0;
-        } else if (strcmp(a, "--json") == 0) {
-            json = true;
-        } else if (strcmp(a, "--ignore-eos") == 0) {
-            request.ignore_eos = true;
-        } else if (!cli_take_value(argc, argv, &i, &v)) {
-            return 2;
-        } else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0) {
-            model_dir = v;
-        } else if (strcmp(a, "--dummy") == 0) {
-            dummy = v;
-        } else if (strcmp(a, "--prompt") == 0 || strcmp(a, "-p") == 0) {
-            prompt_text = v;
-        } else if (strcmp(a, "--prompt-ids") == 0) {
-            prompt_ids_text = v;
-        } else if (strcmp(a, "--prompt-file") == 0) {
-            prompt_file = v;
-        } else if (strcmp(a, "--max-tokens") == 0 || strcmp(a, "-n") == 0) {
-            if (!cli_parse_int(a, v, 0, INT32_MAX, &iv)) return 2;
+        switch (id) {
+        case CLI_HELP: return 0;
+        case CLI_ERROR: return 2;
+        case RUN_MODEL: model_dir = parser.value; break;
+        case RUN_DUMMY: dummy = parser.value; break;
+        case RUN_PROMPT: prompt_text = parser.value; break;
+        case RUN_PROMPT_IDS: prompt_ids_text = parser.value; break;
+        case RUN_PROMPT_FILE: prompt_file = parser.value; break;
+        case RUN_JSON: json = true; break;
+        case RUN_IGNORE_EOS: request.ignore_eos = true; break;
+        case RUN_MAX_TOKENS:
+            if (!cli_value_int(&parser, 0, INT32_MAX, &iv)) return 2;
             request.max_tokens = (int32_t)iv;
-        } else if ((shared = cli_parse_sampling_option(a, v, &request.sampling)) != CLI_OPTION_OTHER) {
-            if (shared == CLI_OPTION_BAD) return 2;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!cli_parse_int(a, v, 0, INT64_MAX, &iv)) return 2;
+            break;
+        case RUN_SEED:
+            if (!cli_value_int(&parser, 0, INT64_MAX, &iv)) return 2;
             request.sampling.seed = (uint64_t)iv;
-        } else if (strcmp(a, "--stop") == 0) {
-            if (n_stops == (int32_t)(sizeof stops / sizeof stops[0])) {
-                fprintf(stderr, "kite: at most %zu --stop strings\n", sizeof stops / sizeof stops[0]);
+            break;
+        case RUN_STOP:
+            if (n_stops == MAX_STOP_STRINGS) {
+                fprintf(stderr, "kite: at most %d --stop strings\n", MAX_STOP_STRINGS);
                 return 2;
             }
-            if (!v[0]) {
+            if (!parser.value[0]) {
                 fprintf(stderr, "kite: --stop: the string is empty\n");
                 return 2;
             }
-            stops[n_stops++] = v;
-        } else if (strcmp(a, "--logprobs") == 0) {
-            if (!cli_parse_int(a, v, 0, 20, &iv)) return 2;
+            stops[n_stops++] = parser.value;
+            break;
+        case RUN_LOGPROBS:
+            if (!cli_value_int(&parser, 0, KITE_MAX_LOGPROBS, &iv)) return 2;
             request.n_logprobs = (int32_t)iv;
-        } else if ((shared = cli_parse_engine_option(a, v, &load, &engine_params)) != CLI_OPTION_OTHER) {
-            if (shared == CLI_OPTION_BAD) return 2;
-        } else {
-            fprintf(stderr, "kite run: unknown option '%s'\n%s", a, run_usage);
-            return 2;
+            break;
+        default:
+            if (cli_take_sampling_option(&parser, &request.sampling) == CLI_OPTION_TAKEN) break;
+            if (cli_take_engine_option(&parser, &load, &engine_params) == CLI_OPTION_TAKEN) break;
+            return 2; /* a shared option whose value did not parse (said on stderr) */
         }
     }
+    if (parser.first_argument < argc) {
+        fprintf(stderr, "kite run: unexpected argument '%s' (quote the prompt after --prompt)\n",
+                argv[parser.first_argument]);
+        cli_print_usage(&run_command, stderr);
+        return 2;
+    }
     if ((model_dir != NULL) == (dummy != NULL)) {
-        fprintf(stderr, "kite run: give exactly one of --model DIR or --dummy SHAPE\n%s", run_usage);
+        fprintf(stderr, "kite run: give exactly one of --model DIR or --dummy SHAPE\n");
+        cli_print_usage(&run_command, stderr);
         return 2;
     }
     if ((prompt_text != NULL) + (prompt_ids_text != NULL) + (prompt_file != NULL) != 1) {
-        fprintf(stderr, "kite run: give exactly one of --prompt, --prompt-ids, --prompt-file\n%s", run_usage);
+        fprintf(stderr, "kite run: give exactly one of --prompt, --prompt-ids, --prompt-file\n");
+        cli_print_usage(&run_command, stderr);
         return 2;
     }
     request.stop_strings = stops;
@@ -338,10 +366,16 @@ int cmd_run(int argc, char **argv) {
             exit_code = 1;
         }
         if (json) {
-            if (g->stream && g->text_length > 0) fputc('\n', stdout);
-            print_json(g, load_s, &timings);
+            if (g->stream && g->text.length > 0) fputc('\n', stdout);
+            if (!print_json(g, load_s, &timings)) {
+                fprintf(stderr, "kite: cannot write the output\n");
+                exit_code = 1;
+                goto done;
+            }
         } else if (prompt_file) {
-            printf("%s%.*s\n", p ? "\n" : "", (int)g->text_length, g->text ? g->text : "");
+            if (p) fputc('\n', stdout);
+            fwrite(g->text.data ? g->text.data : "", 1, g->text.length, stdout);
+            fputc('\n', stdout);
         } else {
             fputc('\n', stdout);
         }
@@ -363,7 +397,7 @@ done:
             free(gens[p].logprobs);
             free(gens[p].top_ids);
             free(gens[p].top_logprobs);
-            free(gens[p].text);
+            text_buffer_free(&gens[p].text);
         }
         free(gens);
     }

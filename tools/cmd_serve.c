@@ -6,6 +6,7 @@
  * hands a server_request to the engine thread through the inbox, then waits on the request's condition
  * variable for text and writes it out: as server-sent events with "stream": true, else as one JSON object.
  * A client that goes away has its request cancelled. Every response closes its connection.
+ * Request bodies are read with jansson; every response is written with the text buffer's JSON writer.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,7 +14,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,18 +23,32 @@
 #include <time.h>
 #include <unistd.h>
 
+/* json_object_get here is jansson's, renamed by the build (CMakeLists.txt): libkite.a has its own. */
+#include <jansson.h>
+
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "kite.h"
-#include "util/json.h"
+#include "text_buffer.h"
 
-static const char serve_usage[] =
-    "usage: kite serve --model DIR [--host 127.0.0.1] [--port 8080] [options]\n"
+enum { SERVE_MODEL = 1, SERVE_HOST, SERVE_PORT, SERVE_NAME };
+
+static const cli_option serve_options[] = {
+    {SERVE_MODEL, "model", 'm', "DIR", "the checkpoint directory (config.json, safetensors, tokenizer.json)", false},
+    {SERVE_HOST, "host", 0, "ADDRESS", "the IPv4 address to listen on (default 127.0.0.1)", false},
+    {SERVE_PORT, "port", 0, "PORT", "the TCP port (default 8080; 0 picks a free one)", false},
+    {SERVE_NAME, "served-model-name", 0, "NAME", "the model's name in responses (default: the directory's name)",
+     false},
+    CLI_ENGINE_OPTIONS,
+};
+
+static const cli_command serve_command = {
+    "serve", "--model DIR [--host 127.0.0.1] [--port 8080] [options]",
     "  POST /v1/completions (OpenAI-compatible: prompt as text or token ids, max_tokens, temperature, top_p,\n"
     "  top_k, min_p, repetition_penalty, seed, stop, stream, logprobs), GET /v1/models, GET /health.\n"
-    "  --port 0 picks a free port; the port is printed on stdout as \"listening on HOST:PORT\".\n"
-    "  --backend auto|cpu|cuda  --threads N  --kv-cache-mb N  --max-batch N  --max-step-tokens N\n"
-    "  --max-context N  --served-model-name NAME (default: the directory's name)\n";
+    "  The port is printed on stdout as \"listening on HOST:PORT\" once the model is loaded.\n",
+    serve_options, sizeof serve_options / sizeof serve_options[0]};
 
 #define MAX_HEADER_BYTES (16 << 10)
 #define MAX_BODY_BYTES (16 << 20)
@@ -53,8 +67,8 @@ typedef struct server_request {
     char *stop_storage[MAX_STOP_STRINGS];
 
     /* Written by the engine thread under the mutex, read by the connection thread. */
-    char *text;
-    size_t text_length, text_capacity, text_taken;
+    text_buffer text;
+    size_t text_taken; /* bytes of text the connection has written out */
     int32_t n_generated;
     kite_finish_reason finish;
     bool done;
@@ -94,7 +108,7 @@ static void request_release(server_request *r) {
     pthread_cond_destroy(&r->changed);
     free(r->prompt_ids);
     for (int i = 0; i < MAX_STOP_STRINGS; i++) free(r->stop_storage[i]);
-    free(r->text);
+    text_buffer_free(&r->text);
     free(r);
 }
 
@@ -102,23 +116,11 @@ static void request_release(server_request *r) {
 static void on_token(const kite_token_event *event, void *user_data) {
     server_request *r = user_data;
     pthread_mutex_lock(&r->mutex);
-    if (event->text_length > 0) {
-        size_t needed = r->text_length + event->text_length + 1;
-        if (needed > r->text_capacity) {
-            size_t grown = r->text_capacity ? r->text_capacity * 2 : 256;
-            while (grown < needed) grown *= 2;
-            char *p = realloc(r->text, grown);
-            if (p) {
-                r->text = p;
-                r->text_capacity = grown;
-            } else {
-                r->failed = true;
-                snprintf(r->error, sizeof r->error, "out of memory collecting the output");
-            }
-        }
-        if (!r->failed) {
-            memcpy(r->text + r->text_length, event->text, event->text_length);
-            r->text_length += event->text_length;
+    if (event->text_length > 0 && !r->failed) {
+        text_buffer_append(&r->text, event->text, event->text_length);
+        if (r->text.failed) {
+            r->failed = true;
+            snprintf(r->error, sizeof r->error, "out of memory collecting the output");
         }
     }
     if (event->token >= 0) r->n_generated++;
@@ -220,82 +222,15 @@ static bool respond(int fd, int code, const char *reason, const char *content_ty
 }
 
 static void respond_error(int fd, int code, const char *reason, const char *message) {
-    char body[512];
-    char escaped[300];
-    size_t k = 0;
-    for (const char *p = message; *p && k + 2 < sizeof escaped; p++) {
-        if (*p == '"' || *p == '\\') escaped[k++] = '\\';
-        escaped[k++] = (*p == '\n' || *p == '\r') ? ' ' : *p;
-    }
-    escaped[k] = '\0';
-    int n = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%d}}",
-                     escaped, code);
-    respond(fd, code, reason, "application/json", body, (size_t)n);
-}
-
-/* A growable text buffer for building responses. */
-typedef struct text_buffer {
-    char *data;
-    size_t length, capacity;
-    bool failed;
-} text_buffer;
-
-static void buffer_append(text_buffer *b, const char *data, size_t length) {
-    if (b->failed || length == 0) return;
-    if (b->length + length + 1 > b->capacity) {
-        size_t grown = b->capacity ? b->capacity * 2 : 1024;
-        while (grown < b->length + length + 1) grown *= 2;
-        char *p = realloc(b->data, grown);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->data = p;
-        b->capacity = grown;
-    }
-    memcpy(b->data + b->length, data, length);
-    b->length += length;
-    b->data[b->length] = '\0';
-}
-
-/* Appends a string literal (its length known at compile time). */
-#define BUFFER_LITERAL(buffer, literal) buffer_append((buffer), (literal), sizeof(literal) - 1)
-
-static void buffer_printf(text_buffer *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buffer_printf(text_buffer *b, const char *fmt, ...) {
-    char chunk[512];
-    va_list args;
-    va_start(args, fmt);
-    int n = vsnprintf(chunk, sizeof chunk, fmt, args);
-    va_end(args);
-    if (n < 0 || (size_t)n >= sizeof chunk) {
-        b->failed = true;
-        return;
-    }
-    buffer_append(b, chunk, (size_t)n);
-}
-
-static void buffer_json_string(text_buffer *b, const char *text, size_t length) {
-    BUFFER_LITERAL(b, "\"");
-    for (size_t i = 0; i < length; i++) {
-        unsigned char c = (unsigned char)text[i];
-        char escape[8];
-        switch (c) {
-        case '"': BUFFER_LITERAL(b, "\\\""); break;
-        case '\\': BUFFER_LITERAL(b, "\\\\"); break;
-        case '\n': BUFFER_LITERAL(b, "\\n"); break;
-        case '\r': BUFFER_LITERAL(b, "\\r"); break;
-        case '\t': BUFFER_LITERAL(b, "\\t"); break;
-        default:
-            if (c < 0x20) {
-                snprintf(escape, sizeof escape, "\\u%04x", c);
-                buffer_append(b, escape, 6);
-            } else {
-                buffer_append(b, text + i, 1);
-            }
-        }
-    }
-    BUFFER_LITERAL(b, "\"");
+    text_buffer body = {0};
+    text_buffer_puts(&body, "{\"error\":{\"message\":");
+    text_buffer_json_string(&body, message, strlen(message));
+    text_buffer_printf(&body, ",\"type\":\"invalid_request_error\",\"code\":%d}}", code);
+    if (body.failed)
+        respond(fd, 500, "Internal Server Error", "application/json", "{}", 2);
+    else
+        respond(fd, code, reason, "application/json", body.data, body.length);
+    text_buffer_free(&body);
 }
 
 /* Reads one HTTP request: method, path and body (Content-Length only). false with a response sent. */
@@ -368,154 +303,203 @@ static bool read_request(int fd, char *method, size_t method_size, char *path, s
 
 /* ---- /v1/completions ----------------------------------------------------------------------------- */
 
-/* Reads an optional number field into *out; false (with `why` filled) when present with the wrong type. */
-static bool optional_number(const json_value *object, const char *key, double *out, char *why, size_t why_size) {
-    const json_value *v = json_object_get(object, key);
+/* An optional number field: false (with `why` filled) when present with another type; *present says whether
+ * it was there (null counts as absent). */
+static bool optional_number(const json_t *object, const char *key, bool *present, double *out, char *why,
+                            size_t why_size) {
+    const json_t *v = json_object_get(object, key);
+    *present = false;
     if (!v || json_is_null(v)) return true;
-    if (!json_get_double(v, out)) {
+    if (!json_is_number(v)) {
         snprintf(why, why_size, "'%s' must be a number", key);
         return false;
     }
+    *present = true;
+    *out = json_number_value(v);
+    return true;
+}
+
+/* An optional true / false field; false (with `why` filled) when present with another type. */
+static bool optional_bool(const json_t *object, const char *key, bool *out, char *why, size_t why_size) {
+    const json_t *v = json_object_get(object, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        snprintf(why, why_size, "'%s' must be true or false", key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+/* The prompt: text (tokenized here, on the connection's thread) or token ids. */
+static bool parse_prompt(server *s, const json_t *prompt, server_request *r, char *why, size_t why_size) {
+    if (json_is_string(prompt)) {
+        kite_status status = kite_tokenize(s->model, json_string_value(prompt), json_string_length(prompt),
+                                           &r->prompt_ids, &r->n_prompt);
+        if (status != KITE_OK) {
+            snprintf(why, why_size, "prompt: %s", kite_last_error());
+            return false;
+        }
+    } else if (json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_number(json_array_get(prompt, 0))) {
+        size_t n = json_array_size(prompt);
+        r->prompt_ids = malloc(n * sizeof(int32_t));
+        if (!r->prompt_ids) {
+            snprintf(why, why_size, "out of memory");
+            return false;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const json_t *item = json_array_get(prompt, i);
+            json_int_t v = json_is_integer(item) ? json_integer_value(item) : -1;
+            if (v < 0 || v > INT32_MAX) {
+                snprintf(why, why_size, "prompt[%zu] is not a token id", i);
+                return false;
+            }
+            r->prompt_ids[i] = (int32_t)v;
+        }
+        r->n_prompt = n;
+    } else {
+        snprintf(why, why_size, "'prompt' must be a string or an array of token ids (one prompt per request)");
+        return false;
+    }
+    if (r->n_prompt == 0) {
+        snprintf(why, why_size, "the prompt is empty");
+        return false;
+    }
+    r->request.prompt_ids = r->prompt_ids;
+    r->request.n_prompt_ids = r->n_prompt;
+    return true;
+}
+
+/* The sampling and length fields, each optional, each checked against its range. Fields kite does not know
+ * are ignored, as OpenAI-compatible servers do. */
+static bool parse_numbers(const json_t *root, kite_request *request, char *why, size_t why_size) {
+    enum { MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, MIN_P, REPETITION_PENALTY, SEED, LOGPROBS, N };
+    static const struct {
+        const char *key;
+        double min, max;
+    } fields[] = {
+        [MAX_TOKENS] = {"max_tokens", 0, 1 << 30},
+        [TEMPERATURE] = {"temperature", 0, 100},
+        [TOP_P] = {"top_p", 0, 1},
+        [TOP_K] = {"top_k", -1, 1 << 30}, /* -1: off, as vLLM */
+        [MIN_P] = {"min_p", 0, 1},
+        [REPETITION_PENALTY] = {"repetition_penalty", 0.01, 100},
+        [SEED] = {"seed", 0, 9.0e15}, /* integers a double holds exactly */
+        [LOGPROBS] = {"logprobs", 0, KITE_MAX_LOGPROBS},
+        [N] = {"n", 1, 1}, /* one choice per request */
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        bool present;
+        double v = 0;
+        if (!optional_number(root, fields[i].key, &present, &v, why, why_size)) return false;
+        if (!present) continue;
+        if (!(v >= fields[i].min && v <= fields[i].max)) {
+            snprintf(why, why_size, "'%s' must be in [%g, %g]", fields[i].key, fields[i].min, fields[i].max);
+            return false;
+        }
+        switch (i) {
+        case MAX_TOKENS: request->max_tokens = (int32_t)v; break;
+        case TEMPERATURE: request->sampling.temperature = (float)v; break;
+        case TOP_P: request->sampling.top_p = (float)v; break;
+        case TOP_K: request->sampling.top_k = v < 0 ? 0 : (int32_t)v; break;
+        case MIN_P: request->sampling.min_p = (float)v; break;
+        case REPETITION_PENALTY: request->sampling.repetition_penalty = (float)v; break;
+        case SEED: request->sampling.seed = (uint64_t)v; break;
+        case LOGPROBS: request->n_logprobs = (int32_t)v; break;
+        default: break;
+        }
+    }
+    return true;
+}
+
+/* "stop": a string or an array of at most MAX_STOP_STRINGS strings, copied into the request. */
+static bool parse_stop(const json_t *stop, server_request *r, char *why, size_t why_size) {
+    if (json_is_string(stop)) {
+        r->stop_storage[0] = strdup(json_string_value(stop));
+        if (!r->stop_storage[0]) {
+            snprintf(why, why_size, "out of memory");
+            return false;
+        }
+        r->request.n_stop_strings = 1;
+    } else if (json_is_array(stop)) {
+        size_t n = json_array_size(stop);
+        if (n > MAX_STOP_STRINGS) {
+            snprintf(why, why_size, "at most %d stop strings", MAX_STOP_STRINGS);
+            return false;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const json_t *item = json_array_get(stop, i);
+            if (!json_is_string(item)) {
+                snprintf(why, why_size, "'stop' must hold strings");
+                return false;
+            }
+            r->stop_storage[i] = strdup(json_string_value(item));
+            if (!r->stop_storage[i]) {
+                snprintf(why, why_size, "out of memory");
+                return false;
+            }
+        }
+        r->request.n_stop_strings = (int32_t)n;
+    } else if (stop && !json_is_null(stop)) {
+        snprintf(why, why_size, "'stop' must be a string or an array of strings");
+        return false;
+    }
+    r->request.stop_strings = (const char *const *)r->stop_storage;
     return true;
 }
 
 /* Builds a server_request from the JSON body; NULL with `why` filled when the body is not acceptable. */
 static server_request *parse_completion(server *s, const char *body, size_t length, bool *stream, char *why,
                                         size_t why_size) {
-    json_error error;
-    json_document *doc = json_parse(body, length, &error);
-    if (!doc) {
-        snprintf(why, why_size, "the body is not JSON: %s at line %d column %d", error.message, error.line,
+    json_error_t error;
+    /* Any value at the top (so a non-object gets its own message); "\u0000" kept inside strings. A key given
+     * twice keeps its last value, as Python's json (and so vLLM) does. */
+    json_t *root = json_loadb(body, length, JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
+    if (!root) {
+        snprintf(why, why_size, "the body is not JSON: %s at line %d column %d", error.text, error.line,
                  error.column);
         return NULL;
     }
-    const json_value *root = json_root(doc);
     server_request *r = calloc(1, sizeof *r);
     if (!r || !json_is_object(root)) {
         snprintf(why, why_size, r ? "the body must be a JSON object" : "out of memory");
-        goto fail;
+        free(r);
+        json_decref(root);
+        return NULL;
     }
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->changed, NULL);
     r->references = 2;
     r->request = kite_request_default();
     r->request.max_tokens = 16; /* OpenAI's default for completions */
-
-    const json_value *prompt = json_object_get(root, "prompt");
-    if (json_is_string(prompt)) {
-        kite_status status = kite_tokenize(s->model, prompt->as.string, prompt->length, &r->prompt_ids, &r->n_prompt);
-        if (status != KITE_OK) {
-            snprintf(why, why_size, "prompt: %s", kite_last_error());
-            goto fail;
-        }
-    } else if (json_is_array(prompt) && prompt->length > 0 && prompt->as.items[0].type == JSON_TYPE_NUMBER) {
-        r->prompt_ids = malloc(prompt->length * sizeof(int32_t));
-        if (!r->prompt_ids) goto fail;
-        for (size_t i = 0; i < prompt->length; i++) {
-            int64_t v;
-            if (!json_get_int64(&prompt->as.items[i], &v) || v < 0 || v > INT32_MAX) {
-                snprintf(why, why_size, "prompt[%zu] is not a token id", i);
-                goto fail;
-            }
-            r->prompt_ids[i] = (int32_t)v;
-        }
-        r->n_prompt = prompt->length;
-    } else {
-        snprintf(why, why_size, "'prompt' must be a string or an array of token ids (one prompt per request)");
-        goto fail;
-    }
-    if (r->n_prompt == 0) {
-        snprintf(why, why_size, "the prompt is empty");
-        goto fail;
-    }
-    r->request.prompt_ids = r->prompt_ids;
-    r->request.n_prompt_ids = r->n_prompt;
-
-    double v;
-    const struct {
-        const char *key;
-        double min, max;
-    } numbers[] = {{"max_tokens", 0, 1 << 30}, {"temperature", 0, 100}, {"top_p", 0, 1},       {"top_k", -1, 1 << 30},
-                   {"min_p", 0, 1},            {"repetition_penalty", 0.01, 100}, {"seed", 0, 9.0e15}, {"logprobs", 0, 20},
-                   {"n", 1, 1}};
-    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
-        v = -1e300;
-        if (!optional_number(root, numbers[i].key, &v, why, why_size)) goto fail;
-        if (v == -1e300) continue;
-        if (v < numbers[i].min || v > numbers[i].max) {
-            snprintf(why, why_size, "'%s' must be in [%g, %g]", numbers[i].key, numbers[i].min, numbers[i].max);
-            goto fail;
-        }
-        const char *key = numbers[i].key;
-        if (strcmp(key, "max_tokens") == 0) r->request.max_tokens = (int32_t)v;
-        else if (strcmp(key, "temperature") == 0) r->request.sampling.temperature = (float)v;
-        else if (strcmp(key, "top_p") == 0) r->request.sampling.top_p = (float)v;
-        else if (strcmp(key, "top_k") == 0) r->request.sampling.top_k = v < 0 ? 0 : (int32_t)v;
-        else if (strcmp(key, "min_p") == 0) r->request.sampling.min_p = (float)v;
-        else if (strcmp(key, "repetition_penalty") == 0) r->request.sampling.repetition_penalty = (float)v;
-        else if (strcmp(key, "seed") == 0) r->request.sampling.seed = (uint64_t)v;
-        else if (strcmp(key, "logprobs") == 0) r->request.n_logprobs = (int32_t)v;
-    }
-    const json_value *stop = json_object_get(root, "stop");
-    if (json_is_string(stop)) {
-        r->stop_storage[0] = strdup(stop->as.string);
-        if (!r->stop_storage[0]) goto fail;
-        r->request.n_stop_strings = 1;
-    } else if (json_is_array(stop)) {
-        if (stop->length > MAX_STOP_STRINGS) {
-            snprintf(why, why_size, "at most %d stop strings", MAX_STOP_STRINGS);
-            goto fail;
-        }
-        for (size_t i = 0; i < stop->length; i++) {
-            if (!json_is_string(&stop->as.items[i])) {
-                snprintf(why, why_size, "'stop' must hold strings");
-                goto fail;
-            }
-            r->stop_storage[i] = strdup(stop->as.items[i].as.string);
-            if (!r->stop_storage[i]) goto fail;
-        }
-        r->request.n_stop_strings = (int32_t)stop->length;
-    } else if (stop && !json_is_null(stop)) {
-        snprintf(why, why_size, "'stop' must be a string or an array of strings");
-        goto fail;
-    }
-    r->request.stop_strings = (const char *const *)r->stop_storage;
-    const json_value *stream_value = json_object_get(root, "stream");
     *stream = false;
-    if (stream_value && !json_is_null(stream_value) && !json_get_bool(stream_value, stream)) {
-        snprintf(why, why_size, "'stream' must be true or false");
-        goto fail;
-    }
-    const json_value *ignore_eos = json_object_get(root, "ignore_eos"); /* vLLM's extension */
-    if (ignore_eos && !json_is_null(ignore_eos) && !json_get_bool(ignore_eos, &r->request.ignore_eos)) {
-        snprintf(why, why_size, "'ignore_eos' must be true or false");
-        goto fail;
+    bool ok = parse_prompt(s, json_object_get(root, "prompt"), r, why, why_size) &&
+              parse_numbers(root, &r->request, why, why_size) &&
+              parse_stop(json_object_get(root, "stop"), r, why, why_size) &&
+              optional_bool(root, "stream", stream, why, why_size) &&
+              optional_bool(root, "ignore_eos", &r->request.ignore_eos, why, why_size); /* vLLM's extension */
+    json_decref(root);
+    if (!ok) {
+        r->references = 1;
+        request_release(r);
+        return NULL;
     }
     r->request.on_token = on_token;
     r->request.user_data = r;
-    json_free(doc);
     return r;
-
-fail:
-    json_free(doc);
-    if (r) {
-        r->references = 1;
-        request_release(r);
-    }
-    return NULL;
 }
 
 /* Waits until the request has new text or is done; takes the new text (malloc'd copy). */
 static bool wait_for_text(server_request *r, char **text, size_t *length, bool *done) {
     pthread_mutex_lock(&r->mutex);
-    while (!r->done && r->text_taken == r->text_length) pthread_cond_wait(&r->changed, &r->mutex);
-    *length = r->text_length - r->text_taken;
+    while (!r->done && r->text_taken == r->text.length) pthread_cond_wait(&r->changed, &r->mutex);
+    *length = r->text.length - r->text_taken;
     *text = malloc(*length + 1);
     bool ok = *text != NULL;
     if (ok) {
-        if (*length > 0) memcpy(*text, r->text + r->text_taken, *length);
+        if (*length > 0) memcpy(*text, r->text.data + r->text_taken, *length);
         (*text)[*length] = '\0';
-        r->text_taken = r->text_length;
+        r->text_taken = r->text.length;
     }
     *done = r->done;
     pthread_mutex_unlock(&r->mutex);
@@ -524,21 +508,21 @@ static bool wait_for_text(server_request *r, char **text, size_t *length, bool *
 
 static void completion_json(server *s, text_buffer *b, long id, const server_request *r, const char *text,
                             size_t length, bool chunk, bool last) {
-    buffer_printf(b, "{\"id\":\"cmpl-%ld\",\"object\":\"text_completion\",\"created\":%lld,\"model\":", id,
-                  (long long)time(NULL));
-    buffer_json_string(b, s->model_name, strlen(s->model_name));
-    BUFFER_LITERAL(b, ",\"choices\":[{\"index\":0,\"text\":");
-    buffer_json_string(b, text, length);
-    BUFFER_LITERAL(b, ",\"logprobs\":null,\"finish_reason\":");
+    text_buffer_printf(b, "{\"id\":\"cmpl-%ld\",\"object\":\"text_completion\",\"created\":%lld,\"model\":", id,
+                       (long long)time(NULL));
+    text_buffer_json_string(b, s->model_name, strlen(s->model_name));
+    text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"text\":");
+    text_buffer_json_string(b, text, length);
+    text_buffer_puts(b, ",\"logprobs\":null,\"finish_reason\":");
     if (last)
-        buffer_printf(b, "\"%s\"", kite_finish_reason_string(r->finish));
+        text_buffer_printf(b, "\"%s\"", kite_finish_reason_string(r->finish));
     else
-        BUFFER_LITERAL(b, "null");
-    BUFFER_LITERAL(b, "}]");
+        text_buffer_puts(b, "null");
+    text_buffer_puts(b, "}]");
     if (!chunk || last)
-        buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}", r->n_prompt,
-                      r->n_generated, r->n_prompt + (size_t)r->n_generated);
-    BUFFER_LITERAL(b, "}");
+        text_buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}",
+                           r->n_prompt, r->n_generated, r->n_prompt + (size_t)r->n_generated);
+    text_buffer_puts(b, "}");
 }
 
 static void cancel_request(server *s, server_request *r) {
@@ -596,14 +580,14 @@ static void serve_completion(server *s, int fd, const char *body, size_t length)
         }
         if (stream && !client_gone && (n > 0 || done)) {
             text_buffer event = {0};
-            BUFFER_LITERAL(&event, "data: ");
+            text_buffer_puts(&event, "data: ");
             completion_json(s, &event, id, r, text, n, true, done);
-            BUFFER_LITERAL(&event, "\n\n");
-            if (done) BUFFER_LITERAL(&event, "data: [DONE]\n\n");
+            text_buffer_puts(&event, "\n\n");
+            if (done) text_buffer_puts(&event, "data: [DONE]\n\n");
             client_gone = event.failed || !write_all(fd, event.data, event.length);
-            free(event.data);
+            text_buffer_free(&event);
         } else if (!stream) {
-            buffer_append(&all, text, n);
+            text_buffer_append(&all, text, n);
         }
         free(text);
         if (client_gone) break;
@@ -614,22 +598,22 @@ static void serve_completion(server *s, int fd, const char *body, size_t length)
             respond_error(fd, 400, "Bad Request", r->error);
         } else if (!client_gone) {
             text_buffer event = {0};
-            BUFFER_LITERAL(&event, "data: {\"error\":{\"message\":");
-            buffer_json_string(&event, r->error, strlen(r->error));
-            BUFFER_LITERAL(&event, "}}\n\ndata: [DONE]\n\n");
+            text_buffer_puts(&event, "data: {\"error\":{\"message\":");
+            text_buffer_json_string(&event, r->error, strlen(r->error));
+            text_buffer_puts(&event, "}}\n\ndata: [DONE]\n\n");
             if (!event.failed) (void)write_all(fd, event.data, event.length);
-            free(event.data);
+            text_buffer_free(&event);
         }
     } else if (!stream && !client_gone) {
         text_buffer out = {0};
         completion_json(s, &out, id, r, all.data ? all.data : "", all.length, false, true);
-        if (out.failed)
+        if (out.failed || all.failed)
             respond_error(fd, 500, "Internal Server Error", "out of memory");
         else
             respond(fd, 200, "OK", "application/json", out.data, out.length);
-        free(out.data);
+        text_buffer_free(&out);
     }
-    free(all.data);
+    text_buffer_free(&all);
     request_release(r);
 }
 
@@ -648,11 +632,14 @@ static void *connection_thread(void *argument) {
             respond(c->fd, 200, "OK", "application/json", "{\"status\":\"ok\"}", 15);
         } else if (strcmp(method, "GET") == 0 && strcmp(path, "/v1/models") == 0) {
             text_buffer b = {0};
-            BUFFER_LITERAL(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-            buffer_json_string(&b, c->server->model_name, strlen(c->server->model_name));
-            BUFFER_LITERAL(&b, ",\"object\":\"model\",\"owned_by\":\"kite\"}]}");
-            respond(c->fd, 200, "OK", "application/json", b.data, b.length);
-            free(b.data);
+            text_buffer_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+            text_buffer_json_string(&b, c->server->model_name, strlen(c->server->model_name));
+            text_buffer_puts(&b, ",\"object\":\"model\",\"owned_by\":\"kite\"}]}");
+            if (b.failed)
+                respond_error(c->fd, 500, "Internal Server Error", "out of memory");
+            else
+                respond(c->fd, 200, "OK", "application/json", b.data, b.length);
+            text_buffer_free(&b);
         } else if (strcmp(path, "/v1/completions") == 0) {
             if (strcmp(method, "POST") != 0)
                 respond_error(c->fd, 405, "Method Not Allowed", "use POST");
@@ -676,31 +663,30 @@ int cmd_serve(int argc, char **argv) {
     long long port = 8080;
     kite_load_params load = kite_load_params_default();
     kite_engine_params engine_params = kite_engine_params_default();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        cli_option_result shared;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(serve_usage, stdout);
-            return 0;
-        } else if (!cli_take_value(argc, argv, &i, &v)) {
-            return 2;
-        } else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0) {
-            model_dir = v;
-        } else if (strcmp(a, "--host") == 0) {
-            host = v;
-        } else if (strcmp(a, "--port") == 0) {
-            if (!cli_parse_int(a, v, 0, 65535, &port)) return 2;
-        } else if (strcmp(a, "--served-model-name") == 0) {
-            name = v;
-        } else if ((shared = cli_parse_engine_option(a, v, &load, &engine_params)) != CLI_OPTION_OTHER) {
-            if (shared == CLI_OPTION_BAD) return 2;
-        } else {
-            fprintf(stderr, "kite serve: unknown option '%s'\n%s", a, serve_usage);
-            return 2;
+    cli_parser parser;
+    cli_parser_init(&parser, &serve_command, argc, argv);
+    for (int id; (id = cli_parser_next(&parser)) != CLI_END;) {
+        switch (id) {
+        case CLI_HELP: return 0;
+        case CLI_ERROR: return 2;
+        case SERVE_MODEL: model_dir = parser.value; break;
+        case SERVE_HOST: host = parser.value; break;
+        case SERVE_PORT:
+            if (!cli_value_int(&parser, 0, 65535, &port)) return 2;
+            break;
+        case SERVE_NAME: name = parser.value; break;
+        default:
+            if (cli_take_engine_option(&parser, &load, &engine_params) != CLI_OPTION_TAKEN) return 2;
         }
     }
+    if (parser.first_argument < argc) {
+        fprintf(stderr, "kite serve: unexpected argument '%s'\n", argv[parser.first_argument]);
+        cli_print_usage(&serve_command, stderr);
+        return 2;
+    }
     if (!model_dir) {
-        fprintf(stderr, "kite serve: --model DIR is required\n%s", serve_usage);
+        fprintf(stderr, "kite serve: --model DIR is required\n");
+        cli_print_usage(&serve_command, stderr);
         return 2;
     }
     struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};

@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("kite %s (%s)\n", KITE_VERSION_STRING, KITE_GIT_COMMIT);
+        printf("kite %s (%s)\n", kite_version(), kite_build_commit());
         return 0;
     }
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)

@@ -158,6 +158,30 @@ def usage_errors_exit_2():
 
 
 @case
+def help_is_made_from_the_option_table():
+    for command, flags in [("run", ["--prompt-ids", "--stop", "--threads", "--top-p"]),
+                           ("serve", ["--port", "--served-model-name", "--kv-cache-mb"]),
+                           ("tokenize", ["--model", "--json"]), ("detokenize", ["--model", "--json"])]:
+        for help_flag in ("--help", "-h"):
+            p = run(command, help_flag, check_exit=0)
+            out = p.stdout.decode()
+            assert out.startswith(f"usage: kite {command} "), out
+            assert "-h, --help" in out and not p.stderr, (out, p.stderr)
+            for flag in flags:
+                assert flag in out, (command, flag, out)
+    tiny = os.path.join(DATA, "tiny")
+    for argv in (["serve", "--bogus"], ["serve"], ["serve", "--model", tiny, "--port", "70000"],
+                 ["serve", "--model", tiny, "extra"], ["run", "--model", tiny, "--prompt", "x", "extra"],
+                 ["run", "--model", tiny, "--prompt", "x", "--json=1"], ["run", "--model"],
+                 ["run", "--model", tiny, "--prompt", "x", "--stop", ""],
+                 ["run", "--model", tiny, "--prompt", "x", "--logprobs", "21"],
+                 ["run", "--model", tiny, "--prompt", "x", "--backend", "tpu"]):
+        p = run(*argv)
+        assert p.returncode == 2, (argv, p.returncode, p.stderr)
+        assert p.stderr.decode().startswith("kite"), (argv, p.stderr)
+
+
+@case
 def bench_rows_as_json_lines():
     p = run("bench", "--dummy", "tiny", "--backend", "cpu", "-p", "16", "-n", "4", "-b", "1,2", "--depth", "8",
             "-r", "2", "-o", "jsonl", check_exit=0)

@@ -121,6 +121,31 @@ def bad_requests_get_clear_errors():
 
 
 @case
+def every_field_is_checked():
+    bad = [("5", "JSON object"), ("[1]", "JSON object"), ("", "not JSON"), ('{"prompt":"\\ud800"}', "not JSON"),
+           ({"prompt": []}, "prompt"), ({"prompt": ""}, "empty"), ({"prompt": [1.5]}, "prompt[0]"),
+           ({"prompt": [1, -1]}, "prompt[1]"), ({"prompt": {"text": "x"}}, "prompt"),
+           ({"prompt": [1], "max_tokens": "3"}, "max_tokens"), ({"prompt": [1], "temperature": True}, "temperature"),
+           ({"prompt": [1], "top_p": 1.5}, "top_p"), ({"prompt": [1], "top_k": -2}, "top_k"),
+           ({"prompt": [1], "min_p": -0.1}, "min_p"), ({"prompt": [1], "repetition_penalty": 0}, "repetition_penalty"),
+           ({"prompt": [1], "seed": -1}, "seed"), ({"prompt": [1], "logprobs": 21}, "logprobs"),
+           ({"prompt": [1], "stop": ["a", 3]}, "stop"), ({"prompt": [1], "stop": list("abcdefghi")}, "stop"),
+           ({"prompt": [1], "stream": 1}, "stream"), ({"prompt": [1], "ignore_eos": "yes"}, "ignore_eos")]
+    for body, word in bad:
+        status, data = request("POST", "/v1/completions", body)
+        assert status == 400, (body, status, data)
+        message = json.loads(data)["error"]["message"]
+        assert word in message, (body, message)
+    # Unknown fields are ignored and null means absent, as OpenAI-compatible servers do.
+    out = complete({"prompt": [1, 2], "max_tokens": 2, "user": "x", "echo": False, "stop": None, "stream": None,
+                    "temperature": None, "suffix": {"nested": [1]}})
+    assert out["usage"]["completion_tokens"] == 2, out
+    # A NUL inside the prompt text is text like any other.
+    out = complete({"prompt": "a\u0000b", "max_tokens": 1})
+    assert out["usage"]["prompt_tokens"] == 3, out
+
+
+@case
 def a_client_that_hangs_up_mid_stream_is_cancelled():
     s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
     body = json.dumps({"prompt": "Hello", "max_tokens": 3000, "stream": True, "ignore_eos": True}).encode()

@@ -37,6 +37,19 @@ static void test_tokenize(void) {
     CHECK(out && strcmp(out, "\n") == 0);
     free(out);
     free(err);
+    /* "-" reads standard input; after "--" a text may begin with '-'; options may follow the text. */
+    CHECK(run_cli("tokenize --model " DATA_DIR " - </dev/null", &out, &err) == 0);
+    CHECK(out && strcmp(out, "\n") == 0);
+    free(out);
+    free(err);
+    CHECK(run_cli("tokenize 'Hello, my dog is cute' --json --model=" DATA_DIR, &out, &err) == 0);
+    CHECK_MSG(out && strcmp(out, "{\"ids\":[9707,11,847,5562,374,18838]}\n") == 0, "got '%s'", out ? out : "");
+    free(out);
+    free(err);
+    CHECK(run_cli("tokenize -m " DATA_DIR " -- '-x'", &out, &err) == 0);
+    CHECK_MSG(out && strcmp(out, "6558\n") == 0, "got '%s'", out ? out : "");
+    free(out);
+    free(err);
 }
 
 static void test_detokenize(void) {
@@ -72,6 +85,29 @@ static void test_errors(void) {
     CHECK(run_cli("detokenize --model " DATA_DIR " 12x", &out, &err) == 2);
     free(out);
     free(err);
+    CHECK(run_cli("tokenize --model " DATA_DIR " two texts", &out, &err) == 2);
+    CHECK_MSG(one_line(err), "stderr '%s'", err ? err : "");
+    free(out);
+    free(err);
+    CHECK(run_cli("tokenize --model", &out, &err) == 2);
+    CHECK_MSG(one_line(err) && strstr(err, "--model"), "stderr '%s'", err ? err : "");
+    free(out);
+    free(err);
+    CHECK(run_cli("detokenize --model " DATA_DIR " -5", &out, &err) == 2);
+    free(out);
+    free(err);
+}
+
+/* --help prints the usage made from the option table, on stdout. */
+static void test_help(void) {
+    char *out, *err;
+    CHECK(run_cli("detokenize --help", &out, &err) == 0);
+    const char *usage = "usage: kite detokenize --model DIR [--json] ID...\n";
+    CHECK_MSG(out && strncmp(out, usage, strlen(usage)) == 0, "got '%s'", out ? out : "");
+    CHECK(out && strstr(out, "-m, --model DIR") && strstr(out, "--json") && strstr(out, "-h, --help"));
+    CHECK(err && err[0] == '\0');
+    free(out);
+    free(err);
 }
 
 int main(void) {
@@ -90,6 +126,7 @@ int main(void) {
     TEST_RUN(test_tokenize);
     TEST_RUN(test_detokenize);
     TEST_RUN(test_errors);
+    TEST_RUN(test_help);
     remove(out_path);
     remove(err_path);
     return test_finish();
