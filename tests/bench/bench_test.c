@@ -299,6 +299,45 @@ static void test_gate_fails_on_wrong_ids(void) {
     kite_model_free(m);
 }
 
+/* Every repetition of a tg row runs on the same KV blocks, in the same order (a fresh engine's ascending ones):
+ * the engine gives a finished request's blocks back so that the next one takes them as they were. */
+static kite_status (*real_forward)(backend *, const step_batch *);
+static int32_t tables_seen[8][3];
+static int n_tables_seen;
+
+static kite_status recording_forward(backend *self, const step_batch *batch) {
+    /* Position 256 is the first of the third block: the table then holds three. */
+    if (batch->n_seqs == 1 && batch->seq_context_len[0] == 257 && n_tables_seen < 8)
+        memcpy(tables_seen[n_tables_seen++], batch->block_tables[0], sizeof tables_seen[0]);
+    return real_forward(self, batch);
+}
+
+static void test_repetitions_reuse_their_blocks(void) {
+    kite_model *m = load_tiny(0);
+    if (!m) return;
+    const backend_ops *ops = m->backend->ops;
+    backend_ops recording = *ops;
+    real_forward = ops->forward;
+    recording.forward = recording_forward;
+    m->backend->ops = &recording;
+    static const int32_t decode[] = {80}, batch[] = {1}, depth[] = {200};
+    kite_bench_params p = kite_bench_params_default();
+    p.n_prefill = 0;
+    p.decode = decode;
+    p.batch = batch;
+    p.depth = depth;
+    p.repetitions = 2;
+    n_tables_seen = 0;
+    collected c = {0};
+    CHECK_MSG(kite_bench_run(m, &p, collect, &c) == KITE_OK, "%s", kite_last_error());
+    m->backend->ops = ops;
+    CHECK_MSG(n_tables_seen == 3, "%d tables seen", n_tables_seen); /* the warm-up and two repetitions */
+    for (int i = 0; i < n_tables_seen; i++)
+        CHECK_MSG(tables_seen[i][0] == 0 && tables_seen[i][1] == 1 && tables_seen[i][2] == 2,
+                  "repetition %d: blocks %d %d %d", i, tables_seen[i][0], tables_seen[i][1], tables_seen[i][2]);
+    kite_model_free(m);
+}
+
 /* ---- the engine hooks (engine_internal.h) ---- */
 
 static void count_event(const kite_token_event *event, void *user_data) {
@@ -372,6 +411,7 @@ int main(void) {
     TEST_RUN(test_gate_passes_on_the_same_weights);
     TEST_RUN(test_gate_fails_on_other_weights);
     TEST_RUN(test_gate_fails_on_wrong_ids);
+    TEST_RUN(test_repetitions_reuse_their_blocks);
     TEST_RUN(test_engine_hooks);
     return test_finish();
 }
