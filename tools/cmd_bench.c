@@ -78,11 +78,12 @@ static void print_json_row(const bench_options *o, const kite_bench_info *info, 
     printf(",\"backend\":\"%s\",\"gpu\":", info->backend_name);
     json_write_string(stdout, info->device_name, strlen(info->device_name));
     if (row->gate_passed)
-        printf(",\"tok_s\":%.1f,\"tok_s_min\":%.1f,\"tok_s_max\":%.1f,\"ms_per_step\":%.4f", row->tok_s,
-               row->tok_s_min, row->tok_s_max, row->ms_per_step);
+        printf(",\"tok_s\":%.1f,\"tok_s_min\":%.1f,\"tok_s_max\":%.1f,\"ms_per_step\":%.4f", row->tok_s, row->tok_s_min,
+               row->tok_s_max, row->ms_per_step);
     else
         printf(",\"tok_s\":null");
-    if (row->hbm_floor_fraction > 0 && row->gate_passed) printf(",\"hbm_floor_fraction\":%.3f", row->hbm_floor_fraction);
+    if (row->hbm_floor_fraction > 0 && row->gate_passed)
+        printf(",\"hbm_floor_fraction\":%.3f", row->hbm_floor_fraction);
     if (info->decode_path && row->is_decode) { /* which decode code the row timed */
         printf(",\"decode_path\":");
         json_write_string(stdout, info->decode_path, strlen(info->decode_path));
@@ -95,8 +96,10 @@ static void print_json_row(const bench_options *o, const kite_bench_info *info, 
                o->sampling.repetition_penalty);
     printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_bf16_budget\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,"
            "\"commit\":\"%s\",\"date\":\"%s\"}\n",
-           !info->gated ? "oracle" : row->gate_passed ? "pass" : "FAILED", row->gate_rel_l2, row->gate_bf16_budget,
-           row->gate_near_ties, o->reps, info->commit, date);
+           !info->gated       ? "oracle"
+           : row->gate_passed ? "pass"
+                              : "FAILED",
+           row->gate_rel_l2, row->gate_bf16_budget, row->gate_near_ties, o->reps, info->commit, date);
 }
 
 static void print_md_row(const kite_bench_info *info, const kite_bench_row *row) {
@@ -113,8 +116,8 @@ static void print_md_row(const kite_bench_info *info, const kite_bench_row *row)
         snprintf(gate_text, sizeof gate_text, "pass (L2 %.1e, bf16 %.1e)", row->gate_rel_l2, row->gate_bf16_budget);
     else
         snprintf(gate_text, sizeof gate_text, "oracle");
-    printf("| %-8s | %3d | %6d | %12.1f | %-17s | %9.4f | %5s | %s |\n", row->test, row->batch, row->depth,
-           row->tok_s, spread, row->ms_per_step, floor_text, gate_text);
+    printf("| %-8s | %3d | %6d | %12.1f | %-17s | %9.4f | %5s | %s |\n", row->test, row->batch, row->depth, row->tok_s,
+           spread, row->ms_per_step, floor_text, gate_text);
 }
 
 static void print_row(const kite_bench_row *row, void *user_data) {

@@ -45,9 +45,17 @@ static const int32_t default_batch[] = {1};
 static const int32_t default_depth[] = {256};
 
 kite_bench_params kite_bench_params_default(void) {
-    return (kite_bench_params){.prefill = default_prefill, .n_prefill = 2, .decode = default_decode, .n_decode = 1,
-                               .batch = default_batch, .n_batch = 1, .depth = default_depth, .n_depth = 1,
-                               .repetitions = 5, .seed = 0, .sampling = kite_sampling_default()};
+    return (kite_bench_params){.prefill = default_prefill,
+                               .n_prefill = 2,
+                               .decode = default_decode,
+                               .n_decode = 1,
+                               .batch = default_batch,
+                               .n_batch = 1,
+                               .depth = default_depth,
+                               .n_depth = 1,
+                               .repetitions = 5,
+                               .seed = 0,
+                               .sampling = kite_sampling_default()};
 }
 
 static double seconds_now(void) {
@@ -60,15 +68,16 @@ static double seconds_now(void) {
 
 /* The engine every row fits in. */
 typedef struct bench_plan {
-    int32_t max_batch;      /* max_sequences */
-    int32_t step_tokens;    /* max_step_tokens */
-    int32_t max_context;    /* the longest request: prompt and generated tokens */
-    int32_t positions;      /* KV positions per sequence: the engine's requests' and the gate's */
+    int32_t max_batch;   /* max_sequences */
+    int32_t step_tokens; /* max_step_tokens */
+    int32_t max_context; /* the longest request: prompt and generated tokens */
+    int32_t positions;   /* KV positions per sequence: the engine's requests' and the gate's */
     int32_t longest_prompt;
 } bench_plan;
 
 static kite_status check_list(const char *field, const int32_t *values, size_t n, int32_t min, int32_t max) {
-    if (n > 0 && !values) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench params: %s: %zu values, no array", field, n);
+    if (n > 0 && !values)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench params: %s: %zu values, no array", field, n);
     for (size_t i = 0; i < n; i++)
         if (values[i] < min || values[i] > max)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench params: %s[%zu] is %d, outside %d..%d", field, i,
@@ -77,7 +86,8 @@ static kite_status check_list(const char *field, const int32_t *values, size_t n
 }
 
 static int32_t max_of(const int32_t *values, size_t n, int32_t floor) {
-    for (size_t i = 0; i < n; i++) floor = values[i] > floor ? values[i] : floor;
+    for (size_t i = 0; i < n; i++)
+        floor = values[i] > floor ? values[i] : floor;
     return floor;
 }
 
@@ -172,13 +182,13 @@ typedef struct bench_run {
     const kite_bench_params *params;
     bench_plan plan;
     kite_engine *engine;
-    bench_gate *gate;    /* NULL: the target is the oracle itself */
-    bool overlap;        /* the engine runs greedy decode ahead */
+    bench_gate *gate; /* NULL: the target is the oracle itself */
+    bool overlap;     /* the engine runs greedy decode ahead */
     int32_t block_size;
     uint64_t rng;
-    int32_t *prompt;     /* plan.longest_prompt */
-    int32_t *lent;       /* block ids lent to the gate */
-    int32_t **tables;    /* [max_batch] into lent */
+    int32_t *prompt;         /* plan.longest_prompt */
+    int32_t *lent;           /* block ids lent to the gate */
+    int32_t **tables;        /* [max_batch] into lent */
     double *seconds, *tok_s; /* [repetitions] */
     /* What the requests' callbacks saw in the current repetition: */
     int64_t tokens;
@@ -220,8 +230,8 @@ static kite_status submit_requests(bench_run *r, int32_t n_seqs, int32_t prompt_
 
 /* The repetition ran exactly what the row claims: `steps` engine steps, `ahead` of them enqueued ahead, no
  * preemption, n_seqs requests ended by their length with `tokens` tokens in all, and nothing left to run. */
-static kite_status check_repetition(const bench_run *r, const char *test, int32_t n_seqs, const kite_engine_stats *before,
-                                    int64_t steps, int64_t ahead, int64_t tokens) {
+static kite_status check_repetition(const bench_run *r, const char *test, int32_t n_seqs,
+                                    const kite_engine_stats *before, int64_t steps, int64_t ahead, int64_t tokens) {
     const kite_engine_stats after = kite_engine_get_stats(r->engine);
     const int64_t ran = after.steps - before->steps, ran_ahead = after.steps_ahead - before->steps_ahead;
     const int64_t preempted = after.preemptions - before->preemptions;
@@ -232,8 +242,7 @@ static kite_status check_repetition(const bench_run *r, const char *test, int32_
                      "bench: %s (B=%d) ran %lld engine steps (%lld ahead, %lld preemptions), %lld tokens, %d of %d "
                      "requests ended (%d not by length); the row claims %lld steps (%lld ahead), %lld tokens",
                      test, n_seqs, (long long)ran, (long long)ran_ahead, (long long)preempted, (long long)r->tokens,
-                     r->finished, n_seqs, r->finished_otherwise, (long long)steps, (long long)ahead,
-                     (long long)tokens);
+                     r->finished, n_seqs, r->finished_otherwise, (long long)steps, (long long)ahead, (long long)tokens);
 }
 
 static int compare_doubles(const void *a, const void *b) {
@@ -267,7 +276,8 @@ static kite_status time_prefill(bench_run *r, kite_bench_row *row) {
         KITE_TRY(submit_requests(r, n_seqs, n, 1, false));
         const kite_engine_stats before = kite_engine_get_stats(r->engine);
         const double t0 = seconds_now();
-        for (int64_t k = 0; k < steps; k++) KITE_TRY(kite_engine_step(r->engine));
+        for (int64_t k = 0; k < steps; k++)
+            KITE_TRY(kite_engine_step(r->engine));
         const double t = seconds_now() - t0;
         KITE_TRY(check_repetition(r, row->test, n_seqs, &before, steps, 0, n_seqs));
         KITE_TRY(kite_engine_run(r->engine)); /* drops the finished requests */
@@ -299,17 +309,19 @@ static kite_status time_decode(bench_run *r, kite_bench_row *row) {
         kite_status status = submit_requests(r, n_seqs, prompt_length, n + (fill ? 1 : 0), sampled);
         /* Every step reads at least one prompt token, so the contexts are full within depth x B steps. */
         for (int64_t k = 0; status == KITE_OK && fill && r->tokens < n_seqs; k++) {
-            status = k < (int64_t)depth * n_seqs
-                         ? kite_engine_step(r->engine)
-                         : kite_fail(KITE_ERROR_CAPACITY, "bench: %s (B=%d): the contexts were not filled in %lld steps",
-                                     row->test, n_seqs, (long long)k);
+            status =
+                k < (int64_t)depth * n_seqs
+                    ? kite_engine_step(r->engine)
+                    : kite_fail(KITE_ERROR_CAPACITY, "bench: %s (B=%d): the contexts were not filled in %lld steps",
+                                row->test, n_seqs, (long long)k);
         }
         engine_hold_decode(r->engine, false);
         KITE_TRY(status);
         const kite_engine_stats before = kite_engine_get_stats(r->engine);
         const int64_t tokens_before = r->tokens;
         const double t0 = seconds_now();
-        for (int32_t k = 0; k < n; k++) KITE_TRY(kite_engine_step(r->engine));
+        for (int32_t k = 0; k < n; k++)
+            KITE_TRY(kite_engine_step(r->engine));
         const double t = seconds_now() - t0;
         KITE_TRY(check_repetition(r, row->test, n_seqs, &before, n, ahead, tokens_before + (int64_t)n_seqs * n));
         KITE_TRY(kite_engine_run(r->engine));
@@ -339,7 +351,8 @@ static kite_status gate_row(bench_run *r, const kite_bench_row *row, gate_result
         bench_gate_prefill_shape(row->batch, row->n, &seqs, &positions);
     const int32_t per_seq = (positions + r->block_size - 1) / r->block_size;
     KITE_TRY(engine_lend_blocks(r->engine, seqs * per_seq, r->lent));
-    for (int32_t s = 0; s < seqs; s++) r->tables[s] = r->lent + (size_t)s * per_seq;
+    for (int32_t s = 0; s < seqs; s++)
+        r->tables[s] = r->lent + (size_t)s * per_seq;
     const kite_status status =
         row->is_decode ? bench_gate_decode(r->gate, r->target, r->tables, row->batch, row->depth, &r->rng, g)
                        : bench_gate_prefill(r->gate, r->target, r->tables, row->batch, row->n, &r->rng, g);
@@ -371,7 +384,8 @@ static kite_status run_rows(bench_run *r, kite_bench_row_callback on_row, void *
     for (size_t d = 0; d < p->n_depth; d++)
         for (size_t bi = 0; bi < p->n_batch; bi++)
             for (size_t i = 0; i < p->n_decode; i++) {
-                kite_bench_row row = {.is_decode = true, .n = p->decode[i], .batch = p->batch[bi], .depth = p->depth[d]};
+                kite_bench_row row = {
+                    .is_decode = true, .n = p->decode[i], .batch = p->batch[bi], .depth = p->depth[d]};
                 KITE_TRY(run_row(r, &row, on_row, user_data));
             }
     return KITE_OK;

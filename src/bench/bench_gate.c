@@ -34,9 +34,13 @@ static kite_status forward_step(backend *be, int32_t *const *tables, int32_t n_s
         wants[s] = keeps != KEEP_NOTHING;
     }
     seq_start[n_seqs] = n_seqs * n_new;
-    step_batch batch = {.n_seqs = n_seqs, .n_tokens = n_seqs * n_new, .token_ids = tokens,
-                        .seq_token_start = seq_start, .seq_context_len = context,
-                        .block_tables = (const int32_t *const *)tables, .seq_wants_logits = wants,
+    step_batch batch = {.n_seqs = n_seqs,
+                        .n_tokens = n_seqs * n_new,
+                        .token_ids = tokens,
+                        .seq_token_start = seq_start,
+                        .seq_context_len = context,
+                        .block_tables = (const int32_t *const *)tables,
+                        .seq_wants_logits = wants,
                         .ids_only = keeps == KEEP_IDS};
     return be->ops->forward(be, &batch);
 }
@@ -67,7 +71,8 @@ static double relative_l2(const float *x, const float *reference, size_t n) {
 
 /* The ids of the k largest values (ties: lowest id), best first. */
 static void top_ids(const float *row, int32_t vocab, int32_t k, int32_t *ids) {
-    for (int32_t j = 0; j < k; j++) ids[j] = -1;
+    for (int32_t j = 0; j < k; j++)
+        ids[j] = -1;
     for (int32_t i = 0; i < vocab; i++) {
         for (int32_t j = 0; j < k; j++) {
             if (ids[j] < 0 || row[i] > row[ids[j]]) {
@@ -109,8 +114,8 @@ static void gate_compare(const float *target, const float *reference, const floa
         }
         if (!(e <= limit) && g->passed) {
             g->passed = false;
-            snprintf(g->why, sizeof g->why, "logits relative L2 %.3g > limit %.3g (bf16 storage alone: %.3g)", e,
-                     limit, budget);
+            snprintf(g->why, sizeof g->why, "logits relative L2 %.3g > limit %.3g (bf16 storage alone: %.3g)", e, limit,
+                     budget);
         }
     }
 }
@@ -128,11 +133,11 @@ kite_status bench_gate_create(const qwen3_config *config, const qwen3_weights *w
     g->config = config;
     const int32_t per_seq = reference_blocks_per_seq(block_size), blocks = GATE_MAX_SEQS * per_seq;
     g->table_storage = malloc((size_t)blocks * sizeof(int32_t));
-    kite_status status =
-        g->table_storage ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench gate: out of memory");
+    kite_status status = g->table_storage ? KITE_OK : kite_fail(KITE_ERROR_OUT_OF_MEMORY, "bench gate: out of memory");
     for (int32_t s = 0; s < GATE_MAX_SEQS && status == KITE_OK; s++) {
         g->tables[s] = g->table_storage + (size_t)s * per_seq;
-        for (int32_t i = 0; i < per_seq; i++) g->tables[s][i] = s * per_seq + i;
+        for (int32_t i = 0; i < per_seq; i++)
+            g->tables[s][i] = s * per_seq + i;
     }
     backend_params exact = {.n_threads = 0, .device = 0}, rounded = exact;
     rounded.emulate_bf16_activations = 1;
@@ -244,7 +249,8 @@ kite_status bench_gate_decode(bench_gate *g, backend *target, int32_t *const *ta
             }
         }
         /* Continue with the target's greedy choices, as a real generation would. */
-        for (int32_t s = 0; s < n_seqs; s++) top_ids(lt + (size_t)s * vocab, vocab_size, 1, &tokens[s]);
+        for (int32_t s = 0; s < n_seqs; s++)
+            top_ids(lt + (size_t)s * vocab, vocab_size, 1, &tokens[s]);
     }
     free(context);
     free(tokens);

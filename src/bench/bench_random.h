@@ -15,7 +15,8 @@ static inline uint64_t bench_next_random(uint64_t *state) {
 
 /* n ids in [0, vocab_size). */
 static inline void bench_random_tokens(uint64_t *state, int32_t vocab_size, int32_t *out, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = (int32_t)(bench_next_random(state) % (uint64_t)vocab_size);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (int32_t)(bench_next_random(state) % (uint64_t)vocab_size);
 }
 
 #endif

@@ -105,7 +105,8 @@ static void test_gate_fails_on_other_weights(void) {
         collected c = {0};
         CHECK_MSG(bench_run_with_reference(m, other, &p, collect, &c) == KITE_OK, "%s", kite_last_error());
         CHECK_MSG(c.n == 2, "%d rows", c.n);
-        for (int i = 0; i < c.n && i < MAX_ROWS; i++) CHECK(!c.rows[i].gate_passed && c.rows[i].tok_s == 0);
+        for (int i = 0; i < c.n && i < MAX_ROWS; i++)
+            CHECK(!c.rows[i].gate_passed && c.rows[i].tok_s == 0);
     }
     kite_model_free(other);
     kite_model_free(m);

@@ -112,7 +112,8 @@ static void test_sampled_rows(void) {
     collected c = {0};
     CHECK_MSG(kite_bench_run(m, &p, collect, &c) == KITE_OK, "%s", kite_last_error());
     CHECK_MSG(c.n == 4, "%d rows", c.n);
-    for (int i = 0; i < c.n && i < MAX_ROWS; i++) check_timed(&c.rows[i], 4, 0, false); /* sampling never runs ahead */
+    for (int i = 0; i < c.n && i < MAX_ROWS; i++)
+        check_timed(&c.rows[i], 4, 0, false); /* sampling never runs ahead */
     kite_model_free(m);
 }
 
@@ -365,7 +366,8 @@ static void test_engine_hooks(void) {
     CHECK(engine_lend_blocks(e, 9, ids) == KITE_ERROR_CAPACITY);
     CHECK(engine_lend_blocks(e, 3, ids) == KITE_OK && kite_engine_get_stats(e).kv_blocks_free == 5);
     int32_t prompt[40];
-    for (int i = 0; i < 40; i++) prompt[i] = i + 1;
+    for (int i = 0; i < 40; i++)
+        prompt[i] = i + 1;
     int tokens = 0;
     kite_request q = kite_request_default();
     q.prompt_ids = prompt;
@@ -389,7 +391,8 @@ static void test_engine_hooks(void) {
      * 2 more steps. */
     engine_hold_decode(e, true);
     CHECK(kite_engine_submit(e, &q, NULL) == KITE_OK && kite_engine_submit(e, &q, NULL) == KITE_OK);
-    for (int k = 0; k < 5; k++) CHECK(kite_engine_step(e) == KITE_OK);
+    for (int k = 0; k < 5; k++)
+        CHECK(kite_engine_step(e) == KITE_OK);
     CHECK_MSG(tokens == 2, "%d tokens after the prompts", tokens);
     const int64_t steps = kite_engine_get_stats(e).steps;
     CHECK(kite_engine_step(e) == KITE_OK && kite_engine_get_stats(e).steps == steps && tokens == 2);
