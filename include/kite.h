@@ -290,6 +290,83 @@ typedef struct kite_engine_timings {
 kite_engine_timings kite_engine_get_timings(const kite_engine *engine);
 void kite_engine_reset_timings(kite_engine *engine);
 
+/* ---- benchmarks ------------------------------------------------------------------------------------ */
+
+/* kite bench's measurements (docs/BENCHMARKS.md), as llama-bench's: pp N rows prefill B prompts of N random
+ * tokens, tg N rows decode N steps of B sequences after a context of `depth` tokens. What is timed is the engine's
+ * own step path: every row runs as requests through kite_engine_step (its scheduling, its overlapped greedy decode,
+ * its samplers). Before it is timed, every row is checked against the float32 CPU backend on the same weights
+ * (the gate); a row that fails is reported, not timed. */
+
+#define KITE_BENCH_MAX_BATCH 256 /* sequences of one row at most */
+
+typedef struct kite_bench_params {
+    const int32_t *prefill; /* pp rows: the prompt lengths N (default 256, 2048); none when n_prefill is 0 */
+    size_t n_prefill;
+    const int32_t *decode;  /* tg rows: the decode steps N (default 128); none when n_decode is 0 */
+    size_t n_decode;
+    const int32_t *batch;   /* B of the rows, 1 .. KITE_BENCH_MAX_BATCH (default 1): pp rows prefill B prompts,
+                               at most 8,192 tokens per step (one prompt per step when N is larger); tg rows
+                               decode B sequences together */
+    size_t n_batch;
+    const int32_t *depth;   /* tg rows: the context in the cache before the timed steps (default 256) */
+    size_t n_depth;
+    int32_t repetitions;    /* timed repetitions per row, after one warm-up; the median is reported (default 5) */
+    uint64_t seed;          /* the random prompts and contexts (default 0) */
+    kite_sampling sampling; /* tg rows: temperature 0 (the default) decodes greedily on the device; above 0 every
+                               sequence is sampled by the engine's sampler with these filters, its seed
+                               sampling.seed + the sequence's index */
+} kite_bench_params;
+
+kite_bench_params kite_bench_params_default(void); /* the arrays are static */
+
+/* What a run measures on: for the report's header. The strings are the model's and live as long as it. */
+typedef struct kite_bench_info {
+    const char *backend_name;  /* "cpu", "cuda" */
+    const char *device_name;   /* "NVIDIA H200", "cpu (16 threads)" */
+    const char *decode_path;   /* the backend's account of its decode kernels with the settings in effect (CUDA);
+                                  NULL where there is one path */
+    const char *commit;        /* kite_build_commit() */
+    bool gated;                /* rows are checked against the CPU backend (false on the CPU backend: the oracle) */
+    bool greedy_overlapped;    /* the engine runs greedy decode ahead (KITE_ENGINE_OVERLAP, the backend) */
+    bool sampled;              /* tg rows are sampled (sampling.temperature > 0) */
+} kite_bench_info;
+
+/* Validates params (NULL: the defaults) against the model, as kite_bench_run does, and fills out. */
+kite_status kite_bench_describe(const kite_model *model, const kite_bench_params *params, kite_bench_info *out);
+
+typedef struct kite_bench_row {
+    char test[24];               /* "pp256", "tg128" */
+    bool is_decode;              /* a tg row */
+    int32_t n;                   /* N: prompt length (pp) or decode steps (tg) */
+    int32_t batch;               /* B */
+    int32_t depth;               /* tg rows: the context before the timed steps; 0 for pp rows */
+    bool gate_passed;            /* also true when nothing was compared (kite_bench_info.gated false) */
+    double gate_rel_l2;          /* the worst relative L2 distance of the compared logits to the CPU's */
+    double gate_bf16_budget;     /* the worst distance bf16 storage alone gives the CPU's logits */
+    int32_t gate_near_ties;      /* compared positions whose argmax differed within each other's top 5 */
+    char gate_why[160];          /* why the gate failed ("" when it passed) */
+    /* Timing, when the gate passed (else 0): */
+    double tok_s;                /* B x N / wall time, the median repetition */
+    double tok_s_min;
+    double tok_s_max;
+    double ms_per_step;          /* median: tg rows one decode step, pp rows the whole prefill */
+    double hbm_floor_fraction;   /* CUDA tg rows: the time to read the weights and the KV cache once at 4.3 TB/s
+                                    over the measured step time; 0 otherwise */
+    bool overlapped;             /* tg rows: each step after the first ran ahead, enqueued before the previous
+                                    step's ids were read */
+    int64_t engine_steps;        /* kite_engine_step calls timed per repetition (counted by the engine) */
+    int64_t engine_steps_ahead;  /* of which ran ahead (kite_engine_stats.steps_ahead) */
+} kite_bench_row;
+
+typedef void (*kite_bench_row_callback)(const kite_bench_row *row, void *user_data);
+
+/* Runs every row: for each B the pp rows, then for each depth, each B, the tg rows; on_row gets each one as it is
+ * done. Creates the model's engine for the run (the model must have none) and frees it. A row that fails its
+ * gate is no error (row.gate_passed false); an error ends the run after the rows already reported. */
+kite_status kite_bench_run(kite_model *model, const kite_bench_params *params, kite_bench_row_callback on_row,
+                           void *user_data);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,10 +24,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/engine_internal.h"
 #include "engine/kv_cache.h"
 #include "engine/reduced_sampling.h"
-#include "util/options.h"
 #include "engine/request.h"
+#include "util/options.h"
 #include "kite.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -70,6 +71,11 @@ struct kite_engine {
     int64_t steps, preemptions, steps_ahead;
     kite_engine_timings timings;
 
+    /* Hooks for the benchmark (engine_internal.h): */
+    int32_t step_token_budget; /* new tokens per step, at most params.max_step_tokens (what the buffers hold) */
+    int32_t lent_blocks;       /* blocks of the pool lent out by engine_lend_blocks */
+    bool hold_decode;          /* engine_hold_decode */
+
     /* Overlapped greedy decode (see the top): */
     bool overlap;                    /* the backend offers it and KITE_ENGINE_OVERLAP is not 0 */
     int32_t ahead_rows;              /* > 0: a step is in flight, its argmax begun and not read */
@@ -102,8 +108,7 @@ kite_request kite_request_default(void) {
  * host backend) room for four sequences of the full context, at most 4 GiB. */
 static kite_status choose_kv_blocks(kite_engine *e, int32_t *n_blocks) {
     backend *b = e->model->backend;
-    size_t block_bytes = kv_bytes_per_position(&e->model->config, strcmp(b->ops->name, "cpu") == 0 ? 4 : 2) *
-                         (size_t)e->params.kv_block_size;
+    size_t block_bytes = engine_kv_block_bytes(e->model, e->params.kv_block_size);
     size_t budget = e->params.kv_cache_bytes;
     if (budget == 0) {
         size_t free_bytes = 0, total_bytes = 0;
@@ -148,6 +153,7 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
     e->max_context = model_max < KITE_MAX_CONTEXT_CAP ? model_max : KITE_MAX_CONTEXT_CAP;
     if (p.max_context > 0 && p.max_context < e->max_context) e->max_context = p.max_context;
     e->next_id = 1;
+    e->step_token_budget = p.max_step_tokens;
 
     int32_t n_blocks = 0;
     kite_status status = choose_kv_blocks(e, &n_blocks);
@@ -169,7 +175,7 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
         e->row_samplers = calloc(seqs, sizeof *e->row_samplers);
         e->ahead_requests = calloc(seqs, sizeof *e->ahead_requests);
-        e->overlap = options.engine_overlap && backend_offers_overlap(model->backend);
+        e->overlap = engine_overlap_enabled(&options, model->backend);
         e->reduced_sampling = options.engine_reduced_sampling != 0;
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
             !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
@@ -232,8 +238,10 @@ static void emit_event(engine_request *r, int32_t token, float logprob, int32_t 
     r->on_token(&event, r->user_data);
 }
 
+/* The blocks go back last first, so that the next request to take as many gets the same table in the same order:
+ * a repeated request (a benchmark's repetitions) runs on the same cache addresses every time. */
 static void release_blocks(kite_engine *e, engine_request *r) {
-    for (int32_t i = 0; i < r->n_blocks; i++) kv_pool_give_back(&e->pool, r->block_table[i]);
+    for (int32_t i = r->n_blocks - 1; i >= 0; i--) kv_pool_give_back(&e->pool, r->block_table[i]);
     r->n_blocks = 0;
 }
 
@@ -248,6 +256,9 @@ static void finish_without_token(kite_engine *e, engine_request *r, kite_finish_
 kite_status kite_engine_submit(kite_engine *e, const kite_request *desc, kite_request_id *id) {
     if (id) *id = 0;
     if (!desc) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_submit: no request");
+    if (e->lent_blocks > 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_submit: %d KV blocks are lent out (engine_lend_blocks)",
+                         e->lent_blocks);
     const int32_t *prompt = desc->prompt_ids;
     size_t n_prompt = desc->n_prompt_ids;
     int32_t *encoded = NULL;
@@ -369,8 +380,9 @@ static bool in_phase(const engine_request *r, schedule_phase phase) {
 
 /* Fills the step arrays; returns the number of sequences scheduled. */
 static kite_status schedule_step(kite_engine *e, int32_t *n_scheduled) {
-    int32_t n = 0, budget = e->params.max_step_tokens;
+    int32_t n = 0, budget = e->step_token_budget;
     for (schedule_phase phase = PHASE_DECODE; phase <= PHASE_ADMIT; phase++) {
+        if (phase == PHASE_DECODE && e->hold_decode) continue;
         for (int32_t i = 0; i < e->n_requests && n < e->params.max_sequences && budget > 0; i++) {
             engine_request *r = e->requests[i];
             if (!in_phase(r, phase)) continue;
@@ -479,7 +491,7 @@ static kite_status take_tokens(kite_engine *e, engine_request *const *row_reques
  * token). Gives each row the block for its next position; false when the pool is short. */
 static kite_status can_run_ahead(kite_engine *e, engine_request *const *row_requests, int32_t rows, bool *ok) {
     *ok = false;
-    if (!e->overlap || rows <= 0) return KITE_OK;
+    if (!e->overlap || e->hold_decode || rows <= 0) return KITE_OK;
     int32_t active = 0;
     for (int32_t i = 0; i < e->n_requests; i++) active += e->requests[i]->state != REQUEST_FINISHED;
     if (active != rows) return KITE_OK;
@@ -554,7 +566,7 @@ kite_status kite_engine_step(kite_engine *e) {
     int32_t n = 0;
     KITE_TRY(schedule_step(e, &n));
     if (n == 0) {
-        if (kite_engine_idle(e)) return KITE_OK;
+        if (kite_engine_idle(e) || e->hold_decode) return KITE_OK; /* held: the decoding requests wait */
         /* Nothing fits even in an empty cache: a request whose context has outgrown the whole KV cache ends
          * with KITE_FINISH_CAPACITY (with the tokens it already produced) instead of stalling the engine. */
         bool ended = false;
@@ -656,3 +668,41 @@ kite_engine_stats kite_engine_get_stats(const kite_engine *e) {
 kite_engine_timings kite_engine_get_timings(const kite_engine *e) { return e->timings; }
 
 void kite_engine_reset_timings(kite_engine *e) { memset(&e->timings, 0, sizeof e->timings); }
+
+/* ---- hooks for the benchmark (engine_internal.h) -------------------------------------------------- */
+
+bool engine_overlap_enabled(const runtime_options *options, const backend *b) {
+    return options->engine_overlap && backend_offers_overlap(b);
+}
+
+size_t engine_kv_block_bytes(const kite_model *model, int32_t block_size) {
+    const bool host = strcmp(model->backend->ops->name, "cpu") == 0; /* the CPU backend keeps float32 */
+    return kv_bytes_per_position(&model->config, host ? 4 : 2) * (size_t)block_size;
+}
+
+kite_status engine_lend_blocks(kite_engine *e, int32_t n, int32_t *ids) {
+    if (!kite_engine_idle(e))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "engine_lend_blocks: the engine is not idle");
+    if (n < 0 || n > e->pool.n_free)
+        return kite_fail(KITE_ERROR_CAPACITY, "engine_lend_blocks: %d KV blocks asked for, %d free", n, e->pool.n_free);
+    for (int32_t i = 0; i < n; i++) kv_pool_take(&e->pool, &ids[i]);
+    e->lent_blocks += n;
+    return KITE_OK;
+}
+
+void engine_return_blocks(kite_engine *e, const int32_t *ids, int32_t n) {
+    /* In reverse, so that the next take hands them out in the order they were lent. */
+    for (int32_t i = n - 1; i >= 0; i--) kv_pool_give_back(&e->pool, ids[i]);
+    e->lent_blocks -= n;
+}
+
+kite_status engine_set_step_token_budget(kite_engine *e, int32_t tokens) {
+    if (tokens < e->params.max_sequences || tokens > e->params.max_step_tokens)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "engine_set_step_token_budget: %d tokens per step, the engine holds %d to %d", tokens,
+                         e->params.max_sequences, e->params.max_step_tokens);
+    e->step_token_budget = tokens;
+    return KITE_OK;
+}
+
+void engine_hold_decode(kite_engine *e, bool hold) { e->hold_decode = hold; }
