@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text_buffer.h"
 
 bool cli_parse_backend(const char *text, kite_backend_kind *out) {
     if (strcmp(text, "auto") == 0) *out = KITE_BACKEND_AUTO;
@@ -82,44 +81,6 @@ cli_option_result cli_take_engine_option(const cli_parser *p, kite_load_params *
 cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *sampling) {
     if (!p->option) return CLI_OPTION_OTHER;
     return sampling_option_set(p->option->id, p->name, p->value ? p->value : "", sampling);
-}
-
-static const cli_option sampling_options[] = {CLI_SAMPLING_OPTIONS};
-
-/* The id of `option` as written ("--threads" or "-t") among the rows; 0 for none. */
-static int shared_option_id(const cli_option *rows, size_t n, const char *option) {
-    for (size_t i = 0; i < n; i++) {
-        if (option[0] == '-' && option[1] == '-' && rows[i].long_name && strcmp(option + 2, rows[i].long_name) == 0)
-            return rows[i].id;
-        if (option[0] == '-' && rows[i].short_name && option[1] == rows[i].short_name && option[2] == '\0')
-            return rows[i].id;
-    }
-    return 0;
-}
-
-cli_option_result cli_parse_sampling_option(const char *option, const char *value, kite_sampling *sampling) {
-    int id = shared_option_id(sampling_options, sizeof sampling_options / sizeof sampling_options[0], option);
-    return sampling_option_set(id, option, value, sampling);
-}
-
-bool cli_take_value(int argc, char **argv, int *i, const char **value) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "kite: %s needs a value\n", argv[*i]);
-        return false;
-    }
-    *i += 1;
-    *value = argv[*i];
-    return true;
-}
-
-void json_write_string(FILE *out, const char *text, size_t length) {
-    text_buffer b = {0};
-    text_buffer_json_string(&b, text, length);
-    if (b.failed)
-        fputs("null", out); /* out of memory: still valid JSON */
-    else
-        (void)text_buffer_write(&b, out); /* as fputs: the stream's error flag tells */
-    text_buffer_free(&b);
 }
 
 int cli_report(const char *what, kite_status status) {

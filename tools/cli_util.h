@@ -60,13 +60,6 @@ cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *s
 /* Parses --backend auto|cpu|cuda. */
 bool cli_parse_backend(const char *text, kite_backend_kind *out);
 
-/* For kite bench until it is on an option table: the sampling options met by a strcmp chain, `option` as
- * written ("--top-p"); the value of option argv[*i] (advancing *i), false with a message when it is missing;
- * a JSON string literal written straight to a stream (escaped by text_buffer_json_string). */
-cli_option_result cli_parse_sampling_option(const char *option, const char *value, kite_sampling *sampling);
-bool cli_take_value(int argc, char **argv, int *i, const char **value);
-void json_write_string(FILE *out, const char *text, size_t length);
-
 /* Reports a failed kite call: "kite: <what>: <message>" on stderr. Returns 1 (the exit code). */
 int cli_report(const char *what, kite_status status);
 

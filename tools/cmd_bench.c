@@ -10,26 +10,38 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "kite.h"
+#include "text_buffer.h"
 
-static const char bench_usage[] =
-    "usage: kite bench (--model DIR | --dummy SHAPE) [options]\n"
-    "  -p N,N,...        prefill rows: pp N (default 256,2048)\n"
-    "  -n N,N,...        decode rows: tg N (default 128)\n"
-    "  -b B,B,...        sequences per row: pp rows prefill B prompts of N tokens (at most 8192 tokens per\n"
-    "                    forward), tg rows decode B sequences together (default 1)\n"
-    "  --depth D,D,...   context already in the cache before the tg rows (default 256)\n"
-    "  -r R              repetitions per row; the median is reported (default 5)\n"
-    "  --backend auto|cpu|cuda   (default auto)   --threads N (CPU threads)\n"
-    "  -o md|jsonl       output format (default md)\n"
-    "  --seed S          seed of the dummy weights and the random prompts (default 0)\n"
-    "  --temperature T   tg rows sample each token on the host as the engine does for T > 0 (rows reduced to\n"
-    "                    their best candidates by the backend where top-k allows, else full logits rows read\n"
-    "                    back; one sampler per sequence, rows in parallel); default 0: greedy on the device\n"
-    "  --top-k K  --top-p P  --min-p P  --repeat-penalty R   the sampled rows' filters, as kite run's\n"
-    "Every row is first checked against the CPU backend (docs/BENCHMARKS.md); a failed check prints FAILED.\n";
+enum { OPT_MODEL = 1, OPT_DUMMY, OPT_PREFILL, OPT_DECODE, OPT_BATCH, OPT_DEPTH, OPT_REPS, OPT_OUTPUT, OPT_SEED };
+
+static const cli_option bench_options_table[] = {
+    {OPT_MODEL, "model", 'm', "DIR", "a checkpoint directory", false},
+    {OPT_DUMMY, "dummy", 0, "SHAPE", "random weights of a named shape (qwen3-0.6b-base, ...), no files", false},
+    {OPT_PREFILL, NULL, 'p', "N,N,...", "prefill rows: pp N (default 256,2048; 0: none)", false},
+    {OPT_DECODE, NULL, 'n', "N,N,...", "decode rows: tg N (default 128; 0: none)", false},
+    {OPT_BATCH, NULL, 'b', "B,B,...",
+     "sequences per row: pp rows prefill B prompts of N tokens (at most 8192 tokens per\nstep), tg rows decode "
+     "B sequences together (default 1)",
+     false},
+    {OPT_DEPTH, "depth", 'd', "D,D,...", "context already in the cache before the tg rows (default 256)", false},
+    {OPT_REPS, NULL, 'r', "R", "repetitions per row; the median is reported (default 5)", false},
+    {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto)", false},
+    {CLI_ID_THREADS, "threads", 0, "N", "CPU threads (default 0 = all cores)", false},
+    {OPT_OUTPUT, NULL, 'o', "md|jsonl", "output format (default md)", false},
+    {OPT_SEED, "seed", 0, "S", "seed of the dummy weights and the random prompts (default 0)", false},
+    CLI_SAMPLING_OPTIONS,
+};
+
+static const cli_command bench_command = {
+    "bench", "(--model DIR | --dummy SHAPE) [options]",
+    "Every row is first checked against the CPU backend (docs/BENCHMARKS.md); a failed check prints FAILED.\n"
+    "With --temperature T > 0 the tg rows sample each token as the engine does (rows reduced to their best\n"
+    "candidates by the backend where top-k allows, else full logits rows read back); default: greedy.",
+    bench_options_table, sizeof bench_options_table / sizeof bench_options_table[0]};
 
 typedef struct bench_options {
     const char *model_dir, *dummy;
@@ -73,33 +85,53 @@ static void print_json_row(const bench_options *o, const kite_bench_info *info, 
     time_t now = time(NULL);
     char date[32];
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    printf("{\"test\":\"%s\",\"batch\":%d,\"depth\":%d,\"model\":", row->test, row->batch, row->depth);
-    json_write_string(stdout, model, strlen(model));
-    printf(",\"backend\":\"%s\",\"gpu\":", info->backend_name);
-    json_write_string(stdout, info->device_name, strlen(info->device_name));
-    if (row->gate_passed)
-        printf(",\"tok_s\":%.1f,\"tok_s_min\":%.1f,\"tok_s_max\":%.1f,\"ms_per_step\":%.4f", row->tok_s, row->tok_s_min,
-               row->tok_s_max, row->ms_per_step);
-    else
-        printf(",\"tok_s\":null");
-    if (row->hbm_floor_fraction > 0 && row->gate_passed)
-        printf(",\"hbm_floor_fraction\":%.3f", row->hbm_floor_fraction);
+    text_buffer b = {0};
+    text_buffer_printf(&b, "{\"test\":\"%s\",\"batch\":%d,\"depth\":%d,\"model\":", row->test, row->batch, row->depth);
+    text_buffer_json_string(&b, model, strlen(model));
+    text_buffer_printf(&b, ",\"backend\":\"%s\",\"gpu\":", info->backend_name);
+    text_buffer_json_string(&b, info->device_name, strlen(info->device_name));
+    if (row->gate_passed) {
+        text_buffer_puts(&b, ",\"tok_s\":");
+        text_buffer_json_fixed(&b, row->tok_s, 1);
+        text_buffer_puts(&b, ",\"tok_s_min\":");
+        text_buffer_json_fixed(&b, row->tok_s_min, 1);
+        text_buffer_puts(&b, ",\"tok_s_max\":");
+        text_buffer_json_fixed(&b, row->tok_s_max, 1);
+        text_buffer_puts(&b, ",\"ms_per_step\":");
+        text_buffer_json_fixed(&b, row->ms_per_step, 4);
+    } else {
+        text_buffer_puts(&b, ",\"tok_s\":null");
+    }
+    if (row->hbm_floor_fraction > 0 && row->gate_passed) {
+        text_buffer_puts(&b, ",\"hbm_floor_fraction\":");
+        text_buffer_json_fixed(&b, row->hbm_floor_fraction, 3);
+    }
     if (info->decode_path && row->is_decode) { /* which decode code the row timed */
-        printf(",\"decode_path\":");
-        json_write_string(stdout, info->decode_path, strlen(info->decode_path));
+        text_buffer_puts(&b, ",\"decode_path\":");
+        text_buffer_json_string(&b, info->decode_path, strlen(info->decode_path));
     }
     if (row->is_decode) /* each step enqueued before the previous one's ids are read (engine.c) */
-        printf(",\"overlapped\":%s", row->overlapped ? "true" : "false");
-    if (info->sampled && row->is_decode)
-        printf(",\"sampling\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,\"repetition_penalty\":%g}",
-               o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->sampling.min_p,
-               o->sampling.repetition_penalty);
-    printf(",\"gate\":\"%s\",\"gate_rel_l2\":%.3g,\"gate_bf16_budget\":%.3g,\"gate_near_ties\":%d,\"reps\":%d,"
-           "\"commit\":\"%s\",\"date\":\"%s\"}\n",
-           !info->gated       ? "oracle"
-           : row->gate_passed ? "pass"
-                              : "FAILED",
-           row->gate_rel_l2, row->gate_bf16_budget, row->gate_near_ties, o->reps, info->commit, date);
+        text_buffer_printf(&b, ",\"overlapped\":%s", row->overlapped ? "true" : "false");
+    if (info->sampled && row->is_decode) {
+        text_buffer_puts(&b, ",\"sampling\":{\"temperature\":");
+        text_buffer_json_general(&b, o->sampling.temperature, 6);
+        text_buffer_printf(&b, ",\"top_k\":%d,\"top_p\":", o->sampling.top_k);
+        text_buffer_json_general(&b, o->sampling.top_p, 6);
+        text_buffer_puts(&b, ",\"min_p\":");
+        text_buffer_json_general(&b, o->sampling.min_p, 6);
+        text_buffer_puts(&b, ",\"repetition_penalty\":");
+        text_buffer_json_general(&b, o->sampling.repetition_penalty, 6);
+        text_buffer_puts(&b, "}");
+    }
+    text_buffer_printf(&b, ",\"gate\":\"%s\",\"gate_rel_l2\":", !info->gated ? "oracle" : row->gate_passed ? "pass" : "FAILED");
+    text_buffer_json_general(&b, row->gate_rel_l2, 3);
+    text_buffer_puts(&b, ",\"gate_bf16_budget\":");
+    text_buffer_json_general(&b, row->gate_bf16_budget, 3);
+    text_buffer_printf(&b, ",\"gate_near_ties\":%d,\"reps\":%d,\"commit\":", row->gate_near_ties, o->reps);
+    text_buffer_json_string(&b, info->commit, strlen(info->commit));
+    text_buffer_printf(&b, ",\"date\":\"%s\"}\n", date);
+    if (!text_buffer_write(&b, stdout)) fprintf(stderr, "kite bench: out of memory writing a row\n");
+    text_buffer_free(&b);
 }
 
 static void print_md_row(const kite_bench_info *info, const kite_bench_row *row) {
@@ -160,66 +192,88 @@ static int run_bench(const bench_options *o) {
     return printer.any_failed ? 1 : 0; /* every row was tried; a failed gate still fails the run */
 }
 
+/* A list option's value: "0" means no rows of that kind (-p 0, -n 0). */
+static bool take_list(const cli_parser *p, bool zero_means_none, long long min, long long max, int32_t **out,
+                      size_t *n) {
+    free(*out);
+    *out = NULL;
+    *n = 0;
+    if (zero_means_none && strcmp(p->value, "0") == 0) return true;
+    return cli_value_int_list(p, min, max, out, n);
+}
+
 int cmd_bench(int argc, char **argv) {
     bench_options o = {.reps = 5, .load = kite_load_params_default(), .sampling = kite_sampling_default()};
-    cli_option_result sampling_option;
-    const char *prefill = "256,2048", *decode = "128", *batch = "1", *depth = "256";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        long long iv;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(bench_usage, stdout);
-            return 0;
-        } else if (!cli_take_value(argc, argv, &i, &v)) {
-            return 2;
-        } else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0) {
-            o.model_dir = v;
-        } else if (strcmp(a, "--dummy") == 0) {
-            o.dummy = v;
-        } else if (strcmp(a, "-p") == 0) {
-            prefill = v;
-        } else if (strcmp(a, "-n") == 0) {
-            decode = v;
-        } else if (strcmp(a, "-b") == 0) {
-            batch = v;
-        } else if (strcmp(a, "--depth") == 0 || strcmp(a, "-d") == 0) {
-            depth = v;
-        } else if (strcmp(a, "-r") == 0) {
-            if (!cli_parse_int(a, v, 1, 1000, &iv)) return 2;
-            o.reps = (int)iv;
-        } else if (strcmp(a, "--backend") == 0) {
-            if (!cli_parse_backend(v, &o.load.backend)) return 2;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_parse_int(a, v, 0, 4096, &iv)) return 2;
-            o.load.n_threads = (int32_t)iv;
-        } else if (strcmp(a, "-o") == 0) {
-            if (strcmp(v, "md") != 0 && strcmp(v, "jsonl") != 0) {
-                fprintf(stderr, "kite bench: -o must be md or jsonl\n");
-                return 2;
-            }
-            o.jsonl = strcmp(v, "jsonl") == 0;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!cli_parse_int(a, v, 0, INT64_MAX, &iv)) return 2;
-            o.seed = (uint64_t)iv;
-        } else if ((sampling_option = cli_parse_sampling_option(a, v, &o.sampling)) != CLI_OPTION_OTHER) {
-            if (sampling_option == CLI_OPTION_BAD) return 2;
-        } else {
-            fprintf(stderr, "kite bench: unknown option '%s'\n%s", a, bench_usage);
-            return 2;
+    static const int32_t default_prefill[] = {256, 2048}, default_decode[] = {128}, default_batch[] = {1},
+                         default_depth[] = {256};
+    bool have_prefill = false, have_decode = false, have_batch = false, have_depth = false, ok = true;
+    static const char *const formats[] = {"md", "jsonl", NULL};
+    kite_engine_params unused_engine = kite_engine_params_default();
+    cli_parser p;
+    cli_parser_init(&p, &bench_command, argc, argv);
+    for (int id; ok && (id = cli_parser_next(&p)) != CLI_END;) {
+        long long value;
+        int choice;
+        switch (id) {
+        case CLI_HELP: return 0;
+        case CLI_ERROR: ok = false; break;
+        case OPT_MODEL: o.model_dir = p.value; break;
+        case OPT_DUMMY: o.dummy = p.value; break;
+        case OPT_PREFILL: ok = take_list(&p, true, 1, 1 << 20, &o.prefill, &o.n_prefill), have_prefill = true; break;
+        case OPT_DECODE: ok = take_list(&p, true, 1, 1 << 20, &o.decode, &o.n_decode), have_decode = true; break;
+        case OPT_BATCH: ok = take_list(&p, false, 1, KITE_BENCH_MAX_BATCH, &o.batch, &o.n_batch), have_batch = true; break;
+        case OPT_DEPTH: ok = take_list(&p, false, 0, 1 << 20, &o.depth, &o.n_depth), have_depth = true; break;
+        case OPT_REPS:
+            ok = cli_value_int(&p, 1, 1000, &value);
+            o.reps = (int)value;
+            break;
+        case OPT_OUTPUT:
+            ok = cli_value_choice(&p, formats, &choice);
+            o.jsonl = choice == 1;
+            break;
+        case OPT_SEED:
+            ok = cli_value_int(&p, 0, INT64_MAX, &value);
+            o.seed = (uint64_t)value;
+            break;
+        default:
+            if (cli_take_engine_option(&p, &o.load, &unused_engine) == CLI_OPTION_TAKEN) break;
+            ok = cli_take_sampling_option(&p, &o.sampling) == CLI_OPTION_TAKEN;
+            break;
         }
     }
-    if ((o.model_dir != NULL) == (o.dummy != NULL)) {
-        fprintf(stderr, "kite bench: give exactly one of --model DIR or --dummy SHAPE\n%s", bench_usage);
-        return 2;
+    if (ok && p.first_argument < argc) {
+        fprintf(stderr, "kite bench: unexpected argument '%s'\n", argv[p.first_argument]);
+        ok = false;
+    }
+    if (ok && (o.model_dir != NULL) == (o.dummy != NULL)) {
+        fprintf(stderr, "kite bench: give exactly one of --model DIR or --dummy SHAPE\n");
+        cli_print_usage(&bench_command, stderr);
+        ok = false;
+    }
+    /* The defaults are copied so that every list is the caller's to free. */
+    struct {
+        bool given;
+        const int32_t *values;
+        size_t n;
+        int32_t **out;
+        size_t *n_out;
+    } defaults[] = {{have_prefill, default_prefill, 2, &o.prefill, &o.n_prefill},
+                    {have_decode, default_decode, 1, &o.decode, &o.n_decode},
+                    {have_batch, default_batch, 1, &o.batch, &o.n_batch},
+                    {have_depth, default_depth, 1, &o.depth, &o.n_depth}};
+    for (size_t i = 0; ok && i < sizeof defaults / sizeof defaults[0]; i++) {
+        if (defaults[i].given) continue;
+        *defaults[i].out = malloc(defaults[i].n * sizeof(int32_t));
+        if (!*defaults[i].out) {
+            fprintf(stderr, "kite bench: out of memory\n");
+            ok = false;
+            break;
+        }
+        memcpy(*defaults[i].out, defaults[i].values, defaults[i].n * sizeof(int32_t));
+        *defaults[i].n_out = defaults[i].n;
     }
     o.sampling.seed = o.seed;
-    int exit_code = 2;
-    bool ok = true;
-    if (strcmp(prefill, "0") != 0) ok = cli_parse_int_list("-p", prefill, 1, 1 << 20, &o.prefill, &o.n_prefill);
-    if (ok && strcmp(decode, "0") != 0) ok = cli_parse_int_list("-n", decode, 1, 1 << 20, &o.decode, &o.n_decode);
-    if (ok) ok = cli_parse_int_list("-b", batch, 1, KITE_BENCH_MAX_BATCH, &o.batch, &o.n_batch);
-    if (ok) ok = cli_parse_int_list("--depth", depth, 0, 1 << 20, &o.depth, &o.n_depth);
-    if (ok) exit_code = run_bench(&o);
+    const int exit_code = ok ? run_bench(&o) : 2;
     free(o.prefill);
     free(o.decode);
     free(o.batch);

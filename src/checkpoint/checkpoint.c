@@ -318,7 +318,7 @@ static kite_status open_shards(checkpoint *c, const char *dir, const char *index
     if (!json_is_object(root))
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: top level must be a JSON object, found %s", index_path,
                          json_type_name(root->type));
-    const json_value *map = json_object_get(root, "weight_map");
+    const json_value *map = json_object_member(root, "weight_map");
     if (!json_is_object(map))
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field weight_map must be an object, found %s", index_path,
                          map ? json_type_name(map->type) : "nothing");

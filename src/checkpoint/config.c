@@ -23,7 +23,7 @@ static const char *describe_type(const json_value *value) {
  * when absent or null and set *present accordingly. Values below `minimum` are errors. */
 static kite_status read_int32(const json_value *root, const char *path, const char *key, bool required, int64_t minimum,
                               int32_t *out, bool *present) {
-    const json_value *value = json_object_get(root, key);
+    const json_value *value = json_object_member(root, key);
     if (present) *present = false;
     if (!value || json_is_null(value)) {
         if (required) return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s is missing", path, key);
@@ -56,7 +56,7 @@ static kite_status read_positive_double(const json_value *value, const char *pat
 
 /* Reads an optional boolean (absent or null -> default_value). */
 static kite_status read_bool(const json_value *root, const char *path, const char *key, bool default_value, bool *out) {
-    const json_value *value = json_object_get(root, key);
+    const json_value *value = json_object_member(root, key);
     *out = default_value;
     if (!value || json_is_null(value)) return KITE_OK;
     if (!json_get_bool(value, out))
@@ -66,8 +66,8 @@ static kite_status read_bool(const json_value *root, const char *path, const cha
 }
 
 static kite_status check_architecture(const json_value *root, const char *path) {
-    const json_value *model_type = json_object_get(root, "model_type");
-    const json_value *architectures = json_object_get(root, "architectures");
+    const json_value *model_type = json_object_member(root, "model_type");
+    const json_value *architectures = json_object_member(root, "architectures");
     bool known = false;
     if (model_type && !json_is_null(model_type)) {
         if (!json_is_string(model_type))
@@ -117,7 +117,7 @@ static kite_status check_unsupported_features(const json_value *root, const char
         return kite_fail(KITE_ERROR_UNSUPPORTED,
                          "%s: field use_sliding_window is true; kite supports only full attention", path);
 
-    const json_value *act = json_object_get(root, "hidden_act");
+    const json_value *act = json_object_member(root, "hidden_act");
     if (act && !json_is_null(act)) {
         if (!json_is_string(act))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field hidden_act must be a string, found %s", path,
@@ -128,14 +128,14 @@ static kite_status check_unsupported_features(const json_value *root, const char
     }
 
     /* rope_scaling {"rope_type": "default"} is how some exporters spell "no scaling". */
-    const json_value *scaling = json_object_get(root, "rope_scaling");
+    const json_value *scaling = json_object_member(root, "rope_scaling");
     if (scaling && !json_is_null(scaling)) {
         if (!json_is_object(scaling))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
                              "%s: field rope_scaling must be an object or null, found %s", path,
                              json_type_name(scaling->type));
-        const json_value *type = json_object_get(scaling, "rope_type");
-        if (!type) type = json_object_get(scaling, "type");
+        const json_value *type = json_object_member(scaling, "rope_type");
+        if (!type) type = json_object_member(scaling, "type");
         if (!json_is_string(type) || strcmp(type->as.string, "default") != 0)
             return kite_fail(KITE_ERROR_UNSUPPORTED,
                              "%s: field rope_scaling (type \"%.64s\") is not supported; "
@@ -143,13 +143,13 @@ static kite_status check_unsupported_features(const json_value *root, const char
                              path, json_is_string(type) ? type->as.string : "?");
     }
 
-    const json_value *quantization = json_object_get(root, "quantization_config");
+    const json_value *quantization = json_object_member(root, "quantization_config");
     if (quantization && !json_is_null(quantization))
         return kite_fail(KITE_ERROR_UNSUPPORTED,
                          "%s: field quantization_config: quantized checkpoints are not supported", path);
 
     /* transformers 4.54+ may list each layer's attention kind; only full attention is implemented. */
-    const json_value *layer_types = json_object_get(root, "layer_types");
+    const json_value *layer_types = json_object_member(root, "layer_types");
     if (layer_types && !json_is_null(layer_types)) {
         if (!json_is_array(layer_types))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field layer_types must be an array, found %s", path,
@@ -174,8 +174,8 @@ static kite_status check_unsupported_features(const json_value *root, const char
 
 /* rope_theta: top level (hub), or rope_parameters.rope_theta (transformers 5). Both present must agree. */
 static kite_status read_rope(const json_value *root, const char *path, double *theta) {
-    const json_value *top = json_object_get(root, "rope_theta");
-    const json_value *parameters = json_object_get(root, "rope_parameters");
+    const json_value *top = json_object_member(root, "rope_theta");
+    const json_value *parameters = json_object_member(root, "rope_parameters");
     bool have_top = top && !json_is_null(top);
     bool have_nested = false;
     double top_theta = 0.0, nested_theta = 0.0;
@@ -184,7 +184,7 @@ static kite_status read_rope(const json_value *root, const char *path, double *t
         if (!json_is_object(parameters))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field rope_parameters must be an object, found %s",
                              path, json_type_name(parameters->type));
-        const json_value *type = json_object_get(parameters, "rope_type");
+        const json_value *type = json_object_member(parameters, "rope_type");
         if (type && !json_is_null(type)) {
             if (!json_is_string(type))
                 return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
@@ -195,7 +195,7 @@ static kite_status read_rope(const json_value *root, const char *path, double *t
                                  "%s: field rope_parameters.rope_type is \"%.64s\"; kite supports only \"default\"",
                                  path, type->as.string);
         }
-        const json_value *nested = json_object_get(parameters, "rope_theta");
+        const json_value *nested = json_object_member(parameters, "rope_theta");
         if (nested && !json_is_null(nested)) {
             KITE_TRY(read_positive_double(nested, path, "rope_parameters.rope_theta", &nested_theta));
             have_nested = true;
@@ -227,12 +227,12 @@ static kite_status read_token_id(const json_value *value, const char *path, cons
 
 static kite_status read_special_tokens(const json_value *root, const char *path, qwen3_config *config) {
     config->bos_token_id = -1;
-    const json_value *bos = json_object_get(root, "bos_token_id");
+    const json_value *bos = json_object_member(root, "bos_token_id");
     if (bos && !json_is_null(bos))
         KITE_TRY(read_token_id(bos, path, "bos_token_id", config->vocab_size, &config->bos_token_id));
 
     config->n_eos_ids = 0;
-    const json_value *eos = json_object_get(root, "eos_token_id");
+    const json_value *eos = json_object_member(root, "eos_token_id");
     if (!eos || json_is_null(eos)) return KITE_OK;
     if (json_is_array(eos)) {
         if (eos->length > QWEN3_MAX_EOS_IDS)
@@ -254,10 +254,10 @@ static kite_status read_special_tokens(const json_value *root, const char *path,
 /* `dtype` (transformers 4.56+) wins over the older `torch_dtype`; absent means the hub's usual bfloat16. */
 static kite_status read_dtype(const json_value *root, const char *path, tensor_dtype *out) {
     const char *key = "dtype";
-    const json_value *value = json_object_get(root, key);
+    const json_value *value = json_object_member(root, key);
     if (!value || json_is_null(value)) {
         key = "torch_dtype";
-        value = json_object_get(root, key);
+        value = json_object_member(root, key);
     }
     *out = TENSOR_DTYPE_BF16;
     if (!value || json_is_null(value)) return KITE_OK;
@@ -315,7 +315,7 @@ static kite_status config_from_json(const json_value *root, const char *path, qw
                          "%s: field num_attention_heads %d x head_dim %d overflows a 32-bit size", path,
                          config->n_heads, config->head_dim);
 
-    const json_value *eps = json_object_get(root, "rms_norm_eps");
+    const json_value *eps = json_object_member(root, "rms_norm_eps");
     if (!eps || json_is_null(eps))
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field rms_norm_eps is missing", path);
     KITE_TRY(read_positive_double(eps, path, "rms_norm_eps", &config->rms_norm_eps));

@@ -312,7 +312,7 @@ static kite_status parse_header(safetensors_file *file, const json_value *root, 
         if (!json_is_object(entry))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: tensor %s: entry must be an object, found %s",
                              file->name, tensor->name, json_type_name(entry->type));
-        const json_value *dtype = json_object_get(entry, "dtype");
+        const json_value *dtype = json_object_member(entry, "dtype");
         if (!json_is_string(dtype))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: tensor %s: field dtype must be a string, found %s",
                              file->name, tensor->name, dtype ? json_type_name(dtype->type) : "nothing");
@@ -326,8 +326,8 @@ static kite_status parse_header(safetensors_file *file, const json_value *root, 
             unsupported_dtype = info->name;
         }
         tensor->dtype = info->dtype;
-        KITE_TRY(parse_shape(json_object_get(entry, "shape"), file->name, tensor->name, tensor));
-        KITE_TRY(parse_offsets(json_object_get(entry, "data_offsets"), file->name, tensor->name, tensor));
+        KITE_TRY(parse_shape(json_object_member(entry, "shape"), file->name, tensor->name, tensor));
+        KITE_TRY(parse_offsets(json_object_member(entry, "data_offsets"), file->name, tensor->name, tensor));
         KITE_TRY(check_span(tensor, info, file->name));
     }
 

@@ -51,7 +51,7 @@ static bool json_null_or_absent(const json_value *v) { return !v || json_is_null
 
 static kite_status get_flag(const json_value *object, const char *key, bool fallback, bool *out, const char *path,
                             const char *where) {
-    const json_value *v = json_object_get(object, key);
+    const json_value *v = json_object_member(object, key);
     if (json_null_or_absent(v)) {
         *out = fallback;
         return KITE_OK;
@@ -63,7 +63,7 @@ static kite_status get_flag(const json_value *object, const char *key, bool fall
 }
 
 static const char *type_of(const json_value *object) {
-    const json_value *v = json_object_get(object, "type");
+    const json_value *v = json_object_member(object, "type");
     return json_is_string(v) ? v->as.string : NULL;
 }
 
@@ -348,21 +348,21 @@ void tokenizer_free(tokenizer *t) {
 /* Checks the BPE options kite implements; anything else is named in the error. */
 static kite_status load_model_options(tokenizer *t, const json_value *model, const char *path) {
     const char *type = type_of(model);
-    const json_value *type_value = json_object_get(model, "type");
+    const json_value *type_value = json_object_member(model, "type");
     if (type_value && !type)
         return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.type: expected a string", path);
     if (type && strcmp(type, "BPE") != 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: model.type \"%s\" is not supported (kite implements BPE)", path,
                          type);
-    const json_value *dropout = json_object_get(model, "dropout");
+    const json_value *dropout = json_object_member(model, "dropout");
     double dropout_value = 0;
     if (!json_null_or_absent(dropout) && (!json_get_double(dropout, &dropout_value) || dropout_value != 0))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: model.dropout is not supported (must be null)", path);
-    if (!json_null_or_absent(json_object_get(model, "unk_token")))
+    if (!json_null_or_absent(json_object_member(model, "unk_token")))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: model.unk_token is not supported (must be null)", path);
     static const char *const empty_strings[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
-        const json_value *v = json_object_get(model, empty_strings[i]);
+        const json_value *v = json_object_member(model, empty_strings[i]);
         if (!json_null_or_absent(v) && !json_string_is(v, ""))
             return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: model.%s is not supported (must be empty)", path,
                              empty_strings[i]);
@@ -384,7 +384,7 @@ typedef struct added_spec {
 /* Vocab and added tokens: ids, what each decodes to, the byte-string map. */
 static kite_status load_vocab(tokenizer *t, const json_value *model, const json_value *added_tokens,
                               const char *path) {
-    const json_value *vocab = json_object_get(model, "vocab");
+    const json_value *vocab = json_object_member(model, "vocab");
     if (!vocab) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab is missing", path);
     if (!json_is_object(vocab))
         return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab: expected an object, found %s", path,
@@ -417,8 +417,8 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
     size_t added_bytes = 0;
     for (size_t i = 0; i < n_added; i++) {
         const json_value *a = &added_tokens->as.items[i];
-        const json_value *id_value = json_object_get(a, "id");
-        const json_value *content = json_object_get(a, "content");
+        const json_value *id_value = json_object_member(a, "id");
+        const json_value *content = json_object_member(a, "content");
         int64_t id;
         if (!json_is_object(a) || !json_get_int64(id_value, &id) || id < 0 || id >= INT32_MAX - 1) {
             status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: added_tokens[%zu]: expected an object with an id", path, i);
@@ -594,7 +594,7 @@ static int32_t vocab_find_string(const tokenizer *t, const char *s, size_t lengt
 }
 
 static kite_status load_merges(tokenizer *t, const json_value *model, const char *path) {
-    const json_value *merges = json_object_get(model, "merges");
+    const json_value *merges = json_object_member(model, "merges");
     if (json_null_or_absent(merges)) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges is missing", path);
     if (!json_is_array(merges))
         return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges: expected an array", path);
@@ -699,7 +699,7 @@ static kite_status load_normalizer(tokenizer *t, const json_value *normalizer, c
         return KITE_OK;
     }
     if (strcmp(type, "Sequence") == 0) {
-        const json_value *list = json_object_get(normalizer, "normalizers");
+        const json_value *list = json_object_member(normalizer, "normalizers");
         if (!json_is_array(list))
             return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: %s.normalizers: expected an array", path, where);
         for (size_t i = 0; i < list->length; i++) KITE_TRY(load_normalizer(t, &list->as.items[i], path, where));
@@ -727,7 +727,7 @@ static kite_status load_pre_tokenizer(tokenizer *t, const json_value *pre, const
     const char *type = type_of(pre);
     if (!type) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: pre_tokenizer: expected an object with a type", path);
     if (strcmp(type, "Sequence") == 0) {
-        const json_value *list = json_object_get(pre, "pretokenizers");
+        const json_value *list = json_object_member(pre, "pretokenizers");
         if (!json_is_array(list))
             return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: pre_tokenizer.pretokenizers: expected an array", path);
         items = list->as.items;
@@ -744,13 +744,13 @@ static kite_status load_pre_tokenizer(tokenizer *t, const json_value *pre, const
             return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: %s: a pre-tokenizer after ByteLevel is not supported", path,
                              where);
         if (strcmp(ptype, "Split") == 0) {
-            const json_value *pattern = json_object_get(p, "pattern");
-            const json_value *regex = json_object_get(pattern, "Regex");
+            const json_value *pattern = json_object_member(p, "pattern");
+            const json_value *regex = json_object_member(pattern, "Regex");
             if (!json_is_object(pattern))
                 return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: %s.pattern: expected an object", path, where);
             if (!json_is_string(regex))
                 return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: %s.pattern: only a Regex pattern is supported", path, where);
-            const json_value *behavior = json_object_get(p, "behavior");
+            const json_value *behavior = json_object_member(p, "behavior");
             if (!json_string_is(behavior, "Isolated"))
                 return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: %s.behavior \"%s\" is not supported (kite implements Isolated)",
                                  path, where, json_is_string(behavior) ? behavior->as.string : "?");
@@ -775,12 +775,12 @@ static kite_status load_pre_tokenizer(tokenizer *t, const json_value *pre, const
 }
 
 static kite_status load_decoder_and_post(const json_value *root, const char *path) {
-    const json_value *decoder = json_object_get(root, "decoder");
+    const json_value *decoder = json_object_member(root, "decoder");
     const char *type = json_null_or_absent(decoder) ? NULL : type_of(decoder);
     if (!type || strcmp(type, "ByteLevel") != 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: decoder %s%s%s is not supported (kite implements ByteLevel)", path,
                          type ? "type \"" : "", type ? type : "null", type ? "\"" : "");
-    const json_value *post = json_object_get(root, "post_processor");
+    const json_value *post = json_object_member(root, "post_processor");
     if (!json_null_or_absent(post)) {
         const char *ptype = type_of(post);
         if (!ptype || strcmp(ptype, "ByteLevel") != 0)
@@ -788,9 +788,9 @@ static kite_status load_decoder_and_post(const json_value *root, const char *pat
                              path, ptype ? ptype : "?");
     }
     /* Truncation and padding change what encode returns; kite leaves lengths to its caller. */
-    if (!json_null_or_absent(json_object_get(root, "truncation")))
+    if (!json_null_or_absent(json_object_member(root, "truncation")))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: truncation is not supported (must be null)", path);
-    if (!json_null_or_absent(json_object_get(root, "padding")))
+    if (!json_null_or_absent(json_object_member(root, "padding")))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: padding is not supported (must be null)", path);
     return KITE_OK;
 }
@@ -813,7 +813,7 @@ kite_status tokenizer_load_json(const char *json, size_t length, const char *pat
     t->bos_id = -1;
     t->generation = atomic_fetch_add(&next_generation, 1);
     const json_value *root = json_root(doc);
-    const json_value *model = json_object_get(root, "model");
+    const json_value *model = json_object_member(root, "model");
     if (!json_is_object(root)) {
         status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: expected a JSON object at the top", path);
     } else if (!model) {
@@ -823,10 +823,10 @@ kite_status tokenizer_load_json(const char *json, size_t length, const char *pat
                            json_type_name(model->type));
     }
     if (status == KITE_OK) status = load_model_options(t, model, path);
-    if (status == KITE_OK) status = load_vocab(t, model, json_object_get(root, "added_tokens"), path);
+    if (status == KITE_OK) status = load_vocab(t, model, json_object_member(root, "added_tokens"), path);
     if (status == KITE_OK) status = load_merges(t, model, path);
-    if (status == KITE_OK) status = load_normalizer(t, json_object_get(root, "normalizer"), path, "normalizer");
-    if (status == KITE_OK) status = load_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), path);
+    if (status == KITE_OK) status = load_normalizer(t, json_object_member(root, "normalizer"), path, "normalizer");
+    if (status == KITE_OK) status = load_pre_tokenizer(t, json_object_member(root, "pre_tokenizer"), path);
     if (status == KITE_OK) status = load_decoder_and_post(root, path);
     if (status == KITE_OK) status = matcher_build(&t->raw_matcher, t, false);
     if (status == KITE_OK) status = matcher_build(&t->normalized_matcher, t, true);
@@ -844,9 +844,9 @@ kite_status tokenizer_load_json(const char *json, size_t length, const char *pat
 /* A token given as a string or as {"content": "..."} (the AddedToken form). */
 static kite_status config_token(const tokenizer *t, const json_value *root, const char *key, const char *path,
                                 int32_t *out) {
-    const json_value *v = json_object_get(root, key);
+    const json_value *v = json_object_member(root, key);
     if (json_null_or_absent(v)) return KITE_OK;
-    if (json_is_object(v)) v = json_object_get(v, "content");
+    if (json_is_object(v)) v = json_object_member(v, "content");
     if (!json_is_string(v))
         return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: %s: expected a string or an object with content", path, key);
     int32_t id = tokenizer_token_to_id(t, v->as.string);

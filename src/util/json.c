@@ -549,7 +549,7 @@ json_document *json_parse(const char *text, size_t length, json_error *error) {
 
 /* ---- lookups ------------------------------------------------------------------------------------ */
 
-const json_value *json_object_get(const json_value *object, const char *key) {
+const json_value *json_object_member(const json_value *object, const char *key) {
     if (!object || object->type != JSON_TYPE_OBJECT) return NULL;
     size_t key_length = strlen(key);
     for (size_t i = 0; i < object->length; i++) {

@@ -4,7 +4,7 @@
  * are freed together by json_free(). Strings are decoded (escapes, \u surrogate pairs -> UTF-8) and
  * NUL-terminated; `length` gives the byte count, so strings holding "\u0000" stay intact.
  * Limits that keep hostile input from exhausting the stack: nesting depth at most JSON_MAX_DEPTH.
- * Duplicate object keys are kept in order; json_object_get() returns the first.
+ * Duplicate object keys are kept in order; json_object_member() returns the first.
  */
 #ifndef KITE_UTIL_JSON_H
 #define KITE_UTIL_JSON_H
@@ -67,7 +67,7 @@ void json_free(json_document *document);
 const json_value *json_root(const json_document *document);
 
 /* Lookups; NULL when absent or when `object` is not an object. */
-const json_value *json_object_get(const json_value *object, const char *key);
+const json_value *json_object_member(const json_value *object, const char *key);
 
 /* Typed accessors: return false (leaving *out untouched) when the value has another type or is out of range. */
 bool json_get_int64(const json_value *value, int64_t *out);

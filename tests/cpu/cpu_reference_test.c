@@ -126,10 +126,10 @@ static int run_tokens(backend *b, const int32_t *tokens, int32_t n_new, int32_t 
 static void check_prompt(backend *b, const json_value *result, int32_t n_blocks, size_t vocab, int prompt_index,
                          const char *name) {
     size_t n_prompt = 0, n_prompt_argmax = 0, n_greedy = 0;
-    int32_t *prompt = read_int_array(json_object_get(result, "prompt_ids"), "prompt_ids", &n_prompt);
-    int32_t *prompt_argmax = read_int_array(json_object_get(result, "prompt_argmax"), "prompt_argmax", &n_prompt_argmax);
-    int32_t *greedy = read_int_array(json_object_get(result, "greedy"), "greedy", &n_greedy);
-    const json_value *steps = json_object_get(result, "steps");
+    int32_t *prompt = read_int_array(json_object_member(result, "prompt_ids"), "prompt_ids", &n_prompt);
+    int32_t *prompt_argmax = read_int_array(json_object_member(result, "prompt_argmax"), "prompt_argmax", &n_prompt_argmax);
+    int32_t *greedy = read_int_array(json_object_member(result, "greedy"), "greedy", &n_greedy);
+    const json_value *steps = json_object_member(result, "steps");
     int32_t *table = malloc((size_t)n_blocks * sizeof *table);
     int32_t *sequence = malloc((n_prompt + n_greedy + 1) * sizeof *sequence);
     float *logits = malloc(vocab * sizeof *logits);
@@ -149,7 +149,7 @@ static void check_prompt(backend *b, const json_value *result, int32_t n_blocks,
     double top_logprobs[TOP_K];
     if (!run_tokens(b, prompt, (int32_t)n_prompt, (int32_t)n_prompt, table, logits, logprobs, vocab)) goto done;
     snprintf(where, sizeof where, "%s prompt %d last position", name, prompt_index);
-    if (read_top(json_object_get(result, "last_top_ids"), json_object_get(result, "last_top_logprobs"), top_ids,
+    if (read_top(json_object_member(result, "last_top_ids"), json_object_member(result, "last_top_logprobs"), top_ids,
                  top_logprobs))
         compare_top(logprobs, vocab, top_ids, top_logprobs, where);
     else
@@ -159,7 +159,7 @@ static void check_prompt(backend *b, const json_value *result, int32_t n_blocks,
     for (size_t s = 0; s < n_greedy; s++) {
         snprintf(where, sizeof where, "%s prompt %d step %zu", name, prompt_index, s);
         const json_value *step = &steps->as.items[s];
-        if (!read_top(json_object_get(step, "top_ids"), json_object_get(step, "top_logprobs"), top_ids,
+        if (!read_top(json_object_member(step, "top_ids"), json_object_member(step, "top_logprobs"), top_ids,
                       top_logprobs)) {
             CHECK_MSG(0, "%s: malformed step", where);
             break;
@@ -211,9 +211,9 @@ static void check_checkpoint(const char *name) {
     checkpoint *ckpt = NULL;
     backend *b = NULL;
     if (!document) goto done;
-    const json_value *results = json_object_get(json_root(document), "results");
-    const char *dtype = json_is_string(json_object_get(json_root(document), "dtype"))
-                            ? json_object_get(json_root(document), "dtype")->as.string
+    const json_value *results = json_object_member(json_root(document), "results");
+    const char *dtype = json_is_string(json_object_member(json_root(document), "dtype"))
+                            ? json_object_member(json_root(document), "dtype")->as.string
                             : "";
     CHECK_MSG(strcmp(dtype, "float32") == 0, "%s: dtype \"%s\", the CPU oracle compares with float32", reference_path,
               dtype);
@@ -231,8 +231,8 @@ static void check_checkpoint(const char *name) {
     /* Enough for the longest prompt plus its greedy steps. */
     size_t longest = 0;
     for (size_t r = 0; r < results->length; r++) {
-        const json_value *ids = json_object_get(&results->as.items[r], "prompt_ids");
-        const json_value *greedy = json_object_get(&results->as.items[r], "greedy");
+        const json_value *ids = json_object_member(&results->as.items[r], "prompt_ids");
+        const json_value *greedy = json_object_member(&results->as.items[r], "greedy");
         size_t total = (json_is_array(ids) ? ids->length : 0) + (json_is_array(greedy) ? greedy->length : 0);
         if (total > longest) longest = total;
     }

@@ -26,11 +26,11 @@ static int load_reference(const char *path, reference_prompt *out, int max) {
     json_document *d = json_parse(text, length, NULL);
     free(text);
     if (!d) return 0;
-    const json_value *results = json_object_get(json_root(d), "results");
+    const json_value *results = json_object_member(json_root(d), "results");
     int n = 0;
     for (size_t i = 0; results && i < results->length && n < max; i++) {
-        const json_value *ids = json_object_get(&results->as.items[i], "prompt_ids");
-        const json_value *greedy = json_object_get(&results->as.items[i], "greedy");
+        const json_value *ids = json_object_member(&results->as.items[i], "prompt_ids");
+        const json_value *greedy = json_object_member(&results->as.items[i], "greedy");
         reference_prompt *p = &out[n++];
         p->n_ids = p->n_greedy = 0;
         for (size_t k = 0; k < ids->length && k < 512; k++) {

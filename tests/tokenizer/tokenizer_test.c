@@ -47,11 +47,11 @@ static char *copy_bytes(const char *s, size_t n) {
 }
 
 static bool case_from_json(const json_value *row, corpus_case *c) {
-    const json_value *category = json_object_get(row, "category");
-    const json_value *text = json_object_get(row, "text");
-    const json_value *hex = json_object_get(row, "hex");
-    const json_value *ids = json_object_get(row, "ids");
-    const json_value *decoded = json_object_get(row, "decoded");
+    const json_value *category = json_object_member(row, "category");
+    const json_value *text = json_object_member(row, "text");
+    const json_value *hex = json_object_member(row, "hex");
+    const json_value *ids = json_object_member(row, "ids");
+    const json_value *decoded = json_object_member(row, "decoded");
     if (!json_is_array(ids) || !json_is_string(decoded)) return false;
     c->category = copy_bytes(json_is_string(category) ? category->as.string : "", json_is_string(category) ? category->length : 0);
     if (json_is_string(text)) {
@@ -133,7 +133,7 @@ static void test_golden(void) {
     json_error error;
     json_document *doc = json_parse(text, length, &error);
     CHECK(doc != NULL);
-    const json_value *list = json_object_get(json_root(doc), "cases");
+    const json_value *list = json_object_member(json_root(doc), "cases");
     CHECK(json_is_array(list));
     size_t n_checked = 0;
     for (size_t i = 0; list && i < list->length; i++) {

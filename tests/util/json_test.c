@@ -14,8 +14,8 @@ static void test_scalars_and_containers(void) {
     const json_value *root = json_root(d);
     CHECK(json_is_object(root));
     int64_t a = 0;
-    CHECK(json_get_int64(json_object_get(root, "a"), &a) && a == 1);
-    const json_value *b = json_object_get(root, "b");
+    CHECK(json_get_int64(json_object_member(root, "a"), &a) && a == 1);
+    const json_value *b = json_object_member(root, "b");
     CHECK(json_is_array(b) && b->length == 5);
     bool flag = false;
     CHECK(json_get_bool(&b->as.items[0], &flag) && flag);
@@ -26,8 +26,8 @@ static void test_scalars_and_containers(void) {
     CHECK(!json_get_int64(&b->as.items[3], &a));
     CHECK(json_is_string(&b->as.items[4]) && b->as.items[4].length == 7 &&
           memcmp(b->as.items[4].as.string, "x\xc3\xa9\xf0\x9f\x98\x80", 7) == 0);
-    CHECK(json_is_object(json_object_get(root, "c")) && json_object_get(root, "c")->length == 0);
-    CHECK(json_object_get(root, "missing") == NULL);
+    CHECK(json_is_object(json_object_member(root, "c")) && json_object_member(root, "c")->length == 0);
+    CHECK(json_object_member(root, "missing") == NULL);
     json_free(d);
 }
 
@@ -91,8 +91,8 @@ static void test_tokenizer_json_parses(void) {
     }
     json_document *d = json_parse(text, length, NULL);
     CHECK(d != NULL);
-    const json_value *model = d ? json_object_get(json_root(d), "model") : NULL;
-    const json_value *vocab = json_object_get(model, "vocab");
+    const json_value *model = d ? json_object_member(json_root(d), "model") : NULL;
+    const json_value *vocab = json_object_member(model, "vocab");
     CHECK(json_is_object(vocab) && vocab->length == 151643);
     json_free(d);
     free(text);
