@@ -1,6 +1,6 @@
 /* How fast one decode matrix-vector product runs on its own: the kernel the decode step launches (cuda_gemv),
  * back to back on random bf16 weights, timed by CUDA events. For the lm_head (the step's one large read) it says
- * how close the kernel comes to the HBM's rate without the step around it (docs/notes-cuda.md).
+ * how close the kernel comes to the HBM's rate without the step around it (docs/cuda.md).
  *   kite/build/bench/gemv_bench [rows cols epilogue]    default: 151936 1024 3 (the 0.6B lm_head, ARGMAX)
  * Prints the median of 9 timed passes of 20 launches each (after one warm-up pass), without and with PDL
  * between the launches, as microseconds per product and the weights' read rate; then a hash of y's bits and (ARGMAX)

@@ -3,9 +3,9 @@
 # build's own flags, against bench/kernel-footprint.txt.
 #
 # Why: a kernel's footprint decides how many of its blocks, and which other kernels' blocks, fit an SM, and where its
-# dynamic shared memory starts, and so its speed, and CI has no GPU to notice. bfea1ab changed nothing the GPU ran but
-# 112 bytes of static shared memory in the decode GEMV, which moved its staged vector off a 128-byte boundary, and
-# single-stream decode became 25% slower (docs/notes-cuda.md, sessions 23 and 24). With this check such a change shows
+# dynamic shared memory starts, and so its speed, and CI has no GPU to notice. A change of nothing the GPU ran but
+# 112 bytes of static shared memory in the decode GEMV moved its staged vector off a 128-byte boundary, and
+# single-stream decode became 25% slower (docs/cuda.md). With this check such a change shows
 # up as a diff to the baseline, which is updated only after the change has run on the H200 (docs/BENCHMARKS.md,
 # "Before a kernel change lands").
 #
@@ -31,7 +31,7 @@ version="$("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 
 # Every kernel's dynamic shared memory is declared 128-byte aligned: where it starts otherwise depends on the static
 # arrays before it, and the decode GEMV's cp.async-staged vector at byte 16 instead of 128 made each product ~30%
-# slower with nothing else in its SASS changed (docs/notes-cuda.md, session 24).
+# slower with nothing else in its SASS changed (docs/cuda.md).
 unaligned="$(grep -n 'extern __shared__' "$root"/src/backend/cuda/*.cu "$root"/src/backend/cuda/*.cuh | grep -v '__align__(128)' || true)"
 if [ -n "$unaligned" ]; then
     echo "$unaligned" >&2

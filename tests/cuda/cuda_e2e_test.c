@@ -5,8 +5,7 @@
  *   each side's token is in the other's top-5);
  * - chunked prefill equals one-shot prefill; a mixed step (a prefill chunk and a decode token of two
  *   sequences) equals the same work done separately; the decode graph equals the general path;
- * - the persistent decode kernel equals the per-kernel graph path (short and long contexts);
- * - the cluster decode attention equals the split-K one (short and long contexts);
+ * - the bulk-fed cluster decode attention equals the split-K one (short and long contexts);
  * - batched decode of 3, 8, 13, 20 and 33 sequences with mixed contexts against the CPU and against B = 1
  *   (bulk-fed and split-K batched attention; B=13 runs cuBLASLt products and the gemm_rows lm_head, B=20 and 33
  *   cuBLASLt throughout; by default all three with o_proj and down split along k in 4 slices), then B=33 in 2
@@ -231,52 +230,18 @@ static void compare_decode_paths(const char *name_a, const char *name_b, void (*
     CHECK_MSG(worst <= 1e-3, "%s and %s decode differ: rel L2 %.3e", name_a, name_b, worst);
 }
 
-static void use_persistent_or_graph(int graph) { TRY(cuda_backend_set_persistent_decode(gpu, !graph)); }
+static void use_bulk_or_split(int split) { TRY(cuda_backend_set_bulk_max_context(gpu, split ? 0 : INT32_MAX)); }
 
-/* The persistent decode kernel (opt-in B = 1 path) against the per-kernel graph path, after a 1000-token
- * prompt (16 attention blocks per kv head, so the cross-block combine runs) and after a 20-token one. */
-static void test_persistent_vs_graph(void) {
-    const int was_on = cuda_backend_persistent_decode(gpu);
-    TRY(cuda_backend_set_persistent_decode(gpu, 1));
-    if (!cuda_backend_persistent_decode(gpu)) {
-        printf("  persistent decode is not available for this model/device: nothing to compare\n");
-        return;
-    }
-    compare_decode_paths("persistent", "graph", use_persistent_or_graph, 1000, 21);
-    compare_decode_paths("persistent", "graph", use_persistent_or_graph, 20, 22);
-    TRY(cuda_backend_set_persistent_decode(gpu, was_on));
-}
-
-static void use_cluster_or_split(int split) { TRY(cuda_backend_set_cluster_max_context(gpu, split ? 0 : INT32_MAX)); }
-
-/* The two single-stream decode attentions (cluster kernel, split-K kernel), after 1000 tokens (several tiles
- * per block) and 20 (fewer positions than blocks in a cluster). */
-static void test_cluster_vs_split(void) {
-    if (!cuda_backend_attention_cluster(gpu)) {
+/* The two single-stream decode attentions (bulk-fed cluster kernel, split-K kernel), after 1000 tokens (several
+ * tiles per block) and 20 (fewer positions than blocks in a cluster). */
+static void test_bulk_vs_split(void) {
+    if (!cuda_backend_attention_bulk(gpu)) {
         printf("  the cluster attention does not run on this device: nothing to compare\n");
         return;
     }
-    const int32_t max_context = cuda_backend_cluster_max_context(gpu), bulk_max = cuda_backend_bulk_max_context(gpu);
-    TRY(cuda_backend_set_bulk_max_context(gpu, 0)); /* the cp.async cluster kernel, not the bulk-copy one */
-    compare_decode_paths("cluster", "split-K", use_cluster_or_split, 1000, 31);
-    compare_decode_paths("cluster", "split-K", use_cluster_or_split, 20, 32);
-    TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
-    TRY(cuda_backend_set_bulk_max_context(gpu, bulk_max));
-}
-
-static void use_bulk_or_cluster(int cluster) { TRY(cuda_backend_set_bulk_max_context(gpu, cluster ? 0 : INT32_MAX)); }
-
-/* The bulk-copy fed cluster kernel against the cp.async one, after 1000 tokens and 20. */
-static void test_bulk_vs_cluster(void) {
-    if (!cuda_backend_attention_bulk(gpu) || !cuda_backend_attention_cluster(gpu)) {
-        printf("  the cluster attentions do not run on this device: nothing to compare\n");
-        return;
-    }
-    const int32_t max_context = cuda_backend_cluster_max_context(gpu), bulk_max = cuda_backend_bulk_max_context(gpu);
-    TRY(cuda_backend_set_cluster_max_context(gpu, INT32_MAX));
-    compare_decode_paths("bulk", "cluster", use_bulk_or_cluster, 1000, 41);
-    compare_decode_paths("bulk", "cluster", use_bulk_or_cluster, 20, 42);
-    TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
+    const int32_t bulk_max = cuda_backend_bulk_max_context(gpu);
+    compare_decode_paths("bulk", "split-K", use_bulk_or_split, 1000, 41);
+    compare_decode_paths("bulk", "split-K", use_bulk_or_split, 20, 42);
     TRY(cuda_backend_set_bulk_max_context(gpu, bulk_max));
 }
 
@@ -431,25 +396,20 @@ static void greedy_ids(int n, int steps, int overlapped, int32_t *out) {
 /* Overlapped decode (its steps kept as ids only: the screened lm_head where the path has it) equals serial decode
  * (the lm_head GEMV's logits kept), id for id, on every path a step's tokens can come from: one sequence
  * (the decode graph; its first step copies the token from the prefill's argmax, later ones read dec_token in
- * place), 4 sequences (the batched graph: bat_ids), both without the graphs, one sequence on the persistent
- * kernel, 4 on the general path; misuse is refused. */
+ * place), 4 sequences (the batched graph: bat_ids), both without the graphs, 4 on the general path; misuse is
+ * refused. */
 static void test_overlapped_decode(void) {
     enum { STEPS = 24 };
     int32_t serial[STEPS * N_SEQS], overlapped[STEPS * N_SEQS];
-    const char *names[5] = {"graphs", "no graphs", "persistent", "general path", NULL};
+    const char *names[4] = {"graphs", "no graphs", "general path", NULL};
     for (int mode = 0; names[mode]; mode++) {
         if (mode == 1) TRY(cuda_backend_set_decode_options(gpu, 0, 0));
         if (mode == 2) {
             TRY(cuda_backend_set_decode_options(gpu, 1, 1));
-            TRY(cuda_backend_set_persistent_decode(gpu, 1));
-            if (!cuda_backend_persistent_decode(gpu)) continue;
-        }
-        if (mode == 3) {
-            TRY(cuda_backend_set_persistent_decode(gpu, 0));
             TRY(cuda_backend_set_batched_decode(gpu, 0));
         }
         for (int n = 1; n <= N_SEQS; n += N_SEQS - 1) {
-            if ((mode == 2 && n > 1) || (mode == 3 && n == 1)) continue;
+            if (mode == 2 && n == 1) continue;
             greedy_ids(n, STEPS, 0, serial);
             const unsigned long long copies_before = cuda_backend_step_copies(gpu);
             greedy_ids(n, STEPS, 1, overlapped);
@@ -512,9 +472,7 @@ int main(void) {
     TEST_RUN(test_teacher_forced);
     TEST_RUN(test_greedy);
     TEST_RUN(test_chunked_prefill);
-    TEST_RUN(test_persistent_vs_graph);
-    TEST_RUN(test_cluster_vs_split);
-    TEST_RUN(test_bulk_vs_cluster);
+    TEST_RUN(test_bulk_vs_split);
     TEST_RUN(test_batched_decode);
     TEST_RUN(test_overlapped_decode);
     gpu->ops->destroy(gpu);

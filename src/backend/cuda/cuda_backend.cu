@@ -14,11 +14,30 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_backend_internal.h"
 
 namespace {
+
+/* ---- tuning constants (measured on the H200, docs/cuda.md) ------------------------------------------ */
+
+/* Batched buckets up to this many rows run through gemm_rows: 16 rows run faster through cuBLASLt. */
+constexpr int32_t ROWS_MAX = 8;
+/* Batched buckets up to this many rows take the bulk-fed cluster attention: per step against split-K B=16 -7.3%,
+ * B=32 -5.5%, B=8 even; B=64 does not fit. */
+constexpr int32_t BATCH_BULK_MAX_ROWS = 32;
+/* The batched lm_head through gemm_rows up to this many rows: B=16 -2.3% per step against cuBLASLt; at 32 rows,
+ * normalising fp32 rows per block, gemm_rows was 1-2% slower. */
+constexpr int32_t BATCH_LM_HEAD_ROWS_MAX = 16;
+/* o_proj and down of the cuBLASLt buckets in this many k slices: per step against cuBLASLt's products and separate
+ * norms B=16 -8.5%, B=32 -7.2%, B=64 -6.3%, B=128 -5.0%, B=256 -0.8%; 2 and 8 slices were slower at B=16-128. */
+constexpr int BATCH_SPLIT = 4;
+/* ... in every cuBLASLt bucket (each one measured faster split). */
+constexpr int32_t BATCH_SPLIT_MAX_ROWS = BATCH_MAX;
+/* Single-stream contexts up to this many positions take the bulk-fed cluster attention, longer ones split-K: the
+ * split-K kernel is the faster one from 2,048 (0.6B: 0.7275 vs 0.7828 ms per step at 2,048, 0.7849 vs 0.8855 at
+ * 4,096), at 1,024 the two are equal for 0.6B, and at 256 split-K costs the 1.7B and 4B shapes 2.4% and 2.9%. */
+constexpr int32_t BULK_MAX_CONTEXT = 1024;
 
 /* ---- backend_ops ------------------------------------------------------------------------------------ */
 
@@ -43,8 +62,6 @@ void free_all(cuda_backend *b) {
     cudaFree(b->top_device);
     cudaFreeHost(b->top_host);
     cudaFree(b->dec_x);
-    cudaFree(b->persistent_layers);
-    cudaFree(b->persistent.workspace);
     for (int i = 0; i < N_BUCKETS; i++)
         if (b->bat_graphs[i]) cudaGraphExecDestroy(b->bat_graphs[i]);
     cudaFree(b->bat_bytes);
@@ -170,29 +187,22 @@ kite_status cuda_memory_info(backend *self, size_t *free_bytes, size_t *total_by
 
 const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name; }
 
-/* E.g. "single stream: graph+pdl; attention: bulk-fed cluster of 8 up to 2048, cp.async cluster of 16 up to
- * 6144, split-K beyond; batched: gemm_rows up to 8 rows, cuBLASLt beyond; attention: bulk-fed clusters up to 32
- * rows, split-K beyond". Written when asked, from the settings in effect then (env switches at creation, the
- * bench's setters since). */
+/* E.g. "single stream: graph+pdl; attention: bulk-fed cluster of 8 up to 1024, split-K beyond; greedy lm_head:
+ * int8 screen, bf16 candidates; batched: gemm_rows up to 8 rows (lm_head up to 16), cuBLASLt beyond (o_proj/down in
+ * 4 k slices up to 256 rows); attention: bulk-fed clusters up to 32 rows, split-K beyond". Written when asked, from
+ * the settings in effect then (the switches at creation, the tests' and bench's setters since). */
 const char *cuda_decode_path(backend *self) {
     cuda_backend *b = as_cuda(self);
     char single[320], batched[288];
-    if (b->use_persistent) {
-        snprintf(single, sizeof single, "persistent kernel");
-    } else {
-        char attention[224] = "";
-        size_t at = 0;
-        if (b->attention_bulk > 0 && b->bulk_max_context > 0)
-            at += (size_t)snprintf(attention + at, sizeof attention - at, "bulk-fed cluster of %d up to %d, ",
-                                   b->attention_bulk, (int)b->bulk_max_context);
-        if (b->attention_cluster > 0 && b->cluster_max_context > b->bulk_max_context && at < sizeof attention)
-            at += (size_t)snprintf(attention + at, sizeof attention - at, "cp.async cluster of %d up to %d, ",
-                                   b->attention_cluster, (int)b->cluster_max_context);
-        if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
-        snprintf(single, sizeof single, "%s; attention: %s; greedy lm_head: %s",
-                 b->use_graph ? (b->use_pdl ? "graph+pdl" : "graph") : (b->use_pdl ? "pdl, no graph" : "no graph"),
-                 attention, b->lm_head_screen ? "int8 screen, bf16 candidates" : "bf16");
-    }
+    char attention[224] = "";
+    size_t at = 0;
+    if (b->attention_bulk > 0 && b->bulk_max_context > 0)
+        at += (size_t)snprintf(attention + at, sizeof attention - at, "bulk-fed cluster of %d up to %d, ",
+                               b->attention_bulk, (int)b->bulk_max_context);
+    if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
+    snprintf(single, sizeof single, "%s; attention: %s; greedy lm_head: %s",
+             b->use_graph ? (b->use_pdl ? "graph+pdl" : "graph") : (b->use_pdl ? "pdl, no graph" : "no graph"),
+             attention, b->lm_head_screen ? "int8 screen, bf16 candidates" : "bf16");
     if (b->use_batch)
         snprintf(batched, sizeof batched,
                  "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond (o_proj/down in %d k slices up to %d "
@@ -233,12 +243,6 @@ kite_status check_device(int device, char *reason, size_t capacity) {
     return KITE_OK;
 }
 
-bool env_flag(const char *name, bool fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    return strcmp(v, "0") != 0;
-}
-
 } // namespace
 
 extern "C" int cuda_backend_available(char *reason, size_t reason_capacity) {
@@ -263,6 +267,8 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         c->n_heads % c->n_kv_heads != 0 || c->vocab_size <= 0 || c->n_layers <= 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: unsupported shape (hidden %d, intermediate %d, heads %d/%d)",
                          c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads);
+    runtime_options options;
+    KITE_TRY(options_read(&options));
     CUDA_CHECK(cudaSetDevice(device));
 
     cuda_backend *b = static_cast<cuda_backend *>(calloc(1, sizeof(cuda_backend)));
@@ -271,32 +277,16 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->base.ops = &cuda_ops;
     b->base.config = &b->config;
     b->device = device;
-    b->use_graph = env_flag("KITE_CUDA_GRAPH", true);
-    b->use_pdl = env_flag("KITE_CUDA_PDL", true);
-    b->use_batch = env_flag("KITE_CUDA_BATCH", true);
-    /* Off by default: exact but measured slower than the graph path at short context (docs/notes-cuda.md,
-     * "Persistent decode"). */
-    b->use_persistent = env_flag("KITE_CUDA_PERSISTENT", false);
-    b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
-    if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
-    if (b->rows_max > 32) b->rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
-    /* Measured (session 5, per step against split-K): B=16 -7.3%, B=32 -5.5%, B=8 even; B=64 does not fit. */
-    b->batch_bulk_max_rows = 32;
-    if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
-    /* Measured (session 6): B=16 -2.3% per step against cuBLASLt; at 32 rows, normalising fp32 rows per block,
-     * gemm_rows was +1-2% slower. */
-    b->batch_lm_head_rows_max = 16;
-    if (getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"))
-        b->batch_lm_head_rows_max = atoi(getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"));
-    if (b->batch_lm_head_rows_max > 32) b->batch_lm_head_rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
-    /* Measured per step against cuBLASLt's products and separate norms, 4 slices: B=16 -8.5%, B=32 -7.2% (session
-     * 10, s10r8), B=64 -6.3%, B=128 -5.0% (s11r2), B=256 -0.8% (s11r3); 2 and 8 slices were slower at B=16-128
-     * (s11r2). So every cuBLASLt bucket splits. A split that does not fit the shapes is not used. */
-    b->batch_split = 4;
-    b->batch_split_max_rows = BATCH_MAX;
-    if (getenv("KITE_CUDA_BATCH_SPLIT")) b->batch_split = atoi(getenv("KITE_CUDA_BATCH_SPLIT"));
-    if (getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS")) b->batch_split_max_rows = atoi(getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS"));
-    if (!batch_split_fits(c, b->batch_split)) b->batch_split = 0;
+    b->options = options;
+    b->use_graph = options.cuda_graph != 0;
+    b->use_pdl = options.cuda_pdl != 0;
+    b->use_batch = options.cuda_batch != 0;
+    b->rows_max = ROWS_MAX;
+    b->batch_bulk_max_rows = BATCH_BULK_MAX_ROWS;
+    b->batch_lm_head_rows_max = BATCH_LM_HEAD_ROWS_MAX;
+    b->batch_split = batch_split_fits(c, BATCH_SPLIT) ? BATCH_SPLIT : 0; /* a split that does not fit is not used */
+    b->batch_split_max_rows = BATCH_SPLIT_MAX_ROWS;
+    b->bulk_max_context = BULK_MAX_CONTEXT;
 
     kite_status status = KITE_OK;
 #define STEP(expr)                                                                                       \
@@ -334,11 +324,9 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     const int group_heads = c->n_heads / c->n_kv_heads;
     b->head_groups = group_heads / decode_group_size(group_heads);
     /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
-     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66, s9r7). */
+     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66). */
     STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &b->split_blocks_per_sm));
-    int splits = batch_splits(b, 1);
-    if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
-    b->n_splits = splits < 1 ? 1 : splits;
+    b->n_splits = batch_splits(b, 1); /* at least 1 */
     const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
     const size_t sizes[9] = {hidden * 4, qkv_dim * 4, qd * 4, qd * 4, inter * 4, vocab * 4,
@@ -364,9 +352,9 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     }
     /* The lm_head's int8 screen for greedy single-stream decode (lm_head_screen.cu): half the lm_head's bytes of
      * device memory more, to read half its bytes per greedy step. Off with KITE_CUDA_LM_HEAD_SCREEN=0; left off
-     * (decode then reads the bf16 lm_head whole, as before) where the shape does not suit its kernels or the device
-     * has no room for it. */
-    if (status == KITE_OK && env_flag("KITE_CUDA_LM_HEAD_SCREEN", true) && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
+     * (decode then reads the bf16 lm_head whole) where the shape does not suit its kernels or the device has no
+     * room for it. */
+    if (status == KITE_OK && options.cuda_lm_head_screen && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
         if (cudaMalloc(&b->lm_head_screen, cuda_lm_head_screen_bytes(c->vocab_size, c->hidden_size)) == cudaSuccess) {
             STEP(cuda_lm_head_screen_build(b->lm_head, c->vocab_size, c->hidden_size, b->lm_head_screen, b->stream));
         } else {
@@ -374,31 +362,12 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
             b->lm_head_screen = NULL;
         }
     }
-    if (status == KITE_OK && env_flag("KITE_CUDA_ATTENTION_CLUSTER", true)) {
+    if (status == KITE_OK && options.cuda_attention_cluster) {
         const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
-        b->attention_cluster = cuda_attention_decode_cluster_size(c->n_heads, shape);
         b->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
         for (int i = 0; i < N_BUCKETS; i++)
             b->bat_bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
-        const char *size = getenv("KITE_CUDA_ATTENTION_CLUSTER_SIZE"); /* 8 or 16, for measurements */
-        if (size && b->attention_cluster > 0) {
-            const int asked = atoi(size);
-            if (asked == 8 || asked == b->attention_cluster) b->attention_cluster = asked;
-            else status = kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: KITE_CUDA_ATTENTION_CLUSTER_SIZE=%s (8, or %d on this device)",
-                                    size, b->attention_cluster);
-            if (b->attention_bulk > 0 && asked == 8) b->attention_bulk = 8;
-        }
     }
-    /* The bulk-fed cluster kernel up to depth 1,024, the split-K one beyond; the cp.async cluster kernel only where
-     * KITE_CUDA_CLUSTER_MAX_CONTEXT asks for it. Since its tail and head work (sessions 11-12) the split-K kernel is
-     * the faster one from 2,048 (0.6B, ms per step: 0.7275 vs 0.7828 at 2,048, s13r3; 0.7849 vs 0.8855 at 4,096,
-     * s13r2) and even at 256 for 0.6B (0.6184 vs 0.6244), but at 256 it costs the 1.7B and 4B shapes 2.4% and 2.9%
-     * (s13r3); at 1,024 the two are equal for 0.6B (0.6663 vs 0.6685, s13r2). */
-    b->bulk_max_context = 1024;
-    if (getenv("KITE_CUDA_BULK_MAX_CONTEXT")) b->bulk_max_context = atoi(getenv("KITE_CUDA_BULK_MAX_CONTEXT"));
-    b->cluster_max_context = 0;
-    if (getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT")) b->cluster_max_context = atoi(getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT"));
-    if (status == KITE_OK && b->use_persistent) status = setup_persistent_decode(b);
     STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
 #undef STEP
     if (status != KITE_OK) {
@@ -418,13 +387,6 @@ extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_gr
     b->use_pdl = use_pdl != 0;
     return KITE_OK;
 }
-
-extern "C" kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context) {
-    as_cuda(self)->cluster_max_context = max_context; /* the graphs stay valid: forward picks one per step */
-    return KITE_OK;
-}
-
-extern "C" int32_t cuda_backend_cluster_max_context(backend *self) { return as_cuda(self)->cluster_max_context; }
 
 extern "C" kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context) {
     as_cuda(self)->bulk_max_context = max_context; /* the graphs stay valid: forward picks one per step */
@@ -460,13 +422,11 @@ extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, 
     const int needed = c->n_kv_heads * b->head_groups;
     size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
                                  needed);
-    for (int kind = 0; kind < 3 && at < capacity; kind++) {
-        const char *name = kind == 0 ? "cp.async" : kind == 1 ? "bulk" : "bulk batched";
-        at += (size_t)snprintf(buffer + at, capacity - at, " %s", name);
+    for (int batched = 0; batched < 2 && at < capacity; batched++) {
+        at += (size_t)snprintf(buffer + at, capacity - at, " %s", batched ? "bulk batched" : "bulk");
         for (int size = 8; size <= 16 && at < capacity; size *= 2) {
             int clusters = 0, per_sm = 0;
-            if (kind == 0) cuda_attention_decode_cluster_capacity(c->n_heads, shape, size, &clusters, &per_sm);
-            else cuda_attention_decode_bulk_capacity(c->n_heads, shape, size, kind == 2, &clusters, &per_sm);
+            cuda_attention_decode_bulk_capacity(c->n_heads, shape, size, batched, &clusters, &per_sm);
             at += (size_t)snprintf(buffer + at, capacity - at, " %d: %d, %d;", size, clusters, per_sm);
         }
     }
@@ -478,26 +438,6 @@ extern "C" int32_t cuda_backend_batch_bulk_max_rows(backend *self) { return as_c
 extern "C" int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows) {
     return batch_bulk_cluster(as_cuda(self), rows);
 }
-
-extern "C" int cuda_backend_attention_cluster(backend *self) { return as_cuda(self)->attention_cluster; }
-
-extern "C" kite_status cuda_backend_set_decode_anatomy(backend *self, unsigned skip_parts, unsigned twice_parts) {
-    cuda_backend *b = as_cuda(self);
-    KITE_TRY(cuda_backend_set_decode_options(self, b->use_graph, b->use_pdl)); /* drops the captured graphs */
-    b->anatomy_skip = skip_parts;
-    b->anatomy_twice = twice_parts;
-    return KITE_OK;
-}
-
-extern "C" kite_status cuda_backend_set_persistent_decode(backend *self, int on) {
-    cuda_backend *b = as_cuda(self);
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    if (on && !b->persistent.workspace) KITE_TRY(setup_persistent_decode(b));
-    b->use_persistent = on && b->persistent.workspace != NULL;
-    return KITE_OK;
-}
-
-extern "C" int cuda_backend_persistent_decode(backend *self) { return as_cuda(self)->use_persistent ? 1 : 0; }
 
 extern "C" unsigned long long cuda_backend_step_copies(backend *self) { return as_cuda(self)->step_copies; }
 

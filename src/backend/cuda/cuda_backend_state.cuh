@@ -8,7 +8,7 @@
  *   cuda_weights.cu          weights and the RoPE table to the device
  *   cuda_buffers.cu          the general path's growing buffers, the logits rows, a layer's view of the KV cache
  *   cuda_forward_general.cu  the general path (prefill chunks, mixed steps)
- *   cuda_decode.cu           single-stream decode (graphs or the persistent kernel)
+ *   cuda_decode.cu           single-stream decode (captured graphs)
  *   cuda_batch.cu            batched decode (2..BATCH_MAX sequences)
  */
 #ifndef KITE_BACKEND_CUDA_BACKEND_STATE_CUH
@@ -18,7 +18,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
-#include "backend/cuda/cuda_backend_internal.h" /* CUDA_DECODE_PART_* */
+#include "util/options.h"
 
 struct cuda_layer {
     bf16 *qkv;     /* ((n_heads + 2 n_kv_heads) * head_dim, hidden): q_proj, k_proj, v_proj rows */
@@ -32,10 +32,10 @@ struct cuda_layer {
 /* Step metadata for the decode graph, in device memory: */
 enum { STEP_TOKEN = 0, STEP_POSITION = 1, STEP_SLOT = 2, STEP_CONTEXT = 3, STEP_TABLE = 4 };
 
-/* The single-stream decode attention kernels, by the contexts they serve best (measured, docs/notes-cuda.md):
- * the bulk-copy fed cluster kernel up to bulk_max_context, the cp.async one up to cluster_max_context (0 by
- * default: none), the split-K one beyond (and wherever the device cannot run clusters). */
-enum { DECODE_ATTENTION_BULK = 0, DECODE_ATTENTION_CLUSTER = 1, DECODE_ATTENTION_SPLIT = 2, N_DECODE_ATTENTION = 3 };
+/* The single-stream decode attention kernels, by the contexts they serve best (measured, docs/cuda.md): the
+ * bulk-copy fed cluster kernel up to bulk_max_context, the split-K one beyond (and wherever the device cannot run
+ * clusters). */
+enum { DECODE_ATTENTION_BULK = 0, DECODE_ATTENTION_SPLIT = 1, N_DECODE_ATTENTION = 2 };
 
 /* Batched decode: graphs per bucket of rows; a step of B sequences runs in the smallest bucket >= B, the
  * rows past B are dummies (token 0, position 0, one position of context in the scratch KV block). The
@@ -55,10 +55,9 @@ struct cuda_backend {
     char decode_path[640]; /* cuda_decode_path's report */
     cudaStream_t stream;
     cuda_gemm *gemm;
+    runtime_options options; /* the switches as read at creation (src/util/options.h) */
     bool use_graph, use_pdl;
-    int attention_cluster; /* cluster size of the decode attention (attention_decode_cluster.cu), 0: none */
-    int attention_bulk;    /* cluster size of the bulk-copy fed one (attention_decode_bulk.cu), 0: none */
-    unsigned anatomy_skip, anatomy_twice; /* bench only: CUDA_DECODE_PART_* masks (cuda_backend_internal.h) */
+    int attention_bulk; /* cluster size of the bulk-copy fed decode attention (attention_decode_bulk.cu), 0: none */
     int n_splits;
     int split_blocks_per_sm; /* split-K decode attention blocks an SM holds (cuda_attention_decode_blocks_per_sm) */
 
@@ -97,7 +96,7 @@ struct cuda_backend {
     /* After a step chained in place (its token the previous step's argmax on the device), the step's publish
      * kernel moves step_device on to the next position (cuda_publish_and_advance), and the next such step finds
      * there what the host would copy: forward_decode copies only when its values differ (a new block, another
-     * sequence, a host token). A copy between two graph launches costs ~1.9 us per step (s23r8). */
+     * sequence, a host token). A copy between two graph launches costs ~1.9 us per step. */
     bool step_advanced;           /* step_device holds step_next_position, token -1 and the table last copied */
     int32_t step_next_position;
     int32_t step_table_copied;    /* entries of that table (step_host holds them) */
@@ -109,12 +108,6 @@ struct cuda_backend {
      * (KITE_CUDA_LM_HEAD_SCREEN=0), does not fit the shape, or could not be allocated. */
     void *lm_head_screen;
     int32_t bulk_max_context;
-    int32_t cluster_max_context;
-    /* The same step as one persistent kernel (decode_persistent.cu), when the shapes and device allow. */
-    bool use_persistent;
-    int persistent_blocks;
-    cuda_decode_args persistent;
-    cuda_decode_layer *persistent_layers; /* device */
 
     /* Batched decode path (2..BATCH_MAX sequences, one token each): buffers for bat_capacity rows. */
     int head_groups;       /* blocks per kv head in decode attention (query heads per block: n_heads / n_kv / this) */
@@ -153,9 +146,9 @@ struct cuda_backend {
     int64_t n_begun, n_ended;
     /* The single-stream decode step (graph or launches) writes its id into slot (position & 1) of a mapped host
      * ring itself (cuda_publish_ids, its last kernel), so a begun argmax of it records an event instead of a copy
-     * on the stream (tg128 at depth 256 +1.3% against the copy, s12r4); the batched step its bucket's ids into
-     * slot (row 0's context & 1) of a ring of 2 x BATCH_MAX (B=32 +0.7%, s12r6). kept_published: where the kept
-     * step wrote its ids, NULL when it wrote none (the persistent kernel, the general path). */
+     * on the stream (tg128 at depth 256 +1.3% against the copy); the batched step its bucket's ids into
+     * slot (row 0's context & 1) of a ring of 2 x BATCH_MAX (B=32 +0.7%). kept_published: where the kept
+     * step wrote its ids, NULL when it wrote none (the general path). */
     int32_t *publish_host, *publish_device;         /* 2 ints, mapped */
     int32_t *bat_publish_host, *bat_publish_device; /* 2 x BATCH_MAX ints, mapped */
     const volatile int32_t *kept_published;
@@ -240,14 +233,6 @@ kite_status capture_graph(cudaStream_t stream, Launches launches, cudaGraphExec_
     return KITE_OK;
 }
 
-/* Launches one part of the decode step: not at all, once, or twice, as the bench's anatomy mode asks
- * (results are then wrong; it only times what each part costs in the graph). */
-#define DECODE_PART(part, launch)                                                                        \
-    do {                                                                                                 \
-        if (!(b->anatomy_skip & (part))) KITE_TRY(launch);                                               \
-        if (b->anatomy_twice & (part)) KITE_TRY(launch);                                                 \
-    } while (0)
-
 /* ---- what one file calls in another ----------------------------------------------------------------- */
 
 /* cuda_read_results.cu: the backend_ops that read a step's results back, and the device ids of the kept rows'
@@ -278,7 +263,6 @@ kite_status forward_batch(cuda_backend *b, const step_batch *batch, const int32_
 
 /* cuda_decode.cu */
 kite_status destroy_decode_graphs(cuda_backend *b);
-kite_status setup_persistent_decode(cuda_backend *b);
 
 /* cuda_batch.cu */
 int batch_splits(const cuda_backend *b, int32_t rows);

@@ -1,5 +1,5 @@
 /* The CUDA backend's batched decode (2..256 sequences, one token each, all wanting logits): the same step for all
- * rows at once, each weight read once per step: up to 8 rows (KITE_CUDA_ROWS_MAX, at most 32) the tensor-core
+ * rows at once, each weight read once per step: up to 8 rows (rows_max) the tensor-core
  * kernels of gemm_rows.cu with the GEMV's fusions (5 kernels per layer, PDL), beyond that cuBLASLt GEMMs; split-K
  * attention over every sequence's own blocks; lm_head + argmax on the device. One CUDA graph per bucket of rows
  * (2, 4, ..., 256), the rows past B being dummies that write to a scratch KV block.
@@ -154,10 +154,9 @@ kite_status batch_attention(cuda_backend *b, int layer, int32_t rows, void *out,
 
 /* Whether a bucket of `rows` rows runs its products through gemm_rows (up to rows_max rows, where every
  * product's input rows fit its shared memory; e.g. a 14B model's 17,408-column down projection does not at 8
- * rows) rather than cuBLASLt. Measured and dropped: gemm_rows for 9-32 rows after a separate RMSNorm kernel
- * (session 5: 1.644 vs 1.399 ms per step at B=32 through cuBLASLt), for single products at 32 rows (session 6:
- * each one slower), and gemm_split, which stages only a k slice per block (branch next/gemm-split, session 6:
- * B=32 1.655 ms). */
+ * rows) rather than cuBLASLt. Measured slower: gemm_rows for 9-32 rows after a separate RMSNorm kernel (1.644 vs
+ * 1.399 ms per step at B=32 through cuBLASLt), for single products at 32 rows (each one), and a gemm_rows that
+ * stages only a k slice per block (B=32 1.655 ms). */
 bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     return rows <= b->rows_max && cuda_gemm_rows_fits(rows, c->hidden_size) &&
@@ -195,26 +194,24 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
     const int32_t *tokens = b->bat_step_device + BATCH_TOKENS;
     const int pdl = b->use_pdl ? 1 : 0;
     /* A negative token: that row's argmax of the previous batched step (overlapped decode, forward_batch). */
-    DECODE_PART(CUDA_DECODE_PART_EMBED, cuda_embed(b->embed, tokens, b->bat_ids, b->bat_x, rows, hidden, st, 0));
+    KITE_TRY(cuda_embed(b->embed, tokens, b->bat_ids, b->bat_x, rows, hidden, st, 0));
     if (batch_gemm_rows(b, rows)) {
         /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). The
          * attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input to bf16
          * anyway), so those two stage their input by cp.async in one round trip. */
         for (int l = 0; l < c->n_layers; l++) {
             const cuda_layer *L = &b->layers[l];
-            DECODE_PART(CUDA_DECODE_PART_QKV, cuda_gemm_rows(L->qkv, b->bat_x, 0, L->input_norm, eps, b->bat_qkv, 0, rows,
-                                                             qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
-            DECODE_PART(CUDA_DECODE_PART_O, cuda_gemm_rows(L->o, b->bat_attention16, 1, NULL, 0.0f, b->bat_x, 0, rows,
-                                                           hidden, qd, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_GATE_UP, cuda_gemm_rows(L->gate_up, b->bat_x, 0, L->post_norm, eps, b->bat_act16,
-                                                                 1, rows, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL,
-                                                                 NULL, st, pdl));
-            DECODE_PART(CUDA_DECODE_PART_DOWN, cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows,
-                                                              hidden, inter, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
+            KITE_TRY(cuda_gemm_rows(L->qkv, b->bat_x, 0, L->input_norm, eps, b->bat_qkv, 0, rows, qkv_dim, hidden,
+                                    CUDA_GEMV_STORE, NULL, NULL, st, pdl));
+            KITE_TRY(batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
+            KITE_TRY(cuda_gemm_rows(L->o, b->bat_attention16, 1, NULL, 0.0f, b->bat_x, 0, rows, hidden, qd,
+                                    CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
+            KITE_TRY(cuda_gemm_rows(L->gate_up, b->bat_x, 0, L->post_norm, eps, b->bat_act16, 1, rows, 2 * inter,
+                                    hidden, CUDA_GEMV_SWIGLU, NULL, NULL, st, pdl));
+            KITE_TRY(cuda_gemm_rows(L->down, b->bat_act16, 1, NULL, 0.0f, b->bat_x, 0, rows, hidden, inter,
+                                    CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
         }
-        DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl, false));
-        return KITE_OK;
+        return batch_lm_head(b, rows, pdl, false);
     }
     /* cuBLASLt GEMMs (M = rows), the same batched attention, SwiGLU on its own. Up to batch_split_max_rows rows
      * o_proj and down are split along k: their partials are added to the residual by the kernel that also takes
@@ -223,36 +220,33 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
      * (beta = 1) and each norm is a separate kernel. */
     const bool split = b->batch_split > 1 && rows <= b->batch_split_max_rows;
     const int S = b->batch_split;
-    if (split)
-        DECODE_PART(CUDA_DECODE_PART_QKV, cuda_rmsnorm(b->bat_x, b->layers[0].input_norm, b->bat_normed, NULL, rows,
-                                                       hidden, eps, st));
+    if (split) KITE_TRY(cuda_rmsnorm(b->bat_x, b->layers[0].input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const float *next_norm = l + 1 < c->n_layers ? b->layers[l + 1].input_norm : b->final_norm;
-        DECODE_PART(CUDA_DECODE_PART_QKV, [&]() -> kite_status {
-            if (!split) KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-            return cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st);
-        }());
-        DECODE_PART(CUDA_DECODE_PART_ATTENTION, batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
-        DECODE_PART(CUDA_DECODE_PART_O, [&]() -> kite_status {
-            if (!split) return cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st);
+        if (!split) KITE_TRY(cuda_rmsnorm(b->bat_x, L->input_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->qkv, b->bat_qkv, 1, 0.0f, rows, qkv_dim, hidden, st));
+        KITE_TRY(batch_attention(b, l, rows, b->bat_attention16, 1, pdl));
+        if (!split) {
+            KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_attention16, L->o, b->bat_x, 1, 1.0f, rows, hidden, qd, st));
+        } else {
             KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_attention16, L->o, b->bat_partials, S, rows, hidden, qd, st));
-            return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, L->post_norm, b->bat_normed, rows, hidden, eps, st);
-        }());
-        DECODE_PART(CUDA_DECODE_PART_GATE_UP, [&]() -> kite_status {
-            if (!split) KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
-            KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter,
-                                    hidden, st));
-            return cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st);
-        }());
-        DECODE_PART(CUDA_DECODE_PART_DOWN, [&]() -> kite_status {
-            if (!split) return cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st);
+            KITE_TRY(cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, L->post_norm, b->bat_normed, rows, hidden, eps,
+                                           st));
+        }
+        if (!split) KITE_TRY(cuda_rmsnorm(b->bat_x, L->post_norm, b->bat_normed, NULL, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_normed, L->gate_up, b->bat_gate_up, 0, 0.0f, rows, 2 * inter, hidden,
+                                st));
+        KITE_TRY(cuda_swiglu(b->bat_gate_up, b->bat_act16, rows, inter, st));
+        if (!split) {
+            KITE_TRY(cuda_gemm_bf16(b->gemm, b->bat_act16, L->down, b->bat_x, 1, 1.0f, rows, hidden, inter, st));
+        } else {
             KITE_TRY(cuda_gemm_bf16_split(b->gemm, b->bat_act16, L->down, b->bat_partials, S, rows, hidden, inter, st));
-            return cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, next_norm, b->bat_normed, rows, hidden, eps, st);
-        }());
+            KITE_TRY(cuda_residual_rmsnorm(b->bat_x, b->bat_partials, S, next_norm, b->bat_normed, rows, hidden, eps,
+                                           st));
+        }
     }
-    DECODE_PART(CUDA_DECODE_PART_LM_HEAD, batch_lm_head(b, rows, pdl, split));
-    return KITE_OK;
+    return batch_lm_head(b, rows, pdl, split);
 }
 
 kite_status capture_batch_graph(cuda_backend *b, int bucket) {
