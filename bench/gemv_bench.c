@@ -8,7 +8,7 @@
  * launch: compare their hashes only between runs of the same launches). For ARGMAX with cols % 16 == 0 it then times
  * greedy decode's screened lm_head the same way (cuda_lm_head_screened_argmax: the int8 screen and the exact pass
  * over its candidates), with how many rows it read whole and whether its id is the GEMV's. */
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>

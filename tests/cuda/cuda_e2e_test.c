@@ -21,7 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 #include "model/dummy.h"
 #include "test_util.h"
 

@@ -10,7 +10,7 @@
  * and the state every file shares is cuda_backend_state.cuh.
  */
 #include "backend/cuda/cuda_backend_state.cuh"
-#include "backend/cuda/decode_attention.cuh" /* decode_group_size */
+#include "backend/cuda/kernels/decode_attention.cuh" /* decode_group_size */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,11 +10,12 @@
  *   cuda_forward_general.cu  the general path (prefill chunks, mixed steps)
  *   cuda_decode.cu           single-stream decode (captured graphs)
  *   cuda_batch.cu            batched decode (2..BATCH_MAX sequences)
+ * The kernels these files compose are in kernels/ (kernels/cuda_ops.h is their index).
  */
 #ifndef KITE_BACKEND_CUDA_BACKEND_STATE_CUH
 #define KITE_BACKEND_CUDA_BACKEND_STATE_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <nvtx3/nvToolsExt.h>
 

@@ -1,8 +1,29 @@
-/* The CUDA backend's kernels as plain C entry points, for its own forward pass and for the op tests in
- * tests/cuda (which are C and include no CUDA header). Device pointers are plain pointers or void *;
- * `stream` is a cudaStream_t passed as void * (NULL: the default stream); `use_pdl` launches with
- * programmatic dependent launch (cuda_common.cuh). Every function returns KITE_OK or
- * KITE_ERROR_BACKEND with a message naming the failing call.
+/* The index of the CUDA backend's kernels: every operation family as plain C entry points, for the backend's
+ * paths (prefill, single-stream decode, batched decode) and for the op tests in tests/cuda (which are C and
+ * include no CUDA header). One file per family, each with its kernels first and then its launchers:
+ *
+ *   cuda_util.cu             device memory, copies and timers for the tests and the bench (kite_cuda_*)
+ *   embed.cu                 token embedding                      cuda_embed
+ *   rmsnorm.cu               RMSNorm, residual add + RMSNorm      cuda_rmsnorm, cuda_residual_rmsnorm
+ *   swiglu.cu                SwiGLU of gate/up                    cuda_swiglu
+ *   qk_norm_rope.cu          Q/K norm, RoPE, KV append (prefill)  cuda_qk_norm_rope_kv
+ *   attention_prefill.cu     flash attention over the paged cache cuda_attention_prefill
+ *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows)
+ *   attention_decode_bulk.cu cluster decode attention, bulk-fed   cuda_attention_decode_bulk(_rows)
+ *   gemv.cu                  decode matrix-vector products        cuda_gemv
+ *   lm_head_screen.cu        greedy lm_head through an int8 copy  cuda_lm_head_screened_argmax, ..._screen_build
+ *   gemm_rows.cu             batched products up to 32 rows       cuda_gemm_rows
+ *   gemm.cu                  cuBLASLt products (prefill, batches) cuda_gemm_bf16(_split)
+ *   argmax.cu                argmax rows, ids to the host         cuda_argmax_rows, cuda_publish_ids,
+ *                                                                 cuda_publish_and_advance
+ *   top_candidates.cu        top-k candidates for the sampler     cuda_top_candidates
+ * and the device-side helpers they share: cuda_common.cuh (error checks, bf16, reductions, PDL, launches),
+ * decode_attention.cuh and decode_cluster.cuh (the decode attentions), gemv_task.cuh (the GEMV's task and staging),
+ * bulk_copy.cuh (bulk copies and mbarriers).
+ *
+ * Device pointers are plain pointers or void *; `stream` is a cudaStream_t passed as void * (NULL: the default
+ * stream); `use_pdl` launches with programmatic dependent launch (cuda_common.cuh). Every function returns KITE_OK
+ * or KITE_ERROR_BACKEND with a message naming the failing call.
  *
  * Tensors are row-major. bf16 buffers are void * (2 bytes per element).
  */

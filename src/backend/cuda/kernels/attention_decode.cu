@@ -18,7 +18,7 @@
  * query heads from the QKV projection; the block whose range holds the new position writes the new K and
  * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane loads its first
  * round of cache rows: they do not depend on that kernel. */
-#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/kernels/decode_attention.cuh"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #ifndef KITE_BACKEND_CUDA_DECODE_ATTENTION_CUH
 #define KITE_BACKEND_CUDA_DECODE_ATTENTION_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 constexpr int DECODE_HEAD_DIM = 128; /* the only head_dim the CUDA kernels implement (every Qwen3 dense size) */
 

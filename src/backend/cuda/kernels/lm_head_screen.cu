@@ -26,7 +26,7 @@
  * with a non-finite weight gets d_i = inf: it is always a candidate. A step whose bound or approx_i is not finite
  * makes the row (or every row) a candidate, and the exact pass then reads those rows as the GEMV would.
  */
-#include "backend/cuda/gemv_task.cuh" /* the GEMV's staging and chunk_dot: the same bits */
+#include "backend/cuda/kernels/gemv_task.cuh" /* the GEMV's staging and chunk_dot: the same bits */
 
 #include <float.h>
 #include <math.h>

@@ -8,7 +8,7 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 
 #include "backend/backend.h"
 #include "model/qwen3.h"

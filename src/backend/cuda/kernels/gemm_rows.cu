@@ -19,7 +19,7 @@
  * sums meet in shared memory, where the epilogue stores consecutive outputs of a batch row from consecutive
  * threads (whole sectors). Each warp double-buffers its weight chunks (groups of 4 chunks in flight), across
  * tile boundaries too, and the first group is requested before the programmatic-dependent-launch wait. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <float.h>
 

@@ -23,8 +23,8 @@
  * Grid (CS, kv_heads, sequences x head_groups); GROUP query heads per cluster share each K/V row they read.
  * Inside a block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds
  * dims stream_dim(j, 0 .. 15) (decode_attention.cuh). */
-#include "backend/cuda/bulk_copy.cuh"
-#include "backend/cuda/decode_cluster.cuh"
+#include "backend/cuda/kernels/bulk_copy.cuh"
+#include "backend/cuda/kernels/decode_cluster.cuh"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #ifndef KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
 #define KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
 
-#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/kernels/decode_attention.cuh"
 
 #include <cooperative_groups.h>
 

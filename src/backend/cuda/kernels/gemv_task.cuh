@@ -5,7 +5,7 @@
 #ifndef KITE_BACKEND_CUDA_GEMV_TASK_CUH
 #define KITE_BACKEND_CUDA_GEMV_TASK_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 /* One 16-byte chunk of a bf16 weight row times 8 fp32 inputs, summed in the order the decode GEMV adds them (gemv.cu);
  * the lm_head screen's exact pass uses it too, because it must reproduce the GEMV's bits. */

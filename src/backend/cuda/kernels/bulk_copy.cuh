@@ -4,7 +4,7 @@
 #ifndef KITE_BACKEND_CUDA_BULK_COPY_CUH
 #define KITE_BACKEND_CUDA_BULK_COPY_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 __device__ __forceinline__ uint32_t smem_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 

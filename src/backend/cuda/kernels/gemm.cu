@@ -9,7 +9,7 @@
  * own fp32 partial: for the batched decode's small-n products this gives cuBLASLt more blocks than its own
  * choice, and the partials are summed by the kernel that adds them to the residual (rmsnorm.cu), where cuBLASLt's
  * split-K would have launched a separate reduction (docs/cuda.md). */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <cublasLt.h>
 #include <stdlib.h>

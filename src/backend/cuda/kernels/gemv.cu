@@ -7,7 +7,7 @@
  * Blocks loop over warp tasks (a grid of at most four 4-warp blocks per SM, five for the lm_head), so the prologue
  * (and its RMSNorm) is paid once per block, and under PDL each warp fetches its first two steps (the lm_head its
  * first) before the previous kernel ends. */
-#include "backend/cuda/gemv_task.cuh"
+#include "backend/cuda/kernels/gemv_task.cuh"
 
 #include <float.h>
 
