@@ -100,7 +100,7 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
     b->kv_blocks = b->kv_block_size = 0;
     /* One block more than asked: the scratch block where the batched path's dummy rows write. */
     const size_t layer_elements =
-        ((size_t)n_blocks + 1) * 2 * (size_t)c->n_kv_heads * (size_t)block_size * (size_t)c->head_dim;
+        ((size_t)n_blocks + 1) * 2 * (size_t)qwen3_kv_dim(c) * (size_t)block_size;
     const size_t bytes = layer_elements * (size_t)c->n_layers * sizeof(bf16);
     const cudaError_t e = cudaMalloc(&b->kv_cache, bytes);
     if (e != cudaSuccess) {
@@ -321,14 +321,14 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     STEP(upload_rope(b));
 
     /* Decode buffers: fixed for the life of the backend, so the captured graph stays valid. */
-    const int group_heads = c->n_heads / c->n_kv_heads;
+    const int group_heads = qwen3_group_heads(c);
     b->head_groups = group_heads / decode_group_size(group_heads);
     /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
      * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66). */
     STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &b->split_blocks_per_sm));
     b->n_splits = batch_splits(b, 1); /* at least 1 */
-    const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
+    const size_t hidden = c->hidden_size, qkv_dim = (size_t)qwen3_qkv_dim(c);
+    const size_t qd = (size_t)qwen3_q_dim(c), inter = c->intermediate_size, vocab = c->vocab_size;
     const size_t sizes[9] = {hidden * 4, qkv_dim * 4, qd * 4, qd * 4, inter * 4, vocab * 4,
                              cuda_attention_decode_workspace(c->n_heads, c->head_dim, b->n_splits),
                              cuda_gemv_argmax_workspace(c->vocab_size), (size_t)c->n_heads * 4 + 64};

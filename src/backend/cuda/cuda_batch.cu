@@ -31,7 +31,7 @@ int batch_splits(const cuda_backend *b, int32_t rows) {
 
 /* Whether a split of o_proj and down into `slices` k slices fits the shapes (cuda_gemm_bf16_split). */
 bool batch_split_fits(const qwen3_config *c, int slices) {
-    const int qd = c->n_heads * c->head_dim;
+    const int qd = qwen3_q_dim(c);
     return slices >= 2 && slices <= 16 && qd % (8 * slices) == 0 && c->intermediate_size % (8 * slices) == 0;
 }
 
@@ -68,8 +68,8 @@ kite_status ensure_batch(cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     KITE_TRY(release_batch(b));
     const size_t R = (size_t)rows;
-    const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
+    const size_t hidden = c->hidden_size, qkv_dim = (size_t)qwen3_qkv_dim(c);
+    const size_t qd = (size_t)qwen3_q_dim(c), inter = c->intermediate_size, vocab = c->vocab_size;
     size_t attention_ws = 0;
     for (int i = 0; i < N_BUCKETS && BUCKETS[i] <= rows; i++) {
         const size_t ws = (size_t)BUCKETS[i] * cuda_attention_decode_workspace(c->n_heads, c->head_dim, batch_splits(b, BUCKETS[i]));
@@ -160,7 +160,7 @@ kite_status batch_attention(cuda_backend *b, int layer, int32_t rows, void *out,
 bool batch_gemm_rows(const cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     return rows <= b->rows_max && cuda_gemm_rows_fits(rows, c->hidden_size) &&
-           cuda_gemm_rows_fits(rows, c->n_heads * c->head_dim) && cuda_gemm_rows_fits(rows, c->intermediate_size);
+           cuda_gemm_rows_fits(rows, qwen3_q_dim(c)) && cuda_gemm_rows_fits(rows, c->intermediate_size);
 }
 
 /* The lm_head (final norm, logits, argmax) through gemm_rows up to batch_lm_head_rows_max rows where its input
@@ -189,7 +189,7 @@ kite_status batch_launches(cuda_backend *b, int32_t rows) {
     const qwen3_config *c = &b->config;
     void *st = b->stream;
     const int hidden = c->hidden_size, inter = c->intermediate_size;
-    const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps;
     const int32_t *tokens = b->bat_step_device + BATCH_TOKENS;
     const int pdl = b->use_pdl ? 1 : 0;

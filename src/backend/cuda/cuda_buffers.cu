@@ -8,8 +8,8 @@ kite_status ensure_tokens(cuda_backend *b, int32_t n_tokens) {
     int32_t capacity = b->token_capacity ? b->token_capacity : 256;
     while (capacity < n_tokens) capacity *= 2;
     const size_t T = (size_t)capacity;
-    const size_t hidden = c->hidden_size, qd = (size_t)c->n_heads * c->head_dim;
-    const size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, inter = c->intermediate_size;
+    const size_t hidden = c->hidden_size, qd = (size_t)qwen3_q_dim(c);
+    const size_t qkv = (size_t)qwen3_qkv_dim(c), inter = c->intermediate_size;
     const size_t sizes[7] = {T * hidden * 4, T * hidden * 2, T * qkv * 2, T * qd * 2, T * qd * 2, T * 2 * inter * 2, T * inter * 2};
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
     if (b->activation_bytes) CUDA_CHECK(cudaFree(b->activation_bytes));

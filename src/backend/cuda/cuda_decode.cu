@@ -25,7 +25,7 @@ kite_status decode_launches(cuda_backend *b, int attention, bool ids_only) {
     void *st = b->stream;
     const int pdl = b->use_pdl ? 1 : 0;
     const int hidden = c->hidden_size, inter = c->intermediate_size;
-    const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     const int32_t *step = b->step_device;
     /* A negative token: the previous decode step's argmax (overlapped decode, forward_decode). */

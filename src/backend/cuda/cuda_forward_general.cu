@@ -69,7 +69,7 @@ kite_status forward_general(cuda_backend *b, const step_batch *batch, const int3
 
     void *st = b->stream;
     const int hidden = c->hidden_size, inter = c->intermediate_size;
-    const int qd = c->n_heads * c->head_dim, qkv_dim = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     KITE_TRY(cuda_embed(b->embed, d_ids, NULL, b->x, T, hidden, st, 0));
     for (int l = 0; l < c->n_layers; l++) {

@@ -47,7 +47,7 @@ kite_status upload_vector(float *dst, const tensor_view *t, float *staging_f32) 
 kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
     const qwen3_config *c = &b->config;
     const int64_t hidden = c->hidden_size, inter = c->intermediate_size, hd = c->head_dim;
-    const int64_t q_rows = (int64_t)c->n_heads * hd, kv_rows = (int64_t)c->n_kv_heads * hd;
+    const int64_t q_rows = qwen3_q_dim(c), kv_rows = qwen3_kv_dim(c);
     const bool tied = w->lm_head.data == w->embed_tokens.data;
 
     KITE_TRY(check_view(&w->embed_tokens, c->vocab_size, hidden, "embed_tokens", -1));
