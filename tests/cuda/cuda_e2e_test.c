@@ -4,7 +4,7 @@
  * - greedy tokens over 256 steps under the near-tie rule (identical until the first difference; there
  *   each side's token is in the other's top-5);
  * - chunked prefill equals one-shot prefill; a mixed step (a prefill chunk and a decode token of two
- *   sequences) equals the same work done separately; the decode graph equals the general path;
+ *   sequences) equals the same work done separately; the decode graph equals the prefill path;
  * - the bulk-fed cluster decode attention equals the split-K one (short and long contexts);
  * - batched decode of 3, 8, 13, 20 and 33 sequences with mixed contexts against the CPU and against B = 1
  *   (bulk-fed and split-K batched attention; B=13 runs cuBLASLt products and the gemm_rows lm_head, B=20 and 33
@@ -171,7 +171,7 @@ static void test_chunked_prefill(void) {
     printf("  chunked (100+128+72) vs one-shot prefill of 300: rel L2 %.3e\n", e);
     CHECK_MSG(e < 1e-2, "chunked prefill differs: %.3e", e);
 
-    /* Decode through the graph (seq 2) and through the general path (a batch with no logits for seq 3
+    /* Decode through the graph (seq 2) and through the prefill path (a batch with no logits for seq 3
      * first, then seq 3's token with seq 2's next token as a 2-sequence batch). */
     int32_t next = argmax_of(logits_a, V);
     run_seq(gpu, 2, &next, 1, n);
@@ -187,7 +187,7 @@ static void test_chunked_prefill(void) {
     TRY(gpu->ops->read_logits(gpu, mixed, 2));
     const double e1 = rel_l2(mixed, graph_logits, (size_t)V), e2 = rel_l2(mixed + V, graph_logits, (size_t)V);
     printf("  decode graph vs batched path (2-sequence batch): rel L2 %.3e, %.3e\n", e1, e2);
-    CHECK_MSG(e1 < 1e-2 && e2 < 1e-2, "graph decode and general path differ: %.3e %.3e", e1, e2);
+    CHECK_MSG(e1 < 1e-2 && e2 < 1e-2, "graph decode and prefill path differ: %.3e %.3e", e1, e2);
     int32_t ids[2];
     TRY(gpu->ops->argmax(gpu, ids, 2));
     CHECK(ids[0] == argmax_of(mixed, V) && ids[1] == argmax_of(mixed + V, V));
@@ -351,7 +351,7 @@ static void test_batched_decode(void) {
     TRY(cuda_backend_set_batch_split(gpu, 4, 256)); /* the default again */
 }
 
-/* Greedy ids of n sequences (prompts of 20 + 7 s tokens, read in one general-path step) over `steps` decode
+/* Greedy ids of n sequences (prompts of 20 + 7 s tokens, read in one prefill-path step) over `steps` decode
  * steps: out[step * n + s] is what the step before `step` chose (the prompt's for step 0). Serial: each step
  * fed the ids read back. Overlapped (the engine's overlapped decode): each step enqueued with
  * tokens_from_argmax, its argmax begun, then the previous step's ids read. */
@@ -395,13 +395,13 @@ static void greedy_ids(int n, int steps, int overlapped, int32_t *out) {
 
 /* Overlapped decode (its steps kept as ids only: the screened lm_head where the path has it) equals serial decode
  * (the lm_head GEMV's logits kept), id for id, on every path a step's tokens can come from: one sequence
- * (the decode graph; its first step copies the token from the prefill's argmax, later ones read dec_token in
- * place), 4 sequences (the batched graph: bat_ids), both without the graphs, 4 on the general path; misuse is
+ * (the decode graph; its first step copies the token from the prefill's argmax, later ones read its own token in
+ * place), 4 sequences (the batched graph: its own ids), both without the graphs, 4 on the prefill path; misuse is
  * refused. */
 static void test_overlapped_decode(void) {
     enum { STEPS = 24 };
     int32_t serial[STEPS * N_SEQS], overlapped[STEPS * N_SEQS];
-    const char *names[4] = {"graphs", "no graphs", "general path", NULL};
+    const char *names[4] = {"graphs", "no graphs", "prefill path", NULL};
     for (int mode = 0; names[mode]; mode++) {
         if (mode == 1) TRY(cuda_backend_set_decode_options(gpu, 0, 0));
         if (mode == 2) {

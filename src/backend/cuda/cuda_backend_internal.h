@@ -1,5 +1,5 @@
 /* Extra entry points of the CUDA backend for its tests and bench (plain C): they reach the paths that the
- * defaults leave unused (no graph, no PDL, the general path for batches, the split-K attention at short context,
+ * defaults leave unused (no graph, no PDL, the prefill path for batches, the split-K attention at short context,
  * other batched splits) so that the tests can compare them with the default ones. */
 #ifndef KITE_BACKEND_CUDA_BACKEND_INTERNAL_H
 #define KITE_BACKEND_CUDA_BACKEND_INTERNAL_H
@@ -17,7 +17,7 @@ kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int us
 /* How many times single-stream decode has copied its step buffer to the device: every step, except steps chained
  * in place whose values the previous step's publish kernel already left there (cuda_publish_and_advance). */
 unsigned long long cuda_backend_step_copies(backend *self);
-/* Batched decode (2..BATCH_MAX sequences of one token each) through its graphs; off: the general path. On by
+/* Batched decode (2..BATCH_MAX sequences of one token each) through its graphs; off: the prefill path. On by
  * default (KITE_CUDA_BATCH=0 turns it off at creation). */
 kite_status cuda_backend_set_batched_decode(backend *self, int on);
 /* Single-stream decode attention: contexts up to max_context take the bulk-copy fed cluster kernel

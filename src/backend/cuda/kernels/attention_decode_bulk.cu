@@ -18,7 +18,7 @@
  * (0.665-0.667 vs 0.680-0.700 ms per token), 1,024 (0.730 vs 0.764) and 2,048 (0.820 vs 0.839), slower at 4,096
  * (1.010 vs 0.948) and far slower at 16,384 (2.14 vs 1.42 ms with split-K). The split-K kernel is faster beyond 1,024
  * positions, so the backend runs this one up to 1,024 (bulk_max_context, set in cuda_backend.cu, used by
- * cuda_decode.cu).
+ * decode_path.cu).
  *
  * Grid (CS, kv_heads, sequences x head_groups); GROUP query heads per cluster share each K/V row they read.
  * Inside a block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds
