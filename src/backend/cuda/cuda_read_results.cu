@@ -87,7 +87,7 @@ kite_status read_top(const cuda_core *core, results_state *r, const kept_rows &k
     if (!kept.logits) return ids_only_refusal("read_top");
     const int vocab = core->config.vocab_size;
     if (!cuda_top_candidates_fits(vocab, k)) { /* not ranked here: the caller reads the rows whole */
-        for (int32_t r = 0; r < n_rows; r++) stats[r] = backend_row_top{-INFINITY, 0, -1, -1, 0.0};
+        for (int32_t row = 0; row < n_rows; row++) stats[row] = backend_row_top{-INFINITY, 0, -1, -1, 0.0};
         return KITE_OK;
     }
     KITE_TRY(ensure_top(core, r, n_rows));
