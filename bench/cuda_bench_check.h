@@ -1,5 +1,5 @@
-/* The CUDA error check of the timing tools (grid_barrier_bench.cu and kv_read_bench.cu, which link the CUDA runtime
- * alone, and gemv_bench.c): a failed call prints itself and ends the process. */
+/* The CUDA error check of the timing tools (kv_read_bench.cu, which links the CUDA runtime alone, and gemv_bench.c):
+ * a failed call prints itself and ends the process. */
 #ifndef KITE_BENCH_CUDA_BENCH_CHECK_H
 #define KITE_BENCH_CUDA_BENCH_CHECK_H
 

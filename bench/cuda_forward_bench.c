@@ -6,15 +6,10 @@
  *
  * usage: cuda_forward_bench [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--block-size 128]
  *                           [--variants]   (decode also without PDL and without the graph)
- *                           [--anatomy]    (decode with each part of a layer left out, then launched twice:
- *                                           what one part costs inside the graph, as differences)
  *                           [--batch 1,8,32] (decode steps of B sequences at once, each at the depth: the
- *                                           batched path; with --anatomy its parts too)
+ *                                           batched path)
  *                           [--queued]     (decode also with the steps enqueued back to back, no host wait for
  *                                           each step's ids: the host round trip's cost, as a difference)
- *                           [--timeline F] (single stream: 4 decode steps recorded block by block into F.DEPTH.bin,
- *                                           enqueued back to back with --queued; needs a build with
- *                                           cmake -DKITE_TIMELINE=ON; bench/timeline_summary.py reads it)
  *                           [--identity-table] (block tables in cache order, as a fresh engine allocates them,
  *                                           instead of the default reversed order) */
 #include <stdint.h>
@@ -116,41 +111,13 @@ static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int 
     return median(samples + 1, reps) / n_gen;
 }
 
-/* The graph path's step with each part of every layer left out, then launched twice: the differences to
- * the full step are what that part costs inside the graph (per layer), with its neighbours' overlap. */
-static void print_anatomy(backend *b, const int32_t *tokens, int n_seqs, int depth, int n_gen, int reps,
-                          double *samples, int n_layers) {
-    static const struct {
-        const char *name;
-        unsigned mask;
-    } parts[] = {{"qkv", CUDA_DECODE_PART_QKV},         {"attention", CUDA_DECODE_PART_ATTENTION},
-                 {"o_proj", CUDA_DECODE_PART_O},        {"gate_up", CUDA_DECODE_PART_GATE_UP},
-                 {"down", CUDA_DECODE_PART_DOWN},       {"lm_head", CUDA_DECODE_PART_LM_HEAD},
-                 {"all layers", CUDA_DECODE_PART_QKV | CUDA_DECODE_PART_ATTENTION | CUDA_DECODE_PART_O |
-                                    CUDA_DECODE_PART_GATE_UP | CUDA_DECODE_PART_DOWN}};
-    const double full = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples, 0);
-    printf("anatomy @ depth %d x %d sequences: full step %.4f ms; per part: us per layer left out / added twice\n",
-           depth, n_seqs, 1e3 * full);
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        TRY(cuda_backend_set_decode_anatomy(b, parts[i].mask, 0));
-        const double without = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples, 0);
-        TRY(cuda_backend_set_decode_anatomy(b, 0, parts[i].mask));
-        const double twice = decode_seconds(b, tokens, n_seqs, depth, n_gen, reps, samples, 0);
-        const double per = parts[i].mask == CUDA_DECODE_PART_LM_HEAD ? 1.0 : (double)n_layers;
-        printf("  %-12s without %.4f ms (-%.2f us)   twice %.4f ms (+%.2f us)\n", parts[i].name, 1e3 * without,
-               1e6 * (full - without) / per, 1e3 * twice, 1e6 * (twice - full) / per);
-    }
-    TRY(cuda_backend_set_decode_anatomy(b, 0, 0));
-}
-
 int main(int argc, char **argv) {
     const char *shape = "qwen3-0.6b-base";
     block_size = kite_engine_params_default().kv_block_size;
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
     int batches[MAX_LIST] = {1}, n_batches = 1;
-    int n_gen = 128, reps = 5, variants = 0, anatomy = 0, queued = 0;
-    const char *timeline = NULL;
+    int n_gen = 128, reps = 5, variants = 0, queued = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_prompts = parse_list(argv[++i], prompts);
@@ -158,14 +125,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc) n_depths = parse_list(argv[++i], depths);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants")) variants = 1;
-        else if (!strcmp(argv[i], "--anatomy")) anatomy = 1;
-        else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--queued")) queued = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--identity-table")) identity_table = 1;
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--anatomy] [--queued] [--timeline FILE] [--batch 1,8,32] [--block-size 128] [--identity-table]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--queued] [--batch 1,8,32] [--block-size 128] [--identity-table]\n", argv[0]);
             return 2;
         }
     }
@@ -273,17 +238,6 @@ int main(int argc, char **argv) {
                 char name[64];
                 snprintf(name, sizeof name, "tg%d x %d @ depth %d (queued)", n_gen, n_seqs, depth);
                 printf("%-34s %12.1f %12.4f %9s\n", name, n_seqs / t, 1e3 * t, "-");
-            }
-            if (anatomy) print_anatomy(gpu, tokens, n_seqs, depth, n_gen, reps, samples, config.n_layers);
-            if (timeline && n_seqs == 1) { /* 4 warm steps (2 repeats of 2) recorded block by block; with --queued
-                                              * enqueued back to back, as the engine's overlapped decode runs them */
-                char path[512];
-                snprintf(path, sizeof path, "%s.%d.bin", timeline, depth);
-                unsigned n_records = 0;
-                TRY(cuda_timeline_start(1u << 20));
-                decode_seconds(gpu, tokens, 1, depth, 2, 1, samples, queued);
-                TRY(cuda_timeline_stop(path, &n_records));
-                printf("# timeline @ depth %d: %u records in %s\n", depth, n_records, path);
             }
         }
     }

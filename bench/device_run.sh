@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: the GPU tests and the benchmark runs recorded in bench/results/.
-#   BIN=DIR bash bench/device_run.sh [tests] [kite] [persistent] [batched] [tokenizer] [peer] [first-token]
+#   BIN=DIR bash bench/device_run.sh [tests] [kite] [batched] [tokenizer] [peer] [first-token]
 # BIN holds the Release binaries built with CUDA (kite, cuda_ops_test, cuda_e2e_test, engine_gpu_test, cuda_soak_test,
 # tokenizer_bench); default build/. Logs and JSON lines go under ${OUT:-/tmp/kite-out}.
 set -uo pipefail
@@ -37,10 +37,6 @@ if want kite; then
   timeout 300 $kite bench --dummy qwen3-0.6b-base -p 256,2048 -n 128 --depth 256,16384 -o jsonl >"$out/kite-0.6b.jsonl" 2>&1
   timeout 200 $kite bench --dummy qwen3-1.7b-base -p 2048 -n 128 --depth 256 -o jsonl >"$out/kite-1.7b.jsonl" 2>&1
   cat "$out/kite-0.6b.jsonl" "$out/kite-1.7b.jsonl"
-fi
-if want persistent; then  # the opt-in persistent decode kernel (docs/notes-cuda.md), decode rows only
-  KITE_CUDA_PERSISTENT=1 timeout 200 $kite bench --dummy qwen3-0.6b-base -p 256 -n 128 --depth 256,16384 -o jsonl >"$out/kite-0.6b-persistent.jsonl" 2>&1
-  cat "$out/kite-0.6b-persistent.jsonl"
 fi
 if want batched; then
   timeout 300 $kite bench --dummy qwen3-0.6b-base -p 256 -n 128 -b 1,8,16,32,64,128 --depth 256 -o jsonl >"$out/kite-batched.jsonl" 2>&1

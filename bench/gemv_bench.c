@@ -1,6 +1,6 @@
 /* How fast one decode matrix-vector product runs on its own: the kernel the decode step launches (cuda_gemv),
  * back to back on random bf16 weights, timed by CUDA events. For the lm_head (the step's one large read) it says
- * how close the kernel comes to the HBM's rate without the step around it (docs/notes-cuda.md).
+ * how close the kernel comes to the HBM's rate without the step around it (docs/cuda.md).
  *   kite/build/bench/gemv_bench [rows cols epilogue]    default: 151936 1024 3 (the 0.6B lm_head, ARGMAX)
  * Prints the median of 9 timed passes of 20 launches each (after one warm-up pass), without and with PDL
  * between the launches, as microseconds per product and the weights' read rate; then a hash of y's bits and (ARGMAX)
@@ -8,7 +8,7 @@
  * launch: compare their hashes only between runs of the same launches). For ARGMAX with cols % 16 == 0 it then times
  * greedy decode's screened lm_head the same way (cuda_lm_head_screened_argmax: the int8 screen and the exact pass
  * over its candidates), with how many rows it read whole and whether its id is the GEMV's. */
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* How fast the KV cache of one long sequence can be read, without the attention's arithmetic: the bound the
- * split-K decode attention (src/backend/cuda/attention_decode.cu) works against at depth 16,384.
+ * split-K decode attention (src/backend/cuda/kernels/attention_decode.cu) works against at depth 16,384.
  *   kite/build/bench/kv_read_bench [depth [splits]]
  * The cache is laid out as the engine's (blocks of 128 positions: [K | V][kv_head][slot][128 dims] bf16, 8 kv
  * heads, one region per layer, 28 layers), the sequence's blocks in order. Each mode reads every layer once per

@@ -3,9 +3,9 @@
 # build's own flags, against bench/kernel-footprint.txt.
 #
 # Why: a kernel's footprint decides how many of its blocks, and which other kernels' blocks, fit an SM, and where its
-# dynamic shared memory starts, and so its speed, and CI has no GPU to notice. bfea1ab changed nothing the GPU ran but
-# 112 bytes of static shared memory in the decode GEMV, which moved its staged vector off a 128-byte boundary, and
-# single-stream decode became 25% slower (docs/notes-cuda.md, sessions 23 and 24). With this check such a change shows
+# dynamic shared memory starts, and so its speed, and CI has no GPU to notice. A change of nothing the GPU ran but
+# 112 bytes of static shared memory in the decode GEMV moved its staged vector off a 128-byte boundary, and
+# single-stream decode became 25% slower (docs/cuda.md). With this check such a change shows
 # up as a diff to the baseline, which is updated only after the change has run on the H200 (docs/BENCHMARKS.md,
 # "Before a kernel change lands").
 #
@@ -31,8 +31,8 @@ version="$("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 
 # Every kernel's dynamic shared memory is declared 128-byte aligned: where it starts otherwise depends on the static
 # arrays before it, and the decode GEMV's cp.async-staged vector at byte 16 instead of 128 made each product ~30%
-# slower with nothing else in its SASS changed (docs/notes-cuda.md, session 24).
-unaligned="$(grep -n 'extern __shared__' "$root"/src/backend/cuda/*.cu "$root"/src/backend/cuda/*.cuh | grep -v '__align__(128)' || true)"
+# slower with nothing else in its SASS changed (docs/cuda.md).
+unaligned="$(grep -rn --include='*.cu' --include='*.cuh' 'extern __shared__' "$root"/src/backend/cuda | grep -v '__align__(128)' || true)"
 if [ -n "$unaligned" ]; then
     echo "$unaligned" >&2
     echo "kernel_footprint: dynamic shared memory above not declared __align__(128)" >&2
@@ -44,7 +44,8 @@ trap 'rm -rf "$scratch"' EXIT
 current="$scratch/footprint.txt"
 echo "# kernel footprints (scripts/kernel_footprint.sh; nvcc $version): file kernel registers smem stack spill-stores spill-loads" >"$current"
 # Device code only (-cubin): ptxas's report is the same as in the build, without compiling the host side again.
-for source in "$root"/src/backend/cuda/*.cu; do
+# Every .cu of the backend (kernels/ and the paths beside it), named by its file name alone.
+for source in $(find "$root"/src/backend/cuda -name '*.cu' | sort); do
     name="$(basename "$source")"
     # shellcheck disable=SC2086 # the flags are word lists
     (cd "$build" && eval "\"$nvcc_bin\" $cuda_defines $includes $cuda_flags -Xptxas -v -x cu -cubin \"$source\" -o \"$scratch/$name.cubin\"") \

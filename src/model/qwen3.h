@@ -41,6 +41,14 @@ typedef struct qwen3_config {
     tensor_dtype dtype; /* torch_dtype / dtype: what the checkpoint stores */
 } qwen3_config;
 
+/* Derived shapes, in elements. q_dim: the query heads of one token (q_proj's rows, o_proj's columns); kv_dim: its
+ * K or V heads (k_proj's or v_proj's rows); qkv_dim: the fused q/k/v projection's rows; group_heads: the query
+ * heads that share one kv head (GQA). */
+static inline int32_t qwen3_q_dim(const qwen3_config *c) { return c->n_heads * c->head_dim; }
+static inline int32_t qwen3_kv_dim(const qwen3_config *c) { return c->n_kv_heads * c->head_dim; }
+static inline int32_t qwen3_qkv_dim(const qwen3_config *c) { return qwen3_q_dim(c) + 2 * qwen3_kv_dim(c); }
+static inline int32_t qwen3_group_heads(const qwen3_config *c) { return c->n_heads / c->n_kv_heads; }
+
 typedef struct tensor_view {
     tensor_dtype dtype;
     int32_t n_dims;      /* 1 or 2 */

@@ -4,9 +4,8 @@
  * - greedy tokens over 256 steps under the near-tie rule (identical until the first difference; there
  *   each side's token is in the other's top-5);
  * - chunked prefill equals one-shot prefill; a mixed step (a prefill chunk and a decode token of two
- *   sequences) equals the same work done separately; the decode graph equals the general path;
- * - the persistent decode kernel equals the per-kernel graph path (short and long contexts);
- * - the cluster decode attention equals the split-K one (short and long contexts);
+ *   sequences) equals the same work done separately; the decode graph equals the prefill path;
+ * - the bulk-fed cluster decode attention equals the split-K one (short and long contexts);
  * - batched decode of 3, 8, 13, 20 and 33 sequences with mixed contexts against the CPU and against B = 1
  *   (bulk-fed and split-K batched attention; B=13 runs cuBLASLt products and the gemm_rows lm_head, B=20 and 33
  *   cuBLASLt throughout; by default all three with o_proj and down split along k in 4 slices), then B=33 in 2
@@ -22,7 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 #include "model/dummy.h"
 #include "test_util.h"
 
@@ -172,7 +171,7 @@ static void test_chunked_prefill(void) {
     printf("  chunked (100+128+72) vs one-shot prefill of 300: rel L2 %.3e\n", e);
     CHECK_MSG(e < 1e-2, "chunked prefill differs: %.3e", e);
 
-    /* Decode through the graph (seq 2) and through the general path (a batch with no logits for seq 3
+    /* Decode through the graph (seq 2) and through the prefill path (a batch with no logits for seq 3
      * first, then seq 3's token with seq 2's next token as a 2-sequence batch). */
     int32_t next = argmax_of(logits_a, V);
     run_seq(gpu, 2, &next, 1, n);
@@ -188,7 +187,7 @@ static void test_chunked_prefill(void) {
     TRY(gpu->ops->read_logits(gpu, mixed, 2));
     const double e1 = rel_l2(mixed, graph_logits, (size_t)V), e2 = rel_l2(mixed + V, graph_logits, (size_t)V);
     printf("  decode graph vs batched path (2-sequence batch): rel L2 %.3e, %.3e\n", e1, e2);
-    CHECK_MSG(e1 < 1e-2 && e2 < 1e-2, "graph decode and general path differ: %.3e %.3e", e1, e2);
+    CHECK_MSG(e1 < 1e-2 && e2 < 1e-2, "graph decode and prefill path differ: %.3e %.3e", e1, e2);
     int32_t ids[2];
     TRY(gpu->ops->argmax(gpu, ids, 2));
     CHECK(ids[0] == argmax_of(mixed, V) && ids[1] == argmax_of(mixed + V, V));
@@ -231,52 +230,18 @@ static void compare_decode_paths(const char *name_a, const char *name_b, void (*
     CHECK_MSG(worst <= 1e-3, "%s and %s decode differ: rel L2 %.3e", name_a, name_b, worst);
 }
 
-static void use_persistent_or_graph(int graph) { TRY(cuda_backend_set_persistent_decode(gpu, !graph)); }
+static void use_bulk_or_split(int split) { TRY(cuda_backend_set_bulk_max_context(gpu, split ? 0 : INT32_MAX)); }
 
-/* The persistent decode kernel (opt-in B = 1 path) against the per-kernel graph path, after a 1000-token
- * prompt (16 attention blocks per kv head, so the cross-block combine runs) and after a 20-token one. */
-static void test_persistent_vs_graph(void) {
-    const int was_on = cuda_backend_persistent_decode(gpu);
-    TRY(cuda_backend_set_persistent_decode(gpu, 1));
-    if (!cuda_backend_persistent_decode(gpu)) {
-        printf("  persistent decode is not available for this model/device: nothing to compare\n");
-        return;
-    }
-    compare_decode_paths("persistent", "graph", use_persistent_or_graph, 1000, 21);
-    compare_decode_paths("persistent", "graph", use_persistent_or_graph, 20, 22);
-    TRY(cuda_backend_set_persistent_decode(gpu, was_on));
-}
-
-static void use_cluster_or_split(int split) { TRY(cuda_backend_set_cluster_max_context(gpu, split ? 0 : INT32_MAX)); }
-
-/* The two single-stream decode attentions (cluster kernel, split-K kernel), after 1000 tokens (several tiles
- * per block) and 20 (fewer positions than blocks in a cluster). */
-static void test_cluster_vs_split(void) {
-    if (!cuda_backend_attention_cluster(gpu)) {
+/* The two single-stream decode attentions (bulk-fed cluster kernel, split-K kernel), after 1000 tokens (several
+ * tiles per block) and 20 (fewer positions than blocks in a cluster). */
+static void test_bulk_vs_split(void) {
+    if (!cuda_backend_attention_bulk(gpu)) {
         printf("  the cluster attention does not run on this device: nothing to compare\n");
         return;
     }
-    const int32_t max_context = cuda_backend_cluster_max_context(gpu), bulk_max = cuda_backend_bulk_max_context(gpu);
-    TRY(cuda_backend_set_bulk_max_context(gpu, 0)); /* the cp.async cluster kernel, not the bulk-copy one */
-    compare_decode_paths("cluster", "split-K", use_cluster_or_split, 1000, 31);
-    compare_decode_paths("cluster", "split-K", use_cluster_or_split, 20, 32);
-    TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
-    TRY(cuda_backend_set_bulk_max_context(gpu, bulk_max));
-}
-
-static void use_bulk_or_cluster(int cluster) { TRY(cuda_backend_set_bulk_max_context(gpu, cluster ? 0 : INT32_MAX)); }
-
-/* The bulk-copy fed cluster kernel against the cp.async one, after 1000 tokens and 20. */
-static void test_bulk_vs_cluster(void) {
-    if (!cuda_backend_attention_bulk(gpu) || !cuda_backend_attention_cluster(gpu)) {
-        printf("  the cluster attentions do not run on this device: nothing to compare\n");
-        return;
-    }
-    const int32_t max_context = cuda_backend_cluster_max_context(gpu), bulk_max = cuda_backend_bulk_max_context(gpu);
-    TRY(cuda_backend_set_cluster_max_context(gpu, INT32_MAX));
-    compare_decode_paths("bulk", "cluster", use_bulk_or_cluster, 1000, 41);
-    compare_decode_paths("bulk", "cluster", use_bulk_or_cluster, 20, 42);
-    TRY(cuda_backend_set_cluster_max_context(gpu, max_context));
+    const int32_t bulk_max = cuda_backend_bulk_max_context(gpu);
+    compare_decode_paths("bulk", "split-K", use_bulk_or_split, 1000, 41);
+    compare_decode_paths("bulk", "split-K", use_bulk_or_split, 20, 42);
     TRY(cuda_backend_set_bulk_max_context(gpu, bulk_max));
 }
 
@@ -386,7 +351,7 @@ static void test_batched_decode(void) {
     TRY(cuda_backend_set_batch_split(gpu, 4, 256)); /* the default again */
 }
 
-/* Greedy ids of n sequences (prompts of 20 + 7 s tokens, read in one general-path step) over `steps` decode
+/* Greedy ids of n sequences (prompts of 20 + 7 s tokens, read in one prefill-path step) over `steps` decode
  * steps: out[step * n + s] is what the step before `step` chose (the prompt's for step 0). Serial: each step
  * fed the ids read back. Overlapped (the engine's overlapped decode): each step enqueued with
  * tokens_from_argmax, its argmax begun, then the previous step's ids read. */
@@ -430,26 +395,21 @@ static void greedy_ids(int n, int steps, int overlapped, int32_t *out) {
 
 /* Overlapped decode (its steps kept as ids only: the screened lm_head where the path has it) equals serial decode
  * (the lm_head GEMV's logits kept), id for id, on every path a step's tokens can come from: one sequence
- * (the decode graph; its first step copies the token from the prefill's argmax, later ones read dec_token in
- * place), 4 sequences (the batched graph: bat_ids), both without the graphs, one sequence on the persistent
- * kernel, 4 on the general path; misuse is refused. */
+ * (the decode graph; its first step copies the token from the prefill's argmax, later ones read its own token in
+ * place), 4 sequences (the batched graph: its own ids), both without the graphs, 4 on the prefill path; misuse is
+ * refused. */
 static void test_overlapped_decode(void) {
     enum { STEPS = 24 };
     int32_t serial[STEPS * N_SEQS], overlapped[STEPS * N_SEQS];
-    const char *names[5] = {"graphs", "no graphs", "persistent", "general path", NULL};
+    const char *names[4] = {"graphs", "no graphs", "prefill path", NULL};
     for (int mode = 0; names[mode]; mode++) {
         if (mode == 1) TRY(cuda_backend_set_decode_options(gpu, 0, 0));
         if (mode == 2) {
             TRY(cuda_backend_set_decode_options(gpu, 1, 1));
-            TRY(cuda_backend_set_persistent_decode(gpu, 1));
-            if (!cuda_backend_persistent_decode(gpu)) continue;
-        }
-        if (mode == 3) {
-            TRY(cuda_backend_set_persistent_decode(gpu, 0));
             TRY(cuda_backend_set_batched_decode(gpu, 0));
         }
         for (int n = 1; n <= N_SEQS; n += N_SEQS - 1) {
-            if ((mode == 2 && n > 1) || (mode == 3 && n == 1)) continue;
+            if (mode == 2 && n == 1) continue;
             greedy_ids(n, STEPS, 0, serial);
             const unsigned long long copies_before = cuda_backend_step_copies(gpu);
             greedy_ids(n, STEPS, 1, overlapped);
@@ -512,9 +472,7 @@ int main(void) {
     TEST_RUN(test_teacher_forced);
     TEST_RUN(test_greedy);
     TEST_RUN(test_chunked_prefill);
-    TEST_RUN(test_persistent_vs_graph);
-    TEST_RUN(test_cluster_vs_split);
-    TEST_RUN(test_bulk_vs_cluster);
+    TEST_RUN(test_bulk_vs_split);
     TEST_RUN(test_batched_decode);
     TEST_RUN(test_overlapped_decode);
     gpu->ops->destroy(gpu);

@@ -424,11 +424,11 @@ static void norm_rope_ref(const float *src, const float *w, const float *cos_t, 
     }
 }
 
-/* cluster 0: the split-K kernel with n_splits; else a cluster kernel with clusters of that many blocks, the
- * bulk-copy fed one when bulk is set. */
+/* cluster 0: the split-K kernel with n_splits; else the bulk-copy fed cluster kernel with clusters of that many
+ * blocks. */
 /* q_gain scales the query norm weights, so the scores' spread: at 10 (about 14 in base 2) a stream's running max
  * moves past the split-K kernel's deferred-rescale margin (2^8) many times, and a few positions carry the softmax. */
-static void check_attention_decode_gain(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster, int bulk,
+static void check_attention_decode_gain(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster,
                                         float q_gain) {
     const int D = 128, n_blocks = KITE_TEST_CEIL(ctx, bs) + 3, half = 64, positions = ctx + 1;
     paged_cache c = make_cache(n_blocks, bs, n_kv);
@@ -472,12 +472,9 @@ static void check_attention_decode_gain(int n_heads, int n_kv, int bs, int ctx, 
     cuda_kv_layer kv = {c.device, bs, n_kv, D};
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, qn * 4));
-        if (cluster && bulk)
+        if (cluster)
             DEVICE_CHECK(cuda_attention_decode_bulk(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
                                                     n_heads, 1.0f / sqrtf((float)D), cluster, NULL, run));
-        else if (cluster)
-            DEVICE_CHECK(cuda_attention_decode_cluster(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
-                                                       n_heads, 1.0f / sqrtf((float)D), cluster, NULL, run));
         else
             DEVICE_CHECK(cuda_attention_decode(d_qkv, d_out, kv, d_table, d_ctx, d_qn, d_kn, d_cos, d_sin, 1e-6f,
                                                n_heads, 1.0f / sqrtf((float)D), n_splits, d_ws, d_counters, NULL, run));
@@ -502,8 +499,8 @@ static void check_attention_decode_gain(int n_heads, int n_kv, int bs, int ctx, 
             attention_ref(&c, table, q, n_heads, position, ref);
         }
         const double e = nmse(out, ref, qn);
-        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d cluster %d bulk %d run %d: nmse %g", n_heads,
-                  n_kv, ctx, n_splits, cluster, bulk, run, e);
+        CHECK_MSG(e < 1e-8, "decode attention heads %d/%d ctx %d splits %d cluster %d run %d: nmse %g", n_heads, n_kv,
+                  ctx, n_splits, cluster, run, e);
     }
     /* The cache equals the host copy: the new row appended, nothing else touched. */
     const size_t cache_n = (size_t)n_blocks * 2 * n_kv * bs * D;
@@ -535,46 +532,42 @@ static void check_attention_decode_gain(int n_heads, int n_kv, int bs, int ctx, 
     free(got);
 }
 
-static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster, int bulk) {
-    check_attention_decode_gain(n_heads, n_kv, bs, ctx, n_splits, cluster, bulk, 1.0f);
+static void check_attention_decode(int n_heads, int n_kv, int bs, int ctx, int n_splits, int cluster) {
+    check_attention_decode_gain(n_heads, n_kv, bs, ctx, n_splits, cluster, 1.0f);
 }
 
 static void test_attention_decode(void) {
-    check_attention_decode(16, 8, 16, 1, 64, 0, 0);
-    check_attention_decode(16, 8, 16, 37, 7, 0, 0);
-    check_attention_decode(16, 8, 32, 1000, 66, 0, 0);
-    check_attention_decode(8, 2, 16, 515, 16, 0, 0);  /* group of 4 */
-    check_attention_decode(6, 2, 16, 300, 5, 0, 0);   /* group of 3: one head per block */
-    check_attention_decode(32, 8, 64, 4099, 33, 0, 0);
-    check_attention_decode(16, 8, 16, 16384, 66, 0, 0);
-    check_attention_decode(16, 8, 16, 16384, 200, 0, 0); /* more splits than threads: the combine in two passes */
-    check_attention_decode(6, 2, 16, 9000, 150, 0, 0);   /* the same with one head per block */
-    check_attention_decode_gain(16, 8, 128, 1000, 66, 0, 0, 10.0f); /* peaky scores: many deferred rescales */
+    check_attention_decode(16, 8, 16, 1, 64, 0);
+    check_attention_decode(16, 8, 16, 37, 7, 0);
+    check_attention_decode(16, 8, 32, 1000, 66, 0);
+    check_attention_decode(8, 2, 16, 515, 16, 0);  /* group of 4 */
+    check_attention_decode(6, 2, 16, 300, 5, 0);   /* group of 3: one head per block */
+    check_attention_decode(32, 8, 64, 4099, 33, 0);
+    check_attention_decode(16, 8, 16, 16384, 66, 0);
+    check_attention_decode(16, 8, 16, 16384, 200, 0); /* more splits than threads: the combine in two passes */
+    check_attention_decode(6, 2, 16, 9000, 150, 0);   /* the same with one head per block */
+    check_attention_decode_gain(16, 8, 128, 1000, 66, 0, 10.0f); /* peaky scores: many deferred rescales */
 }
 
-/* A cluster kernel (bulk: the bulk-copy fed one): contexts shorter than the cluster (empty blocks), inside one
+/* The bulk-copy fed cluster kernel: contexts shorter than the cluster (empty blocks), inside one
  * tile per block, across the shared-memory stages (more tiles than stages), groups of 1, 2 and 4 query heads;
  * both cluster sizes where the device runs them. */
-static void check_cluster_attention_cases(int bulk) {
+static void test_attention_decode_bulk(void) {
     const cuda_kv_layer shape = {NULL, 16, 8, 128};
-    const int largest = bulk ? cuda_attention_decode_bulk_size(16, shape) : cuda_attention_decode_cluster_size(16, shape);
-    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads (bulk %d)", largest, bulk);
+    const int largest = cuda_attention_decode_bulk_size(16, shape);
+    CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
     for (int cluster = 8; cluster <= largest; cluster *= 2) {
-        check_attention_decode(16, 8, 16, 1, 0, cluster, bulk);
-        check_attention_decode(16, 8, 16, 5, 0, cluster, bulk);
-        check_attention_decode(16, 8, 16, 37, 0, cluster, bulk);
-        check_attention_decode(16, 8, 32, 383, 0, cluster, bulk);
-        check_attention_decode(8, 2, 16, 515, 0, cluster, bulk); /* group of 4 */
-        check_attention_decode(6, 2, 16, 300, 0, cluster, bulk); /* group of 3: one head per cluster */
-        check_attention_decode(32, 8, 64, 4099, 0, cluster, bulk);
-        check_attention_decode(16, 8, 16, 16384, 0, cluster, bulk);
-        check_attention_decode_gain(16, 8, 128, 1000, 0, cluster, bulk, 10.0f); /* peaky scores */
+        check_attention_decode(16, 8, 16, 1, 0, cluster);
+        check_attention_decode(16, 8, 16, 5, 0, cluster);
+        check_attention_decode(16, 8, 16, 37, 0, cluster);
+        check_attention_decode(16, 8, 32, 383, 0, cluster);
+        check_attention_decode(8, 2, 16, 515, 0, cluster); /* group of 4 */
+        check_attention_decode(6, 2, 16, 300, 0, cluster); /* group of 3: one head per cluster */
+        check_attention_decode(32, 8, 64, 4099, 0, cluster);
+        check_attention_decode(16, 8, 16, 16384, 0, cluster);
+        check_attention_decode_gain(16, 8, 128, 1000, 0, cluster, 10.0f); /* peaky scores */
     }
 }
-
-static void test_attention_decode_cluster(void) { check_cluster_attention_cases(0); }
-
-static void test_attention_decode_bulk(void) { check_cluster_attention_cases(1); }
 
 /* ---- GEMV, argmax, GEMM --------------------------------------------------------------------------- */
 
@@ -1342,7 +1335,6 @@ int main(void) {
     TEST_RUN(test_qk_norm_rope);
     TEST_RUN(test_attention_prefill);
     TEST_RUN(test_attention_decode);
-    TEST_RUN(test_attention_decode_cluster);
     TEST_RUN(test_attention_decode_bulk);
     TEST_RUN(test_gemv);
     TEST_RUN(test_lm_head_screen);

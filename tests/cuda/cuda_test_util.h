@@ -1,5 +1,5 @@
 /* Helpers shared by the CUDA tests: random data, device buffers with poisoned contents and guard bytes,
- * and error measures. Plain C over the entry points of src/backend/cuda/cuda_ops.h. */
+ * and error measures. Plain C over the entry points of src/backend/cuda/kernels/cuda_ops.h. */
 #ifndef KITE_TESTS_CUDA_TEST_UTIL_H
 #define KITE_TESTS_CUDA_TEST_UTIL_H
 
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 #include "model/qwen3.h"
 #include "test_util.h"
 

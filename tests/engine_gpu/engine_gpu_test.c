@@ -123,7 +123,7 @@ static void test_batch_invariance_dummy_0_6b(void) { run_case("qwen3-0.6b-base",
 static void test_preemption_dummy_0_6b(void) {
     /* 114,688 bytes per position in bf16: 30 blocks of 16 = 480 positions, where the six requests need
      * about 640 at once (the longest alone needs 284). Blocks of 16, not the default 128: with 4 blocks of 128
-     * the requests' block demand never exceeded the budget (no preemption, run s8r6). */
+     * the requests' block demand never exceeded the budget (no preemption). */
     run_case("qwen3-0.6b-base", (size_t)114688 * 16 * 30, 16, true);
 }
 

@@ -1,67 +1,58 @@
-/* The CUDA backend: weights on the device (bf16 matrices, fp32 norm vectors), the paged bf16 KV cache,
- * and the forward pass composed from the kernels of this folder.
- *
- * Three paths behind backend_ops.forward (cuda_forward picks one per step):
- * - general (any step batch: prefill chunks and decode tokens of several sequences): cuda_forward_general.cu;
- * - single-stream decode (one sequence, one token, logits wanted): cuda_decode.cu;
- * - batched decode (2..256 sequences, one token each, all wanting logits): cuda_batch.cu.
- * This file creates and destroys the backend, reserves the KV cache, checks and dispatches each step and holds
- * backend_ops and the setters of cuda_backend_internal.h; a step's results are read back in cuda_read_results.cu,
- * and the state every file shares is cuda_backend_state.cuh.
+/* The CUDA backend: weights on the device (bf16 matrices, fp32 norm vectors), the paged bf16 KV cache, and three
+ * paths behind backend_ops.forward, composed from the kernels of kernels/ (cuda_forward picks one per step):
+ * - single-stream decode (one sequence, one token, logits wanted): decode_path.cu;
+ * - batched decode (2..BATCH_MAX sequences, one token each, all wanting logits): batch_path.cu;
+ * - prefill (any other step batch: prefill chunks, mixed steps): prefill_path.cu.
+ * Each path owns its state (cuda_backend.cuh: the backend's members) and returns the rows it kept (kept_rows), which
+ * the readers of cuda_read_results.cu take. This file creates and destroys the backend, reserves the KV cache,
+ * checks and dispatches each step and holds backend_ops and the setters of cuda_backend_internal.h.
  */
-#include "backend/cuda/cuda_backend_state.cuh"
-#include "backend/cuda/decode_attention.cuh" /* decode_group_size */
+#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/kernels/decode_attention.cuh" /* decode_group_size */
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_backend_internal.h"
 
 namespace {
 
+/* ---- tuning constants (measured on the H200, docs/cuda.md) ------------------------------------------ */
+
+/* Batched buckets up to this many rows run through gemm_rows: 16 rows run faster through cuBLASLt. */
+constexpr int32_t ROWS_MAX = 8;
+/* Batched buckets up to this many rows take the bulk-fed cluster attention: per step against split-K B=16 -7.3%,
+ * B=32 -5.5%, B=8 even; B=64 does not fit. */
+constexpr int32_t BATCH_BULK_MAX_ROWS = 32;
+/* The batched lm_head through gemm_rows up to this many rows: B=16 -2.3% per step against cuBLASLt; at 32 rows,
+ * normalising fp32 rows per block, gemm_rows was 1-2% slower. */
+constexpr int32_t BATCH_LM_HEAD_ROWS_MAX = 16;
+/* o_proj and down of the cuBLASLt buckets in this many k slices: per step against cuBLASLt's products and separate
+ * norms B=16 -8.5%, B=32 -7.2%, B=64 -6.3%, B=128 -5.0%, B=256 -0.8%; 2 and 8 slices were slower at B=16-128. */
+constexpr int BATCH_SPLIT = 4;
+/* ... in every cuBLASLt bucket (each one measured faster split). */
+constexpr int32_t BATCH_SPLIT_MAX_ROWS = BATCH_MAX;
+/* Single-stream contexts up to this many positions take the bulk-fed cluster attention, longer ones split-K: the
+ * split-K kernel is the faster one from 2,048 (0.6B: 0.7275 vs 0.7828 ms per step at 2,048, 0.7849 vs 0.8855 at
+ * 4,096), at 1,024 the two are equal for 0.6B, and at 256 split-K costs the 1.7B and 4B shapes 2.4% and 2.9%. */
+constexpr int32_t BULK_MAX_CONTEXT = 1024;
+
 /* ---- backend_ops ------------------------------------------------------------------------------------ */
 
 void free_all(cuda_backend *b) {
-    if (b->stream) cudaStreamSynchronize(b->stream);
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < N_DECODE_ATTENTION; i++)
-            if (b->graph[k][i]) cudaGraphExecDestroy(b->graph[k][i]);
-    cudaFree(b->lm_head_screen);
-    cuda_gemm_destroy(b->gemm);
-    cudaFree(b->weight_bytes);
-    free(b->layers);
-    cudaFree(b->rope_cos);
-    cudaFree(b->rope_sin);
-    cudaFree(b->kv_cache);
-    cudaFree(b->activation_bytes);
-    cudaFreeHost(b->meta_host);
-    cudaFree(b->meta_device);
-    cudaFree(b->logits);
-    cudaFree(b->ids_device);
-    cudaFreeHost(b->ids_host);
-    cudaFree(b->top_device);
-    cudaFreeHost(b->top_host);
-    cudaFree(b->dec_x);
-    cudaFree(b->persistent_layers);
-    cudaFree(b->persistent.workspace);
-    for (int i = 0; i < N_BUCKETS; i++)
-        if (b->bat_graphs[i]) cudaGraphExecDestroy(b->bat_graphs[i]);
-    cudaFree(b->bat_bytes);
-    cudaFree(b->bat_step_device);
-    cudaFreeHost(b->bat_step_host);
-    if (b->bat_step_copied) cudaEventDestroy(b->bat_step_copied);
-    cudaFree(b->step_device);
-    cudaFreeHost(b->step_host);
-    if (b->meta_copied) cudaEventDestroy(b->meta_copied);
-    if (b->step_copied) cudaEventDestroy(b->step_copied);
-    cudaFreeHost(b->publish_host);
-    cudaFreeHost(b->bat_publish_host);
-    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) {
-        cudaFreeHost(b->begun_host[i]);
-        if (b->begun_copied[i]) cudaEventDestroy(b->begun_copied[i]);
-    }
-    if (b->stream) cudaStreamDestroy(b->stream);
+    cuda_core *core = &b->core;
+    if (core->stream) cudaStreamSynchronize(core->stream);
+    decode_free(&b->decode);
+    batch_free(&b->batch);
+    prefill_free(&b->prefill);
+    results_free(&b->results);
+    cuda_gemm_destroy(core->gemm);
+    cudaFree(core->weight_bytes);
+    free(core->layers);
+    cudaFree(core->rope_cos);
+    cudaFree(core->rope_sin);
+    cudaFree(core->kv_cache);
+    if (core->stream) cudaStreamDestroy(core->stream);
     free(b);
 }
 
@@ -71,50 +62,50 @@ void cuda_destroy(backend *self) {
 
 kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size) {
     cuda_backend *b = as_cuda(self);
-    const qwen3_config *c = &b->config;
+    cuda_core *core = &b->core;
+    const qwen3_config *c = &core->config;
     if (n_blocks <= 0 || block_size <= 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: kv_reserve(%d blocks, block size %d)", n_blocks, block_size);
-    CUDA_CHECK(cudaSetDevice(b->device));
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    KITE_TRY(destroy_decode_graphs(b));
-    KITE_TRY(destroy_batch_graphs(b));
-    if (b->kv_cache) CUDA_CHECK(cudaFree(b->kv_cache));
-    b->kv_cache = NULL;
-    b->kv_blocks = b->kv_block_size = 0;
+    CUDA_CHECK(cudaSetDevice(core->device));
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    KITE_TRY(decode_destroy_graphs(&b->decode));
+    KITE_TRY(batch_destroy_graphs(&b->batch));
+    if (core->kv_cache) CUDA_CHECK(cudaFree(core->kv_cache));
+    core->kv_cache = NULL;
+    core->kv_blocks = core->kv_block_size = 0;
     /* One block more than asked: the scratch block where the batched path's dummy rows write. */
-    const size_t layer_elements =
-        ((size_t)n_blocks + 1) * 2 * (size_t)c->n_kv_heads * (size_t)block_size * (size_t)c->head_dim;
+    const size_t layer_elements = ((size_t)n_blocks + 1) * 2 * (size_t)qwen3_kv_dim(c) * (size_t)block_size;
     const size_t bytes = layer_elements * (size_t)c->n_layers * sizeof(bf16);
-    const cudaError_t e = cudaMalloc(&b->kv_cache, bytes);
+    const cudaError_t e = cudaMalloc(&core->kv_cache, bytes);
     if (e != cudaSuccess) {
-        b->kv_cache = NULL;
+        core->kv_cache = NULL;
         cudaGetLastError();
         return kite_fail(e == cudaErrorMemoryAllocation ? KITE_ERROR_OUT_OF_MEMORY : KITE_ERROR_BACKEND,
                          "cuda backend: KV cache of %d blocks x %d positions (%zu bytes): cudaMalloc failed: %s",
                          n_blocks, block_size, bytes, cudaGetErrorName(e));
     }
-    const size_t step_bytes = (size_t)(STEP_TABLE + n_blocks) * sizeof(int32_t);
-    KITE_TRY(replace_device_and_pinned(&b->step_device, step_bytes, &b->step_host, step_bytes));
-    b->kv_layer_elements = layer_elements;
-    b->kv_blocks = n_blocks;
-    b->kv_block_size = block_size;
+    KITE_TRY(decode_reserve_step(&b->decode, n_blocks));
+    core->kv_layer_elements = layer_elements;
+    core->kv_blocks = n_blocks;
+    core->kv_block_size = block_size;
     return KITE_OK;
 }
 
 kite_status validate_batch(const cuda_backend *b, const step_batch *batch) {
-    const qwen3_config *c = &b->config;
-    if (!b->kv_cache) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: forward before kv_reserve");
+    const cuda_core *core = &b->core;
+    const qwen3_config *c = &core->config;
+    if (!core->kv_cache) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: forward before kv_reserve");
     if (!batch || batch->n_seqs <= 0 || batch->n_tokens <= 0 || (!batch->token_ids && !batch->tokens_from_argmax) ||
         !batch->seq_token_start || !batch->seq_context_len || !batch->block_tables || !batch->seq_wants_logits)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: empty or incomplete step batch");
     if (batch->tokens_from_argmax) {
         bool all_want = batch->n_tokens == batch->n_seqs;
         for (int32_t s = 0; s < batch->n_seqs; s++) all_want &= batch->seq_wants_logits[s] != 0;
-        if (!all_want || b->kept_rows != batch->n_seqs)
+        if (!all_want || b->kept.n_rows != batch->n_seqs)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                              "cuda backend: tokens from the argmax need one token and a logits row per sequence (%d "
                              "sequences, %d tokens) and as many kept rows (%d)",
-                             batch->n_seqs, batch->n_tokens, b->kept_rows);
+                             batch->n_seqs, batch->n_tokens, b->kept.n_rows);
     }
     if (batch->seq_token_start[0] != 0 || batch->seq_token_start[batch->n_seqs] != batch->n_tokens)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: seq_token_start does not span %d tokens", batch->n_tokens);
@@ -128,80 +119,111 @@ kite_status validate_batch(const cuda_backend *b, const step_batch *batch) {
         if (n_new <= 0 || context < n_new)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: sequence %d has %d new tokens and context %d", s,
                              n_new, context);
-        if (context > b->rope_positions || (int64_t)context > (int64_t)b->kv_blocks * b->kv_block_size)
+        if (context > core->rope_positions || (int64_t)context > (int64_t)core->kv_blocks * core->kv_block_size)
             return kite_fail(KITE_ERROR_CAPACITY, "cuda backend: sequence %d context %d exceeds %d positions", s, context,
-                             b->rope_positions);
-        const int32_t n_blocks = KITE_CEIL_DIV(context, b->kv_block_size);
+                             core->rope_positions);
+        const int32_t n_blocks = KITE_CEIL_DIV(context, core->kv_block_size);
         for (int32_t i = 0; i < n_blocks; i++)
-            if (batch->block_tables[s][i] < 0 || batch->block_tables[s][i] >= b->kv_blocks)
+            if (batch->block_tables[s][i] < 0 || batch->block_tables[s][i] >= core->kv_blocks)
                 return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: sequence %d block %d is %d, outside [0, %d)",
-                                 s, i, batch->block_tables[s][i], b->kv_blocks);
+                                 s, i, batch->block_tables[s][i], core->kv_blocks);
     }
     return KITE_OK;
 }
 
+/* A step to the path that serves it. A failed step keeps no rows. */
 kite_status cuda_forward(backend *self, const step_batch *batch) {
     cuda_backend *b = as_cuda(self);
     KITE_TRY(validate_batch(b, batch));
-    const int32_t *chained = NULL; /* tokens_from_argmax: the kept rows' argmax, before this step replaces them */
-    if (batch->tokens_from_argmax) KITE_TRY(kept_argmax_device(b, batch->n_seqs, &chained));
+    /* tokens_from_argmax: the kept rows' argmax, before this step replaces them */
+    step_tokens tokens = {false, NULL, KEPT_NONE};
+    if (batch->tokens_from_argmax) {
+        tokens.on_device = true;
+        tokens.written_by = b->kept.path;
+        KITE_TRY(kept_argmax_device(&b->core, &b->results, b->kept, batch->n_seqs, &tokens.ids));
+    }
+    b->kept = kept_none();
+    kept_rows kept = kept_none();
     if (batch->n_seqs == 1 && batch->n_tokens == 1 && batch->seq_wants_logits[0]) {
         nvtx_scope range("kite decode step");
-        return forward_decode(b, batch, chained);
-    }
-    if (b->use_batch && batch->n_seqs > 1 && batch->n_seqs <= BATCH_MAX && batch->n_tokens == batch->n_seqs) {
-        bool all_want = true; /* one new token each (validated: at least one each), all wanting logits */
-        for (int32_t s = 0; s < batch->n_seqs; s++) all_want &= batch->seq_wants_logits[s] != 0;
-        if (all_want) {
+        KITE_TRY(forward_decode(&b->core, &b->decode, batch, tokens, &kept));
+    } else {
+        bool batched = b->batch.enabled && batch->n_seqs > 1 && batch->n_seqs <= BATCH_MAX &&
+                       batch->n_tokens == batch->n_seqs; /* one new token each (validated: at least one each) */
+        for (int32_t s = 0; s < batch->n_seqs && batched; s++) batched = batch->seq_wants_logits[s] != 0;
+        if (batched) {
             nvtx_scope range("kite batched decode step");
-            return forward_batch(b, batch, chained);
+            KITE_TRY(forward_batch(&b->core, &b->batch, batch, tokens, &kept));
+        } else {
+            nvtx_scope range("kite forward (prefill or mixed)");
+            KITE_TRY(forward_prefill(&b->core, &b->prefill, batch, tokens, &kept));
         }
     }
-    nvtx_scope range("kite forward (prefill or mixed)");
-    return forward_general(b, batch, chained);
+    b->kept = kept;
+    return KITE_OK;
+}
+
+kite_status cuda_read_logits(backend *self, float *out, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    return read_logits(&b->core, b->kept, out, n_rows);
+}
+
+kite_status cuda_read_top(backend *self, int32_t n_rows, int32_t k, float *top_logits, int32_t *top_ids,
+                          backend_row_top *stats) {
+    cuda_backend *b = as_cuda(self);
+    return read_top(&b->core, &b->results, b->kept, n_rows, k, top_logits, top_ids, stats);
+}
+
+kite_status cuda_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    return read_argmax(&b->core, &b->results, b->kept, out_ids, n_rows);
+}
+
+kite_status cuda_argmax_begin(backend *self, int32_t n_rows) {
+    cuda_backend *b = as_cuda(self);
+    return argmax_begin(&b->core, &b->results, b->kept, n_rows);
+}
+
+kite_status cuda_argmax_end(backend *self, int32_t *out_ids, int32_t n_rows) {
+    return argmax_end(&as_cuda(self)->results, out_ids, n_rows);
 }
 
 kite_status cuda_memory_info(backend *self, size_t *free_bytes, size_t *total_bytes) {
     cuda_backend *b = as_cuda(self);
-    CUDA_CHECK(cudaSetDevice(b->device));
+    CUDA_CHECK(cudaSetDevice(b->core.device));
     CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
     return KITE_OK;
 }
 
-const char *cuda_device_name(backend *self) { return as_cuda(self)->device_name; }
+const char *cuda_device_name(backend *self) { return as_cuda(self)->core.device_name; }
 
-/* E.g. "single stream: graph+pdl; attention: bulk-fed cluster of 8 up to 2048, cp.async cluster of 16 up to
- * 6144, split-K beyond; batched: gemm_rows up to 8 rows, cuBLASLt beyond; attention: bulk-fed clusters up to 32
- * rows, split-K beyond". Written when asked, from the settings in effect then (env switches at creation, the
- * bench's setters since). */
+/* E.g. "single stream: graph+pdl; attention: bulk-fed cluster of 8 up to 1024, split-K beyond; greedy lm_head:
+ * int8 screen, bf16 candidates; batched: gemm_rows up to 8 rows (lm_head up to 16), cuBLASLt beyond (o_proj/down in
+ * 4 k slices up to 256 rows); attention: bulk-fed clusters up to 32 rows, split-K beyond". Written when asked, from
+ * the settings in effect then (the switches at creation, the tests' and bench's setters since). */
 const char *cuda_decode_path(backend *self) {
     cuda_backend *b = as_cuda(self);
+    const cuda_core *core = &b->core;
+    const decode_state *d = &b->decode;
+    const batch_state *bp = &b->batch;
     char single[320], batched[288];
-    if (b->use_persistent) {
-        snprintf(single, sizeof single, "persistent kernel");
-    } else {
-        char attention[224] = "";
-        size_t at = 0;
-        if (b->attention_bulk > 0 && b->bulk_max_context > 0)
-            at += (size_t)snprintf(attention + at, sizeof attention - at, "bulk-fed cluster of %d up to %d, ",
-                                   b->attention_bulk, (int)b->bulk_max_context);
-        if (b->attention_cluster > 0 && b->cluster_max_context > b->bulk_max_context && at < sizeof attention)
-            at += (size_t)snprintf(attention + at, sizeof attention - at, "cp.async cluster of %d up to %d, ",
-                                   b->attention_cluster, (int)b->cluster_max_context);
-        if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
-        snprintf(single, sizeof single, "%s; attention: %s; greedy lm_head: %s",
-                 b->use_graph ? (b->use_pdl ? "graph+pdl" : "graph") : (b->use_pdl ? "pdl, no graph" : "no graph"),
-                 attention, b->lm_head_screen ? "int8 screen, bf16 candidates" : "bf16");
-    }
-    if (b->use_batch)
+    char attention[224] = "";
+    size_t at = 0;
+    if (d->attention_bulk > 0 && d->bulk_max_context > 0)
+        at += (size_t)snprintf(attention + at, sizeof attention - at, "bulk-fed cluster of %d up to %d, ",
+                               d->attention_bulk, (int)d->bulk_max_context);
+    if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
+    snprintf(single, sizeof single, "%s; attention: %s; greedy lm_head: %s",
+             core->use_graph ? (core->use_pdl ? "graph+pdl" : "graph") : (core->use_pdl ? "pdl, no graph" : "no graph"),
+             attention, d->lm_head_screen ? "int8 screen, bf16 candidates" : "bf16");
+    if (bp->enabled)
         snprintf(batched, sizeof batched,
                  "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond (o_proj/down in %d k slices up to %d "
                  "rows); attention: bulk-fed clusters up to %d rows, split-K beyond",
-                 b->rows_max, b->batch_lm_head_rows_max, b->batch_split,
-                 b->batch_split > 1 ? b->batch_split_max_rows : 0,
-                 b->batch_bulk_max_rows);
+                 bp->rows_max, bp->lm_head_rows_max, bp->split, bp->split > 1 ? bp->split_max_rows : 0,
+                 bp->bulk_max_rows);
     else
-        snprintf(batched, sizeof batched, "off (general path)");
+        snprintf(batched, sizeof batched, "off (prefill path)");
     snprintf(b->decode_path, sizeof b->decode_path, "single stream: %s; batched: %s", single, batched);
     return b->decode_path;
 }
@@ -233,12 +255,6 @@ kite_status check_device(int device, char *reason, size_t capacity) {
     return KITE_OK;
 }
 
-bool env_flag(const char *name, bool fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    return strcmp(v, "0") != 0;
-}
-
 } // namespace
 
 extern "C" int cuda_backend_available(char *reason, size_t reason_capacity) {
@@ -263,40 +279,30 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         c->n_heads % c->n_kv_heads != 0 || c->vocab_size <= 0 || c->n_layers <= 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: unsupported shape (hidden %d, intermediate %d, heads %d/%d)",
                          c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads);
+    runtime_options options;
+    KITE_TRY(options_read(&options));
     CUDA_CHECK(cudaSetDevice(device));
 
     cuda_backend *b = static_cast<cuda_backend *>(calloc(1, sizeof(cuda_backend)));
     if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
-    b->config = *config;
+    cuda_core *core = &b->core;
+    decode_state *d = &b->decode;
+    batch_state *bp = &b->batch;
+    core->config = *config;
     b->base.ops = &cuda_ops;
-    b->base.config = &b->config;
-    b->device = device;
-    b->use_graph = env_flag("KITE_CUDA_GRAPH", true);
-    b->use_pdl = env_flag("KITE_CUDA_PDL", true);
-    b->use_batch = env_flag("KITE_CUDA_BATCH", true);
-    /* Off by default: exact but measured slower than the graph path at short context (docs/notes-cuda.md,
-     * "Persistent decode"). */
-    b->use_persistent = env_flag("KITE_CUDA_PERSISTENT", false);
-    b->rows_max = 8; /* measured: 16 rows run faster through cuBLASLt (docs/notes-cuda.md) */
-    if (getenv("KITE_CUDA_ROWS_MAX")) b->rows_max = atoi(getenv("KITE_CUDA_ROWS_MAX"));
-    if (b->rows_max > 32) b->rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
-    /* Measured (session 5, per step against split-K): B=16 -7.3%, B=32 -5.5%, B=8 even; B=64 does not fit. */
-    b->batch_bulk_max_rows = 32;
-    if (getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS")) b->batch_bulk_max_rows = atoi(getenv("KITE_CUDA_BATCH_BULK_MAX_ROWS"));
-    /* Measured (session 6): B=16 -2.3% per step against cuBLASLt; at 32 rows, normalising fp32 rows per block,
-     * gemm_rows was +1-2% slower. */
-    b->batch_lm_head_rows_max = 16;
-    if (getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"))
-        b->batch_lm_head_rows_max = atoi(getenv("KITE_CUDA_BATCH_LM_HEAD_ROWS"));
-    if (b->batch_lm_head_rows_max > 32) b->batch_lm_head_rows_max = 32; /* cuda_gemm_rows takes at most 32 rows */
-    /* Measured per step against cuBLASLt's products and separate norms, 4 slices: B=16 -8.5%, B=32 -7.2% (session
-     * 10, s10r8), B=64 -6.3%, B=128 -5.0% (s11r2), B=256 -0.8% (s11r3); 2 and 8 slices were slower at B=16-128
-     * (s11r2). So every cuBLASLt bucket splits. A split that does not fit the shapes is not used. */
-    b->batch_split = 4;
-    b->batch_split_max_rows = BATCH_MAX;
-    if (getenv("KITE_CUDA_BATCH_SPLIT")) b->batch_split = atoi(getenv("KITE_CUDA_BATCH_SPLIT"));
-    if (getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS")) b->batch_split_max_rows = atoi(getenv("KITE_CUDA_BATCH_SPLIT_MAX_ROWS"));
-    if (!batch_split_fits(c, b->batch_split)) b->batch_split = 0;
+    b->base.config = &core->config;
+    b->kept = kept_none();
+    core->device = device;
+    core->options = options;
+    core->use_graph = options.cuda_graph != 0;
+    core->use_pdl = options.cuda_pdl != 0;
+    bp->enabled = options.cuda_batch != 0;
+    bp->rows_max = ROWS_MAX;
+    bp->bulk_max_rows = BATCH_BULK_MAX_ROWS;
+    bp->lm_head_rows_max = BATCH_LM_HEAD_ROWS_MAX;
+    bp->split = batch_split_fits(c, BATCH_SPLIT) ? BATCH_SPLIT : 0; /* a split that does not fit is not used */
+    bp->split_max_rows = BATCH_SPLIT_MAX_ROWS;
+    d->bulk_max_context = BULK_MAX_CONTEXT;
 
     kite_status status = KITE_OK;
 #define STEP(expr)                                                                                       \
@@ -307,98 +313,57 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         if (e == cudaSuccess) return KITE_OK;
         return kite_fail(KITE_ERROR_BACKEND, "cuda: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
     };
-    STEP(cuda_step(cudaDeviceGetAttribute(&b->sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute"));
+    STEP(cuda_step(cudaDeviceGetAttribute(&core->sm_count, cudaDevAttrMultiProcessorCount, device),
+                   "cudaDeviceGetAttribute"));
     cudaDeviceProp prop;
     STEP(cuda_step(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
-    if (status == KITE_OK) snprintf(b->device_name, sizeof b->device_name, "%s", prop.name);
-    STEP(cuda_step(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-    STEP(cuda_step(cudaEventCreateWithFlags(&b->meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
-    STEP(cuda_step(cudaEventCreateWithFlags(&b->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
-    STEP(cuda_step(cudaEventCreateWithFlags(&b->bat_step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    if (status == KITE_OK) snprintf(core->device_name, sizeof core->device_name, "%s", prop.name);
+    STEP(cuda_step(cudaStreamCreateWithFlags(&core->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    STEP(cuda_step(cudaEventCreateWithFlags(&b->prefill.meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_step(cudaEventCreateWithFlags(&d->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_step(cudaEventCreateWithFlags(&bp->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
     for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
-        STEP(cuda_step(cudaEventCreateWithFlags(&b->begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
-    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&b->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
+        STEP(cuda_step(cudaEventCreateWithFlags(&b->results.begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&d->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
                    "cudaHostAlloc"));
-    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&b->publish_device), b->publish_host, 0),
+    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&d->publish_device), d->publish_host, 0),
                    "cudaHostGetDevicePointer"));
-    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&b->bat_publish_host), 2 * BATCH_MAX * sizeof(int32_t),
+    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&bp->publish_host), 2 * BATCH_MAX * sizeof(int32_t),
                                  cudaHostAllocMapped),
                    "cudaHostAlloc"));
-    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&b->bat_publish_device), b->bat_publish_host, 0),
+    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&bp->publish_device), bp->publish_host, 0),
                    "cudaHostGetDevicePointer"));
-    STEP(cuda_gemm_create(&b->gemm));
-    STEP(upload_weights(b, weights));
-    STEP(upload_rope(b));
+    STEP(cuda_gemm_create(&core->gemm));
+    STEP(upload_weights(core, weights));
+    STEP(upload_rope(core));
 
-    /* Decode buffers: fixed for the life of the backend, so the captured graph stays valid. */
-    const int group_heads = c->n_heads / c->n_kv_heads;
-    b->head_groups = group_heads / decode_group_size(group_heads);
+    /* Decode buffers: fixed for the life of the backend, so the captured graphs stay valid. */
+    const int group_heads = qwen3_group_heads(c);
+    core->head_groups = group_heads / decode_group_size(group_heads);
     /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
-     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66, s9r7). */
-    STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &b->split_blocks_per_sm));
-    int splits = batch_splits(b, 1);
-    if (getenv("KITE_CUDA_SPLITS")) splits = atoi(getenv("KITE_CUDA_SPLITS"));
-    b->n_splits = splits < 1 ? 1 : splits;
-    const size_t hidden = c->hidden_size, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    const size_t qd = (size_t)c->n_heads * c->head_dim, inter = c->intermediate_size, vocab = c->vocab_size;
-    const size_t sizes[9] = {hidden * 4, qkv_dim * 4, qd * 4, qd * 4, inter * 4, vocab * 4,
-                             cuda_attention_decode_workspace(c->n_heads, c->head_dim, b->n_splits),
-                             cuda_gemv_argmax_workspace(c->vocab_size), (size_t)c->n_heads * 4 + 64};
-    const size_t total = parts_bytes(sizes, 9);
-    void *dec = NULL;
-    STEP(cuda_step(cudaMalloc(&dec, total), "cudaMalloc(decode buffers)"));
-    if (status == KITE_OK) {
-        STEP(cuda_step(cudaMemset(dec, 0, total), "cudaMemset(decode buffers)"));
-        void *parts[9];
-        split_parts(dec, sizes, 9, parts);
-        b->dec_x = static_cast<float *>(parts[0]);
-        b->dec_qkv = static_cast<float *>(parts[1]);
-        b->dec_q = static_cast<float *>(parts[2]);
-        b->dec_attention = static_cast<float *>(parts[3]);
-        b->dec_act = static_cast<float *>(parts[4]);
-        b->dec_logits = static_cast<float *>(parts[5]);
-        b->dec_attention_ws = parts[6];
-        b->dec_argmax_ws = parts[7];
-        b->dec_counters = static_cast<unsigned *>(parts[8]);
-        b->dec_token = reinterpret_cast<int32_t *>(static_cast<unsigned char *>(parts[8]) + (size_t)c->n_heads * 4);
-    }
+     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66). */
+    STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &core->split_blocks_per_sm));
+    d->n_splits = attention_splits(core, 1); /* at least 1 */
+    STEP(decode_alloc_buffers(core, d));
     /* The lm_head's int8 screen for greedy single-stream decode (lm_head_screen.cu): half the lm_head's bytes of
      * device memory more, to read half its bytes per greedy step. Off with KITE_CUDA_LM_HEAD_SCREEN=0; left off
-     * (decode then reads the bf16 lm_head whole, as before) where the shape does not suit its kernels or the device
-     * has no room for it. */
-    if (status == KITE_OK && env_flag("KITE_CUDA_LM_HEAD_SCREEN", true) && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
-        if (cudaMalloc(&b->lm_head_screen, cuda_lm_head_screen_bytes(c->vocab_size, c->hidden_size)) == cudaSuccess) {
-            STEP(cuda_lm_head_screen_build(b->lm_head, c->vocab_size, c->hidden_size, b->lm_head_screen, b->stream));
+     * (decode then reads the bf16 lm_head whole) where the shape does not suit its kernels or the device has no
+     * room for it. */
+    if (status == KITE_OK && options.cuda_lm_head_screen && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
+        if (cudaMalloc(&d->lm_head_screen, cuda_lm_head_screen_bytes(c->vocab_size, c->hidden_size)) == cudaSuccess) {
+            STEP(cuda_lm_head_screen_build(core->lm_head, c->vocab_size, c->hidden_size, d->lm_head_screen,
+                                           core->stream));
         } else {
             (void)cudaGetLastError(); /* out of memory: not sticky; clear it */
-            b->lm_head_screen = NULL;
+            d->lm_head_screen = NULL;
         }
     }
-    if (status == KITE_OK && env_flag("KITE_CUDA_ATTENTION_CLUSTER", true)) {
+    if (status == KITE_OK && options.cuda_attention_cluster) {
         const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
-        b->attention_cluster = cuda_attention_decode_cluster_size(c->n_heads, shape);
-        b->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
+        d->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
         for (int i = 0; i < N_BUCKETS; i++)
-            b->bat_bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
-        const char *size = getenv("KITE_CUDA_ATTENTION_CLUSTER_SIZE"); /* 8 or 16, for measurements */
-        if (size && b->attention_cluster > 0) {
-            const int asked = atoi(size);
-            if (asked == 8 || asked == b->attention_cluster) b->attention_cluster = asked;
-            else status = kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: KITE_CUDA_ATTENTION_CLUSTER_SIZE=%s (8, or %d on this device)",
-                                    size, b->attention_cluster);
-            if (b->attention_bulk > 0 && asked == 8) b->attention_bulk = 8;
-        }
+            bp->bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
     }
-    /* The bulk-fed cluster kernel up to depth 1,024, the split-K one beyond; the cp.async cluster kernel only where
-     * KITE_CUDA_CLUSTER_MAX_CONTEXT asks for it. Since its tail and head work (sessions 11-12) the split-K kernel is
-     * the faster one from 2,048 (0.6B, ms per step: 0.7275 vs 0.7828 at 2,048, s13r3; 0.7849 vs 0.8855 at 4,096,
-     * s13r2) and even at 256 for 0.6B (0.6184 vs 0.6244), but at 256 it costs the 1.7B and 4B shapes 2.4% and 2.9%
-     * (s13r3); at 1,024 the two are equal for 0.6B (0.6663 vs 0.6685, s13r2). */
-    b->bulk_max_context = 1024;
-    if (getenv("KITE_CUDA_BULK_MAX_CONTEXT")) b->bulk_max_context = atoi(getenv("KITE_CUDA_BULK_MAX_CONTEXT"));
-    b->cluster_max_context = 0;
-    if (getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT")) b->cluster_max_context = atoi(getenv("KITE_CUDA_CLUSTER_MAX_CONTEXT"));
-    if (status == KITE_OK && b->use_persistent) status = setup_persistent_decode(b);
     STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
 #undef STEP
     if (status != KITE_OK) {
@@ -411,104 +376,76 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
 
 extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int use_pdl) {
     cuda_backend *b = as_cuda(self);
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    KITE_TRY(destroy_decode_graphs(b));
-    KITE_TRY(destroy_batch_graphs(b));
-    b->use_graph = use_graph != 0;
-    b->use_pdl = use_pdl != 0;
+    CUDA_CHECK(cudaStreamSynchronize(b->core.stream));
+    KITE_TRY(decode_destroy_graphs(&b->decode));
+    KITE_TRY(batch_destroy_graphs(&b->batch));
+    b->core.use_graph = use_graph != 0;
+    b->core.use_pdl = use_pdl != 0;
     return KITE_OK;
 }
-
-extern "C" kite_status cuda_backend_set_cluster_max_context(backend *self, int32_t max_context) {
-    as_cuda(self)->cluster_max_context = max_context; /* the graphs stay valid: forward picks one per step */
-    return KITE_OK;
-}
-
-extern "C" int32_t cuda_backend_cluster_max_context(backend *self) { return as_cuda(self)->cluster_max_context; }
 
 extern "C" kite_status cuda_backend_set_bulk_max_context(backend *self, int32_t max_context) {
-    as_cuda(self)->bulk_max_context = max_context; /* the graphs stay valid: forward picks one per step */
+    as_cuda(self)->decode.bulk_max_context = max_context; /* the graphs stay valid: forward picks one per step */
     return KITE_OK;
 }
 
-extern "C" int32_t cuda_backend_bulk_max_context(backend *self) { return as_cuda(self)->bulk_max_context; }
+extern "C" int32_t cuda_backend_bulk_max_context(backend *self) { return as_cuda(self)->decode.bulk_max_context; }
 
-extern "C" int cuda_backend_attention_bulk(backend *self) { return as_cuda(self)->attention_bulk; }
+extern "C" int cuda_backend_attention_bulk(backend *self) { return as_cuda(self)->decode.attention_bulk; }
 
 extern "C" kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32_t max_rows) {
     cuda_backend *b = as_cuda(self);
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    KITE_TRY(destroy_batch_graphs(b)); /* each bucket's graph holds its attention kernel */
-    b->batch_bulk_max_rows = max_rows;
+    CUDA_CHECK(cudaStreamSynchronize(b->core.stream));
+    KITE_TRY(batch_destroy_graphs(&b->batch)); /* each bucket's graph holds its attention kernel */
+    b->batch.bulk_max_rows = max_rows;
     return KITE_OK;
 }
 
 extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices, int32_t max_rows) {
     cuda_backend *b = as_cuda(self);
-    if (slices > 1 && !batch_split_fits(&b->config, slices))
+    if (slices > 1 && !batch_split_fits(&b->core.config, slices))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %d slices do not divide o_proj and down", slices);
-    KITE_TRY(release_batch(b)); /* ensure_batch allocates again, with the partials */
-    b->batch_split = slices > 1 ? slices : 0;
-    b->batch_split_max_rows = max_rows;
+    if (b->kept.path == KEPT_BATCH) b->kept = kept_none(); /* its rows lived in the buffers freed next */
+    KITE_TRY(batch_release(&b->core, &b->batch)); /* ensure_batch allocates again, with the partials */
+    b->batch.split = slices > 1 ? slices : 0;
+    b->batch.split_max_rows = max_rows;
     return KITE_OK;
 }
 
 extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, size_t capacity) {
     const cuda_backend *b = as_cuda(self);
-    const qwen3_config *c = &b->config;
+    const qwen3_config *c = &b->core.config;
     const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
-    const int needed = c->n_kv_heads * b->head_groups;
+    const int needed = c->n_kv_heads * b->core.head_groups;
     size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
                                  needed);
-    for (int kind = 0; kind < 3 && at < capacity; kind++) {
-        const char *name = kind == 0 ? "cp.async" : kind == 1 ? "bulk" : "bulk batched";
-        at += (size_t)snprintf(buffer + at, capacity - at, " %s", name);
+    for (int batched = 0; batched < 2 && at < capacity; batched++) {
+        at += (size_t)snprintf(buffer + at, capacity - at, " %s", batched ? "bulk batched" : "bulk");
         for (int size = 8; size <= 16 && at < capacity; size *= 2) {
             int clusters = 0, per_sm = 0;
-            if (kind == 0) cuda_attention_decode_cluster_capacity(c->n_heads, shape, size, &clusters, &per_sm);
-            else cuda_attention_decode_bulk_capacity(c->n_heads, shape, size, kind == 2, &clusters, &per_sm);
+            cuda_attention_decode_bulk_capacity(c->n_heads, shape, size, batched, &clusters, &per_sm);
             at += (size_t)snprintf(buffer + at, capacity - at, " %d: %d, %d;", size, clusters, per_sm);
         }
     }
     return buffer;
 }
 
-extern "C" int32_t cuda_backend_batch_bulk_max_rows(backend *self) { return as_cuda(self)->batch_bulk_max_rows; }
+extern "C" int32_t cuda_backend_batch_bulk_max_rows(backend *self) { return as_cuda(self)->batch.bulk_max_rows; }
 
 extern "C" int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows) {
-    return batch_bulk_cluster(as_cuda(self), rows);
+    return batch_bulk_cluster(&as_cuda(self)->batch, rows);
 }
 
-extern "C" int cuda_backend_attention_cluster(backend *self) { return as_cuda(self)->attention_cluster; }
-
-extern "C" kite_status cuda_backend_set_decode_anatomy(backend *self, unsigned skip_parts, unsigned twice_parts) {
-    cuda_backend *b = as_cuda(self);
-    KITE_TRY(cuda_backend_set_decode_options(self, b->use_graph, b->use_pdl)); /* drops the captured graphs */
-    b->anatomy_skip = skip_parts;
-    b->anatomy_twice = twice_parts;
-    return KITE_OK;
-}
-
-extern "C" kite_status cuda_backend_set_persistent_decode(backend *self, int on) {
-    cuda_backend *b = as_cuda(self);
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    if (on && !b->persistent.workspace) KITE_TRY(setup_persistent_decode(b));
-    b->use_persistent = on && b->persistent.workspace != NULL;
-    return KITE_OK;
-}
-
-extern "C" int cuda_backend_persistent_decode(backend *self) { return as_cuda(self)->use_persistent ? 1 : 0; }
-
-extern "C" unsigned long long cuda_backend_step_copies(backend *self) { return as_cuda(self)->step_copies; }
+extern "C" unsigned long long cuda_backend_step_copies(backend *self) { return as_cuda(self)->decode.step_copies; }
 
 extern "C" kite_status cuda_backend_set_batched_decode(backend *self, int on) {
     cuda_backend *b = as_cuda(self);
-    CUDA_CHECK(cudaStreamSynchronize(b->stream));
-    b->use_batch = on != 0;
+    CUDA_CHECK(cudaStreamSynchronize(b->core.stream));
+    b->batch.enabled = on != 0;
     return KITE_OK;
 }
 
 extern "C" kite_status cuda_backend_synchronize(backend *self) {
-    CUDA_CHECK(cudaStreamSynchronize(as_cuda(self)->stream));
+    CUDA_CHECK(cudaStreamSynchronize(as_cuda(self)->core.stream));
     return KITE_OK;
 }

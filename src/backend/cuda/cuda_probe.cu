@@ -25,7 +25,7 @@ extern "C" void cuda_backend_probe(int32_t device, kite_backend_probe_result *ou
                  cudaGetErrorString(cudaGetLastError()));
         return;
     }
-    snprintf(out->device_name, sizeof out->device_name, "%.127s", prop.name); /* device names are far shorter */
+    snprintf(out->device_name, sizeof out->device_name, "%.*s", (int)sizeof out->device_name - 1, prop.name);
     out->compute_major = prop.major;
     out->compute_minor = prop.minor;
     out->memory_total_bytes = prop.totalGlobalMem;

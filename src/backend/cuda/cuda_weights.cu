@@ -1,6 +1,6 @@
-/* The CUDA backend's weights on the device: every matrix as bf16 (F16 / F32 checkpoints converted on the host),
- * every norm vector as fp32, all in one allocation; and the RoPE table. */
-#include "backend/cuda/cuda_backend_state.cuh"
+/* The CUDA backend's weights on the device (the core's, cuda_core.cuh): every matrix as bf16 (F16 / F32 checkpoints
+ * converted on the host), every norm vector as fp32, all in one allocation; and the RoPE table. */
+#include "backend/cuda/cuda_core.cuh"
 
 #include <math.h>
 #include <stdlib.h>
@@ -44,10 +44,10 @@ kite_status upload_vector(float *dst, const tensor_view *t, float *staging_f32) 
 
 } // namespace
 
-kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
-    const qwen3_config *c = &b->config;
+kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
+    const qwen3_config *c = &core->config;
     const int64_t hidden = c->hidden_size, inter = c->intermediate_size, hd = c->head_dim;
-    const int64_t q_rows = (int64_t)c->n_heads * hd, kv_rows = (int64_t)c->n_kv_heads * hd;
+    const int64_t q_rows = qwen3_q_dim(c), kv_rows = qwen3_kv_dim(c);
     const bool tied = w->lm_head.data == w->embed_tokens.data;
 
     KITE_TRY(check_view(&w->embed_tokens, c->vocab_size, hidden, "embed_tokens", -1));
@@ -78,21 +78,21 @@ kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
     const size_t v_hidden = align_up((size_t)hidden * 4, A), v_head = align_up((size_t)hd * 4, A);
     const size_t per_layer = m_qkv + m_o + m_gu + m_down + 2 * v_hidden + 2 * v_head;
     const size_t total = matrix_embed * (tied ? 1 : 2) + v_hidden + per_layer * (size_t)c->n_layers;
-    CUDA_CHECK(cudaMalloc(&b->weight_bytes, total));
+    CUDA_CHECK(cudaMalloc(&core->weight_bytes, total));
 
-    unsigned char *p = static_cast<unsigned char *>(b->weight_bytes);
+    unsigned char *p = static_cast<unsigned char *>(core->weight_bytes);
     auto take = [&](size_t bytes) {
         void *r = p;
         p += bytes;
         return r;
     };
-    b->embed = static_cast<bf16 *>(take(matrix_embed));
-    b->lm_head = tied ? b->embed : static_cast<bf16 *>(take(matrix_embed));
-    b->final_norm = static_cast<float *>(take(v_hidden));
-    b->layers = static_cast<cuda_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_layer)));
-    if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    core->embed = static_cast<bf16 *>(take(matrix_embed));
+    core->lm_head = tied ? core->embed : static_cast<bf16 *>(take(matrix_embed));
+    core->final_norm = static_cast<float *>(take(v_hidden));
+    core->layers = static_cast<cuda_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_layer)));
+    if (!core->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
     for (int l = 0; l < c->n_layers; l++) {
-        cuda_layer *L = &b->layers[l];
+        cuda_layer *L = &core->layers[l];
         L->qkv = static_cast<bf16 *>(take(m_qkv));
         L->o = static_cast<bf16 *>(take(m_o));
         L->gate_up = static_cast<bf16 *>(take(m_gu));
@@ -110,12 +110,12 @@ kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
     if (!staging_f32 || !staging_bf16) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
 #define UPLOAD(expr)                                                                                     \
     if (status == KITE_OK) status = (expr)
-    UPLOAD(upload_matrix(b->embed, &w->embed_tokens, staging_f32, staging_bf16, staging_elements));
-    if (!tied) UPLOAD(upload_matrix(b->lm_head, &w->lm_head, staging_f32, staging_bf16, staging_elements));
-    UPLOAD(upload_vector(b->final_norm, &w->final_norm, staging_f32));
+    UPLOAD(upload_matrix(core->embed, &w->embed_tokens, staging_f32, staging_bf16, staging_elements));
+    if (!tied) UPLOAD(upload_matrix(core->lm_head, &w->lm_head, staging_f32, staging_bf16, staging_elements));
+    UPLOAD(upload_vector(core->final_norm, &w->final_norm, staging_f32));
     for (int l = 0; l < c->n_layers && status == KITE_OK; l++) {
         const qwen3_layer_weights *lw = &w->layers[l];
-        cuda_layer *L = &b->layers[l];
+        cuda_layer *L = &core->layers[l];
         UPLOAD(upload_matrix(L->qkv, &lw->q_proj, staging_f32, staging_bf16, staging_elements));
         UPLOAD(upload_matrix(L->qkv + (size_t)q_rows * hidden, &lw->k_proj, staging_f32, staging_bf16, staging_elements));
         UPLOAD(upload_matrix(L->qkv + (size_t)(q_rows + kv_rows) * hidden, &lw->v_proj, staging_f32, staging_bf16,
@@ -137,8 +137,8 @@ kite_status upload_weights(cuda_backend *b, const qwen3_weights *w) {
 }
 
 /* RoPE angles in double, as the CPU reference computes them: inv_freq_i = theta^(-2i/d). */
-kite_status upload_rope(cuda_backend *b) {
-    const qwen3_config *c = &b->config;
+kite_status upload_rope(cuda_core *core) {
+    const qwen3_config *c = &core->config;
     const int half = c->head_dim / 2;
     const int32_t positions = c->max_position_embeddings > 0 ? c->max_position_embeddings : 32768;
     const size_t n = (size_t)positions * (size_t)half;
@@ -160,17 +160,17 @@ kite_status upload_rope(cuda_backend *b) {
         }
     free(inv_freq);
     kite_status status = KITE_OK;
-    cudaError_t e1 = cudaMalloc(&b->rope_cos, n * sizeof(float));
-    cudaError_t e2 = cudaMalloc(&b->rope_sin, n * sizeof(float));
+    cudaError_t e1 = cudaMalloc(&core->rope_cos, n * sizeof(float));
+    cudaError_t e2 = cudaMalloc(&core->rope_sin, n * sizeof(float));
     if (e1 == cudaSuccess && e2 == cudaSuccess) {
-        e1 = cudaMemcpy(b->rope_cos, cos_host, n * sizeof(float), cudaMemcpyHostToDevice);
-        e2 = cudaMemcpy(b->rope_sin, sin_host, n * sizeof(float), cudaMemcpyHostToDevice);
+        e1 = cudaMemcpy(core->rope_cos, cos_host, n * sizeof(float), cudaMemcpyHostToDevice);
+        e2 = cudaMemcpy(core->rope_sin, sin_host, n * sizeof(float), cudaMemcpyHostToDevice);
     }
     if (e1 != cudaSuccess || e2 != cudaSuccess)
         status = kite_fail(KITE_ERROR_BACKEND, "cuda: uploading the RoPE table failed: %s",
                            cudaGetErrorName(e1 != cudaSuccess ? e1 : e2));
     free(cos_host);
     free(sin_host);
-    b->rope_positions = positions;
+    core->rope_positions = positions;
     return status;
 }

@@ -1,5 +1,5 @@
 /* Plain-C wrappers over device memory and events for the CUDA tests and the bench (cuda_ops.h). */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 extern "C" int kite_cuda_device_count(void) {
     int count = 0;

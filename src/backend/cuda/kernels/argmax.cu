@@ -1,6 +1,6 @@
-/* Argmax of each logits row (the general path; the decode graph fuses its argmax into the lm_head
+/* Argmax of each logits row (the prefill path; the decode graph fuses its argmax into the lm_head
  * GEMV). One block per row; ties go to the lowest id; NaN never wins. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <float.h>
 

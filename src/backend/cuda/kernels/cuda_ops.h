@@ -1,8 +1,29 @@
-/* The CUDA backend's kernels as plain C entry points, for its own forward pass and for the op tests in
- * tests/cuda (which are C and include no CUDA header). Device pointers are plain pointers or void *;
- * `stream` is a cudaStream_t passed as void * (NULL: the default stream); `use_pdl` launches with
- * programmatic dependent launch (cuda_common.cuh). Every function returns KITE_OK or
- * KITE_ERROR_BACKEND with a message naming the failing call.
+/* The index of the CUDA backend's kernels: every operation family as plain C entry points, for the backend's
+ * paths (prefill, single-stream decode, batched decode) and for the op tests in tests/cuda (which are C and
+ * include no CUDA header). One file per family, each with its kernels first and then its launchers:
+ *
+ *   cuda_util.cu             device memory, copies and timers for the tests and the bench (kite_cuda_*)
+ *   embed.cu                 token embedding                      cuda_embed
+ *   rmsnorm.cu               RMSNorm, residual add + RMSNorm      cuda_rmsnorm, cuda_residual_rmsnorm
+ *   swiglu.cu                SwiGLU of gate/up                    cuda_swiglu
+ *   qk_norm_rope.cu          Q/K norm, RoPE, KV append (prefill)  cuda_qk_norm_rope_kv
+ *   attention_prefill.cu     flash attention over the paged cache cuda_attention_prefill
+ *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows)
+ *   attention_decode_bulk.cu cluster decode attention, bulk-fed   cuda_attention_decode_bulk(_rows)
+ *   gemv.cu                  decode matrix-vector products        cuda_gemv
+ *   lm_head_screen.cu        greedy lm_head through an int8 copy  cuda_lm_head_screened_argmax, ..._screen_build
+ *   gemm_rows.cu             batched products up to 32 rows       cuda_gemm_rows
+ *   gemm.cu                  cuBLASLt products (prefill, batches) cuda_gemm_bf16(_split)
+ *   argmax.cu                argmax rows, ids to the host         cuda_argmax_rows, cuda_publish_ids,
+ *                                                                 cuda_publish_and_advance
+ *   top_candidates.cu        top-k candidates for the sampler     cuda_top_candidates
+ * and the device-side helpers they share: cuda_common.cuh (error checks, bf16, reductions, PDL, launches),
+ * decode_attention.cuh and decode_cluster.cuh (the decode attentions), gemv_task.cuh (the GEMV's task and staging),
+ * bulk_copy.cuh (bulk copies and mbarriers).
+ *
+ * Device pointers are plain pointers or void *; `stream` is a cudaStream_t passed as void * (NULL: the default
+ * stream); `use_pdl` launches with programmatic dependent launch (cuda_common.cuh). Every function returns KITE_OK
+ * or KITE_ERROR_BACKEND with a message naming the failing call.
  *
  * Tensors are row-major. bf16 buffers are void * (2 bytes per element).
  */
@@ -102,29 +123,19 @@ kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv
                                   const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
                                   int n_splits, void *workspace, unsigned *counters, void *stream, int use_pdl);
 
-/* The same step with the splits of a kv head as the blocks of one thread-block cluster (8 or 16 blocks,
- * one per SM) combined through distributed shared memory instead of a global workspace; K/V rows stream
- * through shared memory (cp.async), the first tiles requested before the PDL wait. Same inputs and output
- * as cuda_attention_decode, no workspace. cuda_attention_decode_cluster_size() gives the cluster size the
- * device can run for this shape with all clusters resident at once (16, else 8), or 0 where it cannot. */
-int cuda_attention_decode_cluster_size(int n_heads, cuda_kv_layer kv);
-kite_status cuda_attention_decode_cluster(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
-                                          const int32_t *context_len, const float *q_norm, const float *k_norm,
-                                          const float *rope_cos, const float *rope_sin, float eps, int n_heads,
-                                          float scale, int cluster_size, void *stream, int use_pdl);
-
-/* The cluster kernel with its K/V tiles fed by bulk copies from a producer warp (attention_decode_bulk.cu):
- * faster than cuda_attention_decode_cluster at short context, slower at long. Same inputs, output and
- * cluster sizes; cuda_attention_decode_bulk_size() as cuda_attention_decode_cluster_size(). */
+/* The same step with the splits of a kv head as the blocks of one thread-block cluster (8 or 16 blocks, one per
+ * SM) combined through distributed shared memory instead of a global workspace, the K/V tiles fed by bulk copies
+ * from a producer warp (attention_decode_bulk.cu): faster than the split-K kernel at short context, slower at long.
+ * Same inputs and output as cuda_attention_decode, no workspace. cuda_attention_decode_bulk_size() gives the
+ * cluster size the device can run for this shape with all clusters resident at once (16, else 8), or 0 where it
+ * cannot. */
 int cuda_attention_decode_bulk_size(int n_heads, cuda_kv_layer kv);
 kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
                                        const int32_t *context_len, const float *q_norm, const float *k_norm,
                                        const float *rope_cos, const float *rope_sin, float eps, int n_heads,
                                        float scale, int cluster_size, void *stream, int use_pdl);
-/* Diagnostics: how many clusters of cluster_size blocks of the cp.async / bulk-fed kernel (batched: its batched
- * variant) the device holds at once, and how many blocks per SM (cudaOccupancy*; 0 where the size is refused). */
-void cuda_attention_decode_cluster_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int *clusters,
-                                            int *blocks_per_sm);
+/* Diagnostics: how many clusters of cluster_size blocks of the bulk-fed kernel (batched: its batched variant) the
+ * device holds at once, and how many blocks per SM (cudaOccupancy*; 0 where the size is refused). */
 void cuda_attention_decode_bulk_capacity(int n_heads, cuda_kv_layer kv, int cluster_size, int batched, int *clusters,
                                          int *blocks_per_sm);
 /* The bulk-copy fed kernel for the n_seqs sequences of a batched decode step, inputs and output as
@@ -250,38 +261,6 @@ kite_status cuda_gemm_bf16(cuda_gemm *gemm, const void *x, const void *w, void *
  * separate reduction kernel. */
 kite_status cuda_gemm_bf16_split(cuda_gemm *gemm, const void *x, const void *w, float *partials, int slices, int n,
                                  int m, int k, void *stream);
-
-/* ---- single-stream decode as one persistent kernel (decode_persistent.cu) ----------------------------
- * One token of one sequence through every layer, the lm_head and the argmax in a single cooperative
- * launch of one block per SM; stages are separated by grid-wide counters in the workspace. */
-typedef struct cuda_decode_layer {
-    const void *qkv, *o, *gate_up, *down; /* bf16, as cuda_weights.cu uploads them (q/k/v and gate/up fused) */
-    const float *input_norm, *post_norm, *q_norm, *k_norm;
-} cuda_decode_layer;
-
-typedef struct cuda_decode_args {
-    int32_t n_layers, hidden, intermediate, n_heads, n_kv_heads, head_dim, vocab;
-    float eps;
-    const void *embed, *lm_head; /* bf16 (vocab, hidden) */
-    const float *final_norm;
-    const float *rope_cos, *rope_sin;  /* (positions, head_dim / 2) */
-    const cuda_decode_layer *layers;   /* device array of n_layers */
-    void *kv_cache;                    /* layer l at kv_cache + l * kv_layer_elements (bf16 elements) */
-    int32_t kv_block_size;
-    size_t kv_layer_elements;
-    const int32_t *token, *context_len, *block_table; /* the step's values, on the device */
-    float *x, *qkv, *attention, *act;  /* fp32 (hidden), (n_heads + 2 n_kv_heads) * head_dim, (n_heads * head_dim), (intermediate) */
-    float *logits;                     /* fp32 (vocab): written */
-    int32_t *token_out;                /* the argmax of the logits (ties: the lowest id) */
-    void *workspace;                   /* cuda_decode_persistent_plan() bytes, zeroed once before the first launch */
-    int32_t n_slots;                   /* weight slots per warp: set by cuda_decode_persistent_plan() */
-} cuda_decode_args;
-
-/* Checks that the shapes and the device suit the kernel; sets args->n_slots and returns the grid size and
- * the workspace bytes. KITE_ERROR_UNSUPPORTED when they do not (the caller keeps its other decode path). */
-kite_status cuda_decode_persistent_plan(cuda_decode_args *args, int *n_blocks, size_t *workspace_bytes);
-/* Runs one decode step. The workspace counters are back to zero when the launch completes. */
-kite_status cuda_decode_persistent(const cuda_decode_args *args, int n_blocks, void *stream);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,7 @@
  * query heads from the QKV projection; the block whose range holds the new position writes the new K and
  * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane loads its first
  * round of cache rows: they do not depend on that kernel. */
-#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/kernels/decode_attention.cuh"
 
 namespace {
 
@@ -71,11 +71,11 @@ struct combine_scratch {
     float weight[GROUP][THREADS]; /* exp2(split max - overall max) of the splits of one pass */
 };
 
-template <int GROUP, typename OutT, typename Mark>
+template <int GROUP, typename OutT>
 __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP> &partials,
                                                combine_scratch<GROUP> &scratch, const float *ws_acc,
                                                const float2 *ws_stats, size_t first_row, int n_splits, int n_used,
-                                               OutT *out_heads, Mark stats_merged) {
+                                               OutT *out_heads) {
     static_assert(THREADS == HEAD_DIM, "thread d writes output dim d");
     constexpr int WARPS = THREADS / 32;
     /* Splits per warp in flight: 2 x 9 float4 at GROUP 2 (two rounds for 66 splits, the kernel stays at 126
@@ -124,7 +124,6 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
 #pragma unroll
         for (int w = 0; w < WARPS; w++) merge_max_sum(m_all[g], l_all[g], partials.m[w][g], partials.l[w][g]);
     }
-    stats_merged(); /* a timeline mark (timeline builds only) */
 
     float4 a[GROUP];
 #pragma unroll
@@ -181,25 +180,15 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
     }
 }
 
-/* A timeline build (KITE_TIMELINE) holds timestamps in registers too: its launch bounds keep the blocks per SM of the
- * normal build (5 / 4 at GROUP 1 / 2; without them 106 / 149 registers, 4 / 3 blocks per SM, and so fewer splits),
- * so that what it records is the kernel that runs. */
-#ifdef KITE_TIMELINE
-#define ATTENTION_DECODE_MIN_BLOCKS(GROUP) ((GROUP) == 1 ? 5 : (GROUP) == 2 ? 4 : 0)
-#else
-#define ATTENTION_DECODE_MIN_BLOCKS(GROUP) 0
-#endif
-
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
  * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
 template <int GROUP, typename OutT>
-__global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
+__global__ void __launch_bounds__(THREADS)
     attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
                             int n_splits, float *ws_acc, float2 *ws_stats, unsigned *counters) {
-    TIMELINE_START();
     __shared__ warp_partials<THREADS / 32, GROUP> partials;
     __shared__ combine_scratch<GROUP> scratch;
     __shared__ float smem_q[GROUP][HEAD_DIM];
@@ -237,7 +226,7 @@ __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
      * when the stream enters a block it reads (once per block_size / STREAMS positions). The loop is partly bound by
      * its instructions: a table load, its address arithmetic and a division-free carry per position, and the
      * validity checks in rounds where every stream has a position, cost 3.0% of a 0.6B step at depth 16,384
-     * (docs/notes-cuda.md, session 18). */
+     * (docs/cuda.md). */
     int block = (begin + stream) / kv.block_size, slot = (begin + stream) % kv.block_size;
     auto rows_of_block = [&](int logical) { return head_cache + (size_t)block_table[logical] * block_stride; };
     const bf16 *block_rows = head_cache;
@@ -290,11 +279,7 @@ __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
     const float2 rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
     pdl_wait();
     pdl_launch_dependents();
-    TIMELINE_WAITED();
-    if (split >= n_used) {
-        TIMELINE_END(TIMELINE_ATTENTION, 0);
-        return;
-    }
+    if (split >= n_used) return;
 
     /* The query heads of this block, and (in the block that owns the new position) the new K and V. */
     const bool owns_new = begin <= position && position < end;
@@ -325,7 +310,6 @@ __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
         }
     }
     __syncthreads(); /* smem_q ready; the new K/V row is in global memory for this block's reads */
-    TIMELINE_MARK(0);
 
     float qr[GROUP][16];
 #pragma unroll
@@ -374,7 +358,6 @@ __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
     partials.template store<GROUP>(warp, lane, m, l, acc);
     __syncthreads();
 
-    TIMELINE_MARK(1); /* the block's positions are folded */
     /* This split's partial result per head: thread d owns dim d. */
     const int d = threadIdx.x;
 #pragma unroll
@@ -389,28 +372,18 @@ __global__ void __launch_bounds__(THREADS, ATTENTION_DECODE_MIN_BLOCKS(GROUP))
         ws_acc[index * HEAD_DIM + d] = a_all;
         if (d == 0) ws_stats[index] = make_float2(m_all, l_all);
     }
-    if (n_used == 1) {
-        TIMELINE_END(TIMELINE_ATTENTION, 1);
-        return;
-    }
+    if (n_used == 1) return;
 
     /* The last block of this head group to finish combines all splits. */
     const unsigned counter_index = (unsigned)(seq_heads / GROUP) + (unsigned)(first_head / GROUP);
     const bool last = block_arrive_is_last(&counters[counter_index], (unsigned)n_used, &is_last);
-    TIMELINE_MARK(2); /* the arrival counted */
-    if (!last) {
-        TIMELINE_END(TIMELINE_ATTENTION, 1);
-        return;
-    }
+    if (!last) return;
     combine_splits<GROUP>(partials, scratch, ws_acc, ws_stats, seq_heads + (size_t)first_head, n_splits, n_used,
-                          out + (size_t)first_head * HEAD_DIM, [&] { TIMELINE_MARK(3); });
+                          out + (size_t)first_head * HEAD_DIM);
     if (threadIdx.x == 0) counters[counter_index] = 0;
-    TIMELINE_END(TIMELINE_ATTENTION, 2);
 }
 
 } // namespace
-
-KITE_TIMELINE_FILE(attention_decode)
 
 extern "C" kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int *blocks) {
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)

@@ -1,19 +1,18 @@
-/* Pieces shared by the decode attention kernels (attention_decode.cu, attention_decode_cluster.cu,
- * attention_decode_bulk.cu, decode_persistent.cu). Lane layouts: a warp normalising one 128-value head holds
+/* Pieces shared by the decode attention kernels (attention_decode.cu, attention_decode_bulk.cu). Lane layouts: a warp normalising one 128-value head holds
  * dims 2l, 2l + 1, 64 + 2l, 65 + 2l in lane l; in the attention loop 4 streams of 8 lanes each walk their own
  * positions, lane j of a stream holding 16 dims of K, V and the accumulator (stream_dim). Scores are in
  * base 2. */
 #ifndef KITE_BACKEND_CUDA_DECODE_ATTENTION_CUH
 #define KITE_BACKEND_CUDA_DECODE_ATTENTION_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 constexpr int DECODE_HEAD_DIM = 128; /* the only head_dim the CUDA kernels implement (every Qwen3 dense size) */
 
 /* The dim that index i (0 .. 15) of lane j's 16 values stands for: [8 j, 8 j + 8), then [64 + 8 j, 64 + 8 j + 8).
  * A row's 16-byte pieces j and j + 8 are then lane j's, so each 16-byte load of a stream's 8 lanes reads 128
  * contiguous bytes (coalesced from global memory, free of bank conflicts in shared memory; ncu counted ~50%
- * excess sectors / wavefronts with contiguous 16-dim runs per lane, session 4). */
+ * excess sectors / wavefronts with contiguous 16-dim runs per lane). */
 __host__ __device__ __forceinline__ int stream_dim(int lane_in_stream, int i) {
     return i < 8 ? 8 * lane_in_stream + i : DECODE_HEAD_DIM / 2 + 8 * lane_in_stream + (i - 8);
 }

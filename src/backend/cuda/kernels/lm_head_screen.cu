@@ -11,7 +11,7 @@
  * The screen's arithmetic is integer: each block also quantizes the staged input in two int8 levels,
  * v~ = d1 * hi + d2 * lo (d1 = max|v| / 127, d2 = d1 / 254: about 15 bits), so that a row's approximate dot product
  * is two exact int32 sums of dp4a, S1 = q_i . hi and S2 = q_i . lo, and approx_i = s * scale_i * (d1 S1 + d2 S2).
- * (The float form, a conversion and an FMA per weight byte, ran at 3.4 TB/s, instruction-bound: s27r4.)
+ * (The float form, a conversion and an FMA per weight byte, ran at 3.4 TB/s, instruction-bound.)
  *
  * The bound. The GEMV computes logit_i = s * (w_i . v) in fp32, with v = x * g the staged input times the norm
  * weights and s the RMS scale (both staged below by the GEMV's own code, so they are the same bits). With
@@ -26,7 +26,7 @@
  * with a non-finite weight gets d_i = inf: it is always a candidate. A step whose bound or approx_i is not finite
  * makes the row (or every row) a candidate, and the exact pass then reads those rows as the GEMV would.
  */
-#include "backend/cuda/gemv_task.cuh" /* the GEMV's staging and chunk_dot: the same bits */
+#include "backend/cuda/kernels/gemv_task.cuh" /* the GEMV's staging and chunk_dot: the same bits */
 
 #include <float.h>
 #include <math.h>
@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(SCREEN_THREADS)
     for (int i = threadIdx.x; i < n_lower; i += SCREEN_THREADS) level = fmaxf(level, lower[i]);
     level = warp_max(level);
     if (lane == 0) lower_scratch[warp] = level;
-    /* v_norm_sq is not used here: it is the form that ran on the H200 (s27r5), and without it the kernel's code changes;
-     * dropping it waits for the next GPU run (docs/notes-cuda.md, session 27). */
+    /* v_norm_sq is not used here: it is the form measured on the H200, and without it the kernel's code changes, so
+     * dropping it waits for a GPU run that measures the change (docs/cuda.md). */
     float v_norm_sq = 0.0f;
     const float s = stage_decode_input<SCREEN_THREADS, true>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch,
                                                              &v_norm_sq); /* has a barrier */

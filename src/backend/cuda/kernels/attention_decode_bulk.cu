@@ -1,6 +1,6 @@
-/* Decode attention for short contexts: the cluster kernel of attention_decode_cluster.cu (the splits of a kv
- * head are the CS blocks of a thread-block cluster, their partial results combined through distributed shared
- * memory), with the K/V tiles fed by bulk copies from a producer warp. Single stream: CS = 8 or 16. Batched
+/* Decode attention for short contexts: a cluster kernel (the splits of a kv head are the CS blocks of a
+ * thread-block cluster, their partial results combined through distributed shared memory, decode_cluster.cuh),
+ * with the K/V tiles fed by bulk copies from a producer warp. Single stream: CS = 8 or 16. Batched
  * decode (cuda_attention_decode_bulk_rows): B sequences in one launch, CS = 1 .. 16 per (sequence, kv head)
  * so that all clusters are resident at once (decode_cluster.cuh).
  *
@@ -14,17 +14,17 @@
  * new K, appending K/V to the cache and keeping them in shared memory for their own use; the producer never
  * copies that position).
  *
- * Measured against the cp.async cluster kernel (tg128, 0.6B, same runs, docs/notes-cuda.md session 4): faster
- * at depth 256 (0.665-0.667 vs 0.680-0.700 ms per token), 1,024 (0.730 vs 0.764) and 2,048 (0.820 vs 0.839),
- * slower at 4,096 (1.010 vs 0.948) and far slower at 16,384 (2.14 vs 1.42 ms with split-K). Since session 13 the
- * split-K kernel is faster beyond 1,024 positions, so the backend runs this one up to 1,024 (bulk_max_context, set in
- * cuda_backend.cu, used by cuda_decode.cu).
+ * Measured against a cluster kernel fed by cp.async (tg128, 0.6B, same runs, docs/cuda.md): faster at depth 256
+ * (0.665-0.667 vs 0.680-0.700 ms per token), 1,024 (0.730 vs 0.764) and 2,048 (0.820 vs 0.839), slower at 4,096
+ * (1.010 vs 0.948) and far slower at 16,384 (2.14 vs 1.42 ms with split-K). The split-K kernel is faster beyond 1,024
+ * positions, so the backend runs this one up to 1,024 (bulk_max_context, set in cuda_backend.cu, used by
+ * decode_path.cu).
  *
  * Grid (CS, kv_heads, sequences x head_groups); GROUP query heads per cluster share each K/V row they read.
  * Inside a block 32 streams of 8 consumer lanes take one position of a tile each; lane j of a stream holds
  * dims stream_dim(j, 0 .. 15) (decode_attention.cuh). */
-#include "backend/cuda/bulk_copy.cuh"
-#include "backend/cuda/decode_cluster.cuh"
+#include "backend/cuda/kernels/bulk_copy.cuh"
+#include "backend/cuda/kernels/decode_cluster.cuh"
 
 namespace {
 
@@ -34,8 +34,8 @@ constexpr int CONSUMERS = WARPS * 32;
 constexpr int THREADS = CONSUMERS + 32;          /* and one producer warp */
 constexpr int TILE = CONSUMERS / 8;              /* positions per tile: one per stream of 8 lanes */
 /* Tiles in flight per block (16 KB each). 4 stages (68 KB) instead of 8 were meant to let clusters of 16 fit
- * (ncu, session 4: clusters of 8, 64 of 132 SMs); the size query still refuses 16 at one block per SM (session
- * 5), but 4 stages measured faster at short context all the same (0.648 vs 0.658 ms per 0.6B token at 256). */
+ * (ncu: clusters of 8, 64 of 132 SMs); the size query still refuses 16 at one block per SM, but 4 stages measured
+ * faster at short context all the same (0.648 vs 0.658 ms per 0.6B token at 256). */
 constexpr int STAGES = 4;
 constexpr int ROW_BYTES = HEAD_DIM * 2;          /* one K or V row, bf16 */
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES; /* K rows then V rows */
@@ -57,7 +57,7 @@ struct cluster_smem {
  * one per cache block in the serial producer loop. Every lane calls entry() with the same index (a shuffle);
  * indices only grow. The single stream keeps one lane reading the table directly: with the window, measured
  * slower at depths 256 and 1,024 (0.664 / 0.764 vs 0.648 / 0.709 ms per 0.6B token) and with the bulk kernel
- * forced to long contexts (2.92 vs 2.15 ms at 16,384), for reasons not yet understood (session 5). */
+ * forced to long contexts (2.92 vs 2.15 ms at 16,384), for reasons not yet understood. */
 struct table_window {
     const int32_t *table;
     int n_entries, base;
@@ -114,7 +114,7 @@ __device__ __forceinline__ void produce_tile(cluster_smem<GROUP> &sm, int tile, 
 /* MIN_BLOCKS: blocks per SM the registers must allow. The batched path asks for 2 where that costs no spills
  * (GROUP <= 2: 96 registers instead of 123; GROUP 4 would spill), so twice as many sequences' clusters run at
  * once. The single stream keeps 1: with two blocks per SM possible, its clusters of 16 were placed two blocks
- * to an SM, on half the SMs (measured: 0.687 vs 0.647 ms per 0.6B token at depth 256, session 5). */
+ * to an SM, on half the SMs (measured: 0.687 vs 0.647 ms per 0.6B token at depth 256). */
 template <int GROUP, typename OutT, int MIN_BLOCKS, bool BATCHED>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     attention_decode_bulk_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         ms.template store<GROUP>(warp, lane, m, l, acc);
         consumers_sync();
         /* The batched path's clusters of one block (B = 17-32): the block's result is the output (measured: B=32
-         * -1.9% per step, s11r6). Batched only: the same branch in the single-stream kernel, whose clusters are of 8
-         * or 16, made it 2.9% slower at depth 256 (s11r7). */
+         * -1.9% per step). Batched only: the same branch in the single-stream kernel, whose clusters are of 8 or 16,
+         * made it 2.9% slower at depth 256. */
         if (BATCHED && n_ranks == 1) {
             store_block_out<GROUP>(ms, target.out, target.first_head, threadIdx.x, CONSUMERS);
             return;

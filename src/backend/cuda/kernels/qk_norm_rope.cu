@@ -1,7 +1,7 @@
 /* Qwen3's per-head Q/K RMSNorm, RoPE (rotate-half, angles from a table computed in double on the host)
  * and the KV-cache append, fused: one warp per (token, head), the head's 128 values in registers (lane l
  * holds dims 2l, 2l+1 and their rotation partners 64 + 2l, 65 + 2l). */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/cuda_ops.h"
 
 #include "backend/backend.h"
 #include "model/qwen3.h"
@@ -146,7 +146,7 @@ __device__ __forceinline__ void pdl_launch_dependents(void) {
  * whose threads then see every other block's stores. Thread 0's gpu-scope acq_rel atomic, after the barrier,
  * releases the whole block's stores (release is cumulative over bar.sync) and acquires the others' for its block
  * (through the second barrier): one atomic instead of a gpu-scope fence in every thread before and after it
- * (measured -1.4% per 0.6B decode step at depths 4,096 and 16,384, s17r3). is_last: a __shared__ flag. */
+ * (measured -1.4% per 0.6B decode step at depths 4,096 and 16,384). is_last: a __shared__ flag. */
 __device__ __forceinline__ bool block_arrive_is_last(unsigned *counter, unsigned n_blocks, bool *is_last) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -157,74 +157,6 @@ __device__ __forceinline__ bool block_arrive_is_last(unsigned *counter, unsigned
     __syncthreads();
     return *is_last;
 }
-
-/* Timeline (a diagnostic build only: cmake -DKITE_TIMELINE=ON). Thread 0 of each block of an instrumented kernel
- * appends one record: the global timer (32 ns steps on the H200) when the block started, when its PDL wait
- * returned, at up to four marks of the kernel's own and when it ended, its kind and a detail
- * (bench/cuda_forward_bench --timeline writes them out; bench/timeline_summary.py reads them). The start, wait and
- * end times are ordered against the kernel's memory operations (volatile asm on both sides); a mark is not: the
- * compiler may move arithmetic across it, so read marks as approximate.
- * Each .cu file has its own copy of the buffer pointer (no relocatable device code): KITE_TIMELINE_FILE(name)
- * defines the host function that sets it, cuda_timeline.cu calls them all. */
-enum {
-    TIMELINE_GEMV = 1,        /* detail: epilogue * 100000 + cols */
-    TIMELINE_ATTENTION = 2,   /* split-K decode attention; detail: 0 idle split, 1 split, 2 split that combined;
-                               * marks: query ready, positions folded, arrival counted, (combining block) the
-                               * splits' (max, sum) merged */
-    TIMELINE_ARGMAX = 3,      /* the lm_head's argmax reduction */
-};
-struct timeline_record {
-    unsigned long long start, waited, mark1, mark2, end; /* mark1..mark4: points of the kernel's own (0: none) */
-    unsigned kind, detail;
-    unsigned sm, block; /* the SM the block ran on, its linear index in the grid */
-    unsigned long long mark3, mark4;
-};
-#ifdef KITE_TIMELINE
-static __device__ timeline_record *timeline_records;
-static __device__ unsigned *timeline_count;
-static __device__ unsigned timeline_capacity;
-__device__ __forceinline__ unsigned timeline_sm() {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    return sm;
-}
-__device__ __forceinline__ unsigned long long timeline_now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-/* The record's slot is taken when the block starts, before its wait (an atomic at the end held each block's exit
- * ~1.5 us behind a contended counter, and with it the next kernel). */
-#define TIMELINE_START()                                                                                 \
-    const unsigned long long timeline_start_ = timeline_now();                                           \
-    const unsigned timeline_slot_ =                                                                      \
-        threadIdx.x == 0 && timeline_records != nullptr ? atomicAdd(timeline_count, 1u) : 0xffffffffu
-#define TIMELINE_WAITED()                                                                                \
-    const unsigned long long timeline_waited_ = timeline_now();                                          \
-    unsigned long long timeline_mark_[4] = {0, 0, 0, 0}
-#define TIMELINE_MARK(i) (timeline_mark_[i] = timeline_now())
-#define TIMELINE_END(kind, detail)                                                                       \
-    do {                                                                                                 \
-        if (timeline_slot_ < timeline_capacity)                                                          \
-            timeline_records[timeline_slot_] = timeline_record{                                          \
-                timeline_start_,   timeline_waited_, timeline_mark_[0], timeline_mark_[1], timeline_now(),        \
-                (unsigned)(kind),  (unsigned)(detail), timeline_sm(),                                           \
-                blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), timeline_mark_[2], timeline_mark_[3]}; \
-    } while (0)
-#define KITE_TIMELINE_FILE(name)                                                                         \
-    extern "C" cudaError_t kite_timeline_attach_##name(timeline_record *records, unsigned *count, unsigned capacity) { \
-        cudaError_t e = cudaMemcpyToSymbol(timeline_records, &records, sizeof records);                  \
-        if (e == cudaSuccess) e = cudaMemcpyToSymbol(timeline_count, &count, sizeof count);               \
-        if (e == cudaSuccess) e = cudaMemcpyToSymbol(timeline_capacity, &capacity, sizeof capacity);      \
-        return e;                                                                                        \
-    }
-#else
-#define TIMELINE_START() (void)0
-#define TIMELINE_WAITED() (void)0
-#define TIMELINE_MARK(i) (void)0
-#define TIMELINE_END(kind, detail) (void)0
-#define KITE_TIMELINE_FILE(name)
-#endif
 
 /* Launches kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when use_pdl is set. */
 template <typename... KernelArgs, typename... Args>

@@ -7,7 +7,7 @@
  * memory (272-byte rows: ldmatrix is conflict-free); the next K tile loads while P.V runs and the next
  * V tile while Q.K^T runs. S = Q K^T stays in registers and is reused as the A operand of P V
  * (FlashAttention-2's layout trick), so only K and V pass through shared memory. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 namespace {
 

@@ -15,7 +15,7 @@
  * its bin are monotone in the logit, equal logits share a bin); the candidates above the cut are gathered and
  * each ranked by counting the ones that beat it. The rank decides the output slot, so the result does not
  * depend on the order of the gathering. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <float.h>
 

@@ -19,7 +19,7 @@
  * sums meet in shared memory, where the epilogue stores consecutive outputs of a batch row from consecutive
  * threads (whole sectors). Each warp double-buffers its weight chunks (groups of 4 chunks in flight), across
  * tile boundaries too, and the first group is requested before the programmatic-dependent-launch wait. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <float.h>
 
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 
     /* Stage the activations: bf16(x * rsqrt(mean(x^2) + eps) * norm_weight), zero rows past n_rows and
      * zero columns past cols. One warp per batch row. (Issuing 4 loads per thread across the block
-     * instead measured slower: 1.218 vs 1.095 ms per step at B = 8, docs/notes-cuda.md.) A bf16 input: every
+     * instead measured slower: 1.218 vs 1.095 ms per step at B = 8, docs/cuda.md.) A bf16 input: every
      * thread's 16-byte pieces by cp.async at once. */
     if constexpr (X_BF16) {
         const bf16 *x = static_cast<const bf16 *>(x_in);

@@ -1,6 +1,6 @@
 /* SwiGLU for prefill: the fused gate/up GEMM output (tokens, 2 * intermediate) -> (tokens, intermediate),
  * silu(gate) * up in fp32, 16-byte loads and stores. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 namespace {
 

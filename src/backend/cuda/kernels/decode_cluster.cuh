@@ -1,7 +1,6 @@
-/* The parts the two cluster decode attention kernels share (attention_decode_cluster.cu: K/V tiles by
- * cp.async; attention_decode_bulk.cu: by bulk copies from a producer warp). Both split a kv head's positions
- * over the CS blocks of a thread-block cluster; they differ only in how K/V tiles reach shared memory.
- * Shared here: the per-block state that outlives the tile loop, the query / new-K/V preparation after the
+/* The cluster decode attention's parts apart from how K/V tiles reach shared memory (attention_decode_bulk.cu: by
+ * bulk copies from a producer warp). It splits a kv head's positions over the CS blocks of a thread-block cluster.
+ * Here: the per-block state that outlives the tile loop, the query / new-K/V preparation after the
  * PDL wait, the block's partial result, its combine by the cluster's rank 0 through distributed shared
  * memory, and the host-side launch (cluster dimension, PDL, the co-residency query).
  * Grid (CS, kv heads, sequences x head groups): a cluster serves one (sequence, kv head, head group). Single
@@ -10,7 +9,7 @@
 #ifndef KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
 #define KITE_BACKEND_CUDA_DECODE_CLUSTER_CUH
 
-#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/kernels/decode_attention.cuh"
 
 #include <cooperative_groups.h>
 

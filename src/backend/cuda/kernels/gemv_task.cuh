@@ -1,14 +1,14 @@
-/* The rows and the epilogue of one decode matrix-vector task, shared by gemv.cu (a kernel per product) and
- * decode_persistent.cu (stages of one kernel). A task is R weight rows whose dot products with the input a
- * warp reduces to acc[0..R); with the SWIGLU epilogue it is R/2 outputs, output i needing rows i (gate) and
- * i + rows/2 (up). The epilogues are the CUDA_GEMV_* values of cuda_ops.h. */
+/* The rows and the epilogue of one decode matrix-vector task (gemv.cu), and the input staging and chunk dot
+ * product that the lm_head screen's exact pass shares with it (lm_head_screen.cu). A task is R weight rows whose
+ * dot products with the input a warp reduces to acc[0..R); with the SWIGLU epilogue it is R/2 outputs, output i
+ * needing rows i (gate) and i + rows/2 (up). The epilogues are the CUDA_GEMV_* values of cuda_ops.h. */
 #ifndef KITE_BACKEND_CUDA_GEMV_TASK_CUH
 #define KITE_BACKEND_CUDA_GEMV_TASK_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
-/* One 16-byte chunk of a bf16 weight row times 8 fp32 inputs, summed in the order every decode GEMV adds them (gemv.cu,
- * decode_persistent.cu); the lm_head screen's exact pass uses it too, because it must reproduce the GEMV's bits. */
+/* One 16-byte chunk of a bf16 weight row times 8 fp32 inputs, summed in the order the decode GEMV adds them (gemv.cu);
+ * the lm_head screen's exact pass uses it too, because it must reproduce the GEMV's bits. */
 __device__ __forceinline__ float chunk_dot(const uint4 w, const float4 x0, const float4 x1) {
     float wf[8];
     bf16x8_to_float(w, wf);
@@ -91,19 +91,14 @@ struct gemv_task_rows {
     }
 
     /* Lane 0 writes the task's outputs: STORE y[row] = acc, ADD y[row] += acc, SWIGLU y[i] = silu(gate) * up,
-     * ARGMAX y[row] = acc and (best, best_index) updated. THROUGH_L2: y is read and written with
-     * ld/st.global.cg, for a persistent kernel whose other SMs read y in the same launch. */
-    template <bool THROUGH_L2>
+     * ARGMAX y[row] = acc and (best, best_index) updated. */
     __device__ __forceinline__ void store(int task, const float acc[R], float *y, float &best, int32_t &best_index) const {
-        auto put = [](float *p, float v) {
-            if (THROUGH_L2) __stcg(p, v); else *p = v;
-        };
         if (EPILOGUE == CUDA_GEMV_SWIGLU) {
 #pragma unroll
             for (int r = 0; r < R; r += 2) {
                 if (!valid(task, r)) continue;
                 const float gate = acc[r], up = acc[r + 1];
-                put(&y[task * OUTPUTS_PER_TASK + (r >> 1)], gate / (1.0f + __expf(-gate)) * up);
+                y[task * OUTPUTS_PER_TASK + (r >> 1)] = gate / (1.0f + __expf(-gate)) * up;
             }
         } else {
 #pragma unroll
@@ -111,9 +106,9 @@ struct gemv_task_rows {
                 if (!valid(task, r)) continue;
                 const int row = task * R + r;
                 if (EPILOGUE == CUDA_GEMV_ADD) {
-                    put(&y[row], (THROUGH_L2 ? __ldcg(&y[row]) : y[row]) + acc[r]);
+                    y[row] += acc[r];
                 } else {
-                    put(&y[row], acc[r]);
+                    y[row] = acc[r];
                     if (EPILOGUE == CUDA_GEMV_ARGMAX && argmax_better(acc[r], row, best, best_index)) {
                         best = acc[r];
                         best_index = row;

@@ -1,10 +1,10 @@
 /* Bulk copies global -> shared memory by the copy engine (cp.async.bulk), completed on an mbarrier, and the
- * mbarrier operations around them. Shared by decode_persistent.cu and attention_decode_bulk.cu.
+ * mbarrier operations around them, for attention_decode_bulk.cu.
  * Addresses and sizes of a bulk copy are multiples of 16 bytes. */
 #ifndef KITE_BACKEND_CUDA_BULK_COPY_CUH
 #define KITE_BACKEND_CUDA_BULK_COPY_CUH
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 __device__ __forceinline__ uint32_t smem_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 

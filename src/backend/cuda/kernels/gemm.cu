@@ -8,8 +8,8 @@
  * cuda_gemm_bf16_split runs the same product as `slices` k slices in one strided-batch launch, each writing its
  * own fp32 partial: for the batched decode's small-n products this gives cuBLASLt more blocks than its own
  * choice, and the partials are summed by the kernel that adds them to the residual (rmsnorm.cu), where cuBLASLt's
- * split-K would have launched a separate reduction (docs/notes-cuda.md, session 10). */
-#include "backend/cuda/cuda_common.cuh"
+ * split-K would have launched a separate reduction (docs/cuda.md). */
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <cublasLt.h>
 #include <stdlib.h>

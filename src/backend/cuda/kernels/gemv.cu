@@ -7,7 +7,7 @@
  * Blocks loop over warp tasks (a grid of at most four 4-warp blocks per SM, five for the lm_head), so the prologue
  * (and its RMSNorm) is paid once per block, and under PDL each warp fetches its first two steps (the lm_head its
  * first) before the previous kernel ends. */
-#include "backend/cuda/gemv_task.cuh"
+#include "backend/cuda/kernels/gemv_task.cuh"
 
 #include <float.h>
 
@@ -16,7 +16,7 @@ namespace {
 constexpr int GEMV_THREADS = 128;
 constexpr int GEMV_BLOCKS_PER_SM = 4;
 /* The lm_head has no neighbour kernel to leave room for (the argmax reduction after it is one block): it takes
- * every block its registers allow (measured: -0.9% per 0.6B step at depth 16,384, -1.0% per 1.7B step, s13r3). */
+ * every block its registers allow (measured: -0.9% per 0.6B step at depth 16,384, -1.0% per 1.7B step). */
 constexpr int LM_HEAD_BLOCKS_PER_SM = 5;
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 
@@ -24,11 +24,10 @@ template <int R, int U, int EPILOGUE, int MIN_BLOCKS>
 __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     gemv_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
                 float *y, int rows, int cols, argmax_entry *partial, bool y_settled) {
-    TIMELINE_START();
     /* The input vector (fp32, normalised in place), then with a norm its weights, filled by cp.async. It starts on
-     * a 128-byte boundary whatever the static arrays below take: at byte 16 (bfea1ab) the SASS differed only in that
-     * offset, yet one product alone cost the step +7 to +15% and all of them 25% (s23r2, s24r3; docs/notes-cuda.md,
-     * session 24). The lm_head's vector moved from byte 160 to 256 with it: no measurable change (s24r5). */
+     * a 128-byte boundary whatever the static arrays below take: at byte 16 the SASS differed only in that offset,
+     * yet one product alone cost the step +7 to +15% and all of them 25% (docs/cuda.md). The lm_head's vector at
+     * byte 256 instead of 160: no measurable change. */
     extern __shared__ __align__(128) float4 smem_vec[];
     /* The warps' sums of squares (the first GEMV_WARPS entries; 32, the size every measurement ran with). */
     __shared__ float reduce_scratch[32];
@@ -100,7 +99,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
                     for (int r = 0; r < R; r++)
                         if (layout.valid(c.task, r)) y[c.task * R + r] = y_settled_rows[r] + acc[r];
                 } else {
-                    layout.template store<false>(c.task, acc, y, best_value, best_index);
+                    layout.store(c.task, acc, y, best_value, best_index);
                 }
             }
 #pragma unroll
@@ -112,7 +111,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * products (one or two steps per warp) request all their weights here. The lm_head (~29 steps per warp) requests
      * only its first step: its second, requested right after the wait, is in flight while the block stages its
      * input, and the smaller burst before the wait lets the down projection before it end sooner (its hand-over
-     * 2.9 -> 1.7 us; -0.6 to -0.8% per 0.6B step at depth 16,384, session 22). */
+     * 2.9 -> 1.7 us; -0.6 to -0.8% per 0.6B step at depth 16,384). */
     constexpr bool SECOND_STEP_AFTER_WAIT = EPILOGUE == CUDA_GEMV_ARGMAX;
     uint4 wa[R][U], wb[R][U];
     cursor next_load = {(int)blockIdx.x * GEMV_WARPS + warp, 0};
@@ -128,7 +127,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * it (loaded into registers and stored here, they held the block short of its wait behind its own weight
      * steps; ncu showed gate_up's blocks, run alone, waiting at that store); the staging's wait below covers both.
      * With the staging and norm loops not unrolled no instance spills (ptxas). Together: -2.8% per 0.6B step at
-     * depth 16,384, -3.6% at 256 (s17r1). */
+     * depth 16,384, -3.6% at 256. */
     if (norm_weight != nullptr) {
 #pragma unroll 1
         for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS)
@@ -137,7 +136,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     }
     pdl_wait();
     pdl_launch_dependents();
-    TIMELINE_WAITED();
     if (SECOND_STEP_AFTER_WAIT) load_next(wb);
 
     /* Stage the input vector (stage_decode_input, gemv_task.cuh). Every 16-byte piece by cp.async at once: a loop of
@@ -145,9 +143,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * remainder loop, 3 for 3,072 and 6,144), and with all of a small matrix's weight steps requested before the wait
      * those round trips are the critical path. The norm folded into the staging (one barrier instead of three and one
      * pass over the input fewer): -0.7 to -1.3% per 0.6B step at depths 256 and 4,096, 0.0% at 16,384, -1.1% per 1.7B
-     * step (session 22, s22r1 / s22r2). */
+     * step. */
     norm_scale = stage_decode_input<GEMV_THREADS>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch);
-    TIMELINE_MARK(0); /* the input staged (and times the norm weights) */
 
     while (next_multiply.task < n_tasks) {
         multiply_step(next_multiply, wa);
@@ -175,15 +172,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
             partial[blockIdx.x] = best;
         }
     }
-    TIMELINE_END(TIMELINE_GEMV, EPILOGUE * 100000 + cols);
 }
 
 /* One block reduces the per-block argmax partials of the lm_head GEMV to the token id. */
 __global__ void argmax_partials_kernel(const argmax_entry *partial, int n_partial, int32_t *out) {
-    TIMELINE_START();
     pdl_wait();
     pdl_launch_dependents();
-    TIMELINE_WAITED();
     __shared__ argmax_entry scratch[32];
     argmax_entry best = argmax_none();
     for (int i = threadIdx.x; i < n_partial; i += blockDim.x) {
@@ -192,7 +186,6 @@ __global__ void argmax_partials_kernel(const argmax_entry *partial, int n_partia
     }
     best = block_argmax(best, scratch);
     if (threadIdx.x == 0) out[0] = argmax_id(best);
-    TIMELINE_END(TIMELINE_ARGMAX, 0);
 }
 
 int gemv_sm_count() {
@@ -266,8 +259,6 @@ kite_status gemv_pick(const gemv_call &c) {
 }
 
 } // namespace
-
-KITE_TIMELINE_FILE(gemv)
 
 extern "C" size_t cuda_gemv_argmax_workspace(int rows) {
     (void)rows;

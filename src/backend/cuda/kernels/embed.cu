@@ -1,7 +1,7 @@
 /* Token embedding lookup: one block per token, 16-byte loads of the bf16 row, fp32 out (the residual
  * stream is fp32). A negative id stands for fallback[t] (overlapped decode: the previous step's argmax, which
  * the host has not read yet when it enqueues this step). */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 namespace {
 

@@ -1,7 +1,7 @@
 /* RMSNorm of fp32 rows into bf16 (the input of a prefill GEMM), optionally gathering rows (the last
  * token of each sequence before the lm_head); and the same after adding split-K partial products to the rows
  * (cuda_residual_rmsnorm). One block per row, float4 loads. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels/cuda_common.cuh"
 
 namespace {
 

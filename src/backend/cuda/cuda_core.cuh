@@ -1,0 +1,174 @@
+/* What the CUDA backend's paths share (C++, never included by host C code; the plain-C entry points for tests and
+ * the bench are cuda_backend_internal.h): the core (device, stream, cuBLASLt handle, switches, weights, KV cache),
+ * the rows a step keeps for the readers (kept_rows), where a step's tokens come from (step_tokens), and small
+ * helpers (an NVTX range, buffers in one allocation, growing buffers, graph capture).
+ *
+ *   cuda_backend.cu       creation, destruction, kv_reserve, the dispatch of each step to a path, backend_ops and
+ *                         the setters of cuda_backend_internal.h (cuda_backend.cuh: the backend, its members)
+ *   cuda_weights.cu       weights and the RoPE table to the device (the core's)
+ *   prefill_path.cu       any step batch: prefill chunks and mixed steps (prefill_path.cuh)
+ *   decode_path.cu        single-stream decode: one sequence, one token (decode_path.cuh)
+ *   batch_path.cu         batched decode: 2..BATCH_MAX sequences of one token each (batch_path.cuh)
+ *   cuda_read_results.cu  the kept rows' logits, top candidates and argmax ids back to the host (read_results.cuh)
+ * The kernels the paths compose are in kernels/ (kernels/cuda_ops.h is their index).
+ */
+#ifndef KITE_BACKEND_CUDA_CORE_CUH
+#define KITE_BACKEND_CUDA_CORE_CUH
+
+#include "backend/cuda/kernels/cuda_common.cuh"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include "util/options.h"
+
+struct cuda_layer {
+    bf16 *qkv;     /* (qkv_dim, hidden): q_proj, k_proj, v_proj rows */
+    bf16 *o;       /* (hidden, q_dim) */
+    bf16 *gate_up; /* (2 intermediate, hidden): gate_proj rows then up_proj rows */
+    bf16 *down;    /* (hidden, intermediate) */
+    float *input_norm, *post_norm; /* (hidden) */
+    float *q_norm, *k_norm;        /* (head_dim) */
+};
+
+/* The device, the weights and the KV cache: set up at creation (the cache by kv_reserve), read by every path. */
+struct cuda_core {
+    qwen3_config config;
+    int device, sm_count;
+    char device_name[256];
+    cudaStream_t stream;
+    cuda_gemm *gemm;
+    runtime_options options; /* the switches as read at creation (src/util/options.h) */
+    bool use_graph, use_pdl; /* the decode paths: captured graphs, programmatic dependent launch */
+    int head_groups;         /* blocks per kv head in decode attention (query heads per block: group_heads / this) */
+    int split_blocks_per_sm; /* split-K decode attention blocks an SM holds (cuda_attention_decode_blocks_per_sm) */
+
+    void *weight_bytes; /* one allocation for every weight */
+    bf16 *embed, *lm_head;
+    float *final_norm;
+    cuda_layer *layers;
+    float *rope_cos, *rope_sin; /* (rope_positions, head_dim / 2) */
+    int32_t rope_positions;
+
+    bf16 *kv_cache; /* kv_blocks + 1 blocks per layer: the last one the batched path's scratch block */
+    int32_t kv_blocks, kv_block_size;
+    size_t kv_layer_elements;
+};
+
+/* A layer's view of the paged KV cache. */
+inline cuda_kv_layer kv_layer(const cuda_core *core, int layer) {
+    cuda_kv_layer kv;
+    kv.base = core->kv_cache + (size_t)layer * core->kv_layer_elements;
+    kv.block_size = core->kv_block_size;
+    kv.n_kv_heads = core->config.n_kv_heads;
+    kv.head_dim = core->config.head_dim;
+    return kv;
+}
+
+/* Splits per (sequence, kv head, head group) of the split-K decode attention for `rows` sequences: as many as fill
+ * the device once (split_blocks_per_sm blocks per SM). Single-stream decode uses rows = 1. */
+inline int attention_splits(const cuda_core *core, int32_t rows) {
+    const int blocks = core->split_blocks_per_sm * (core->sm_count ? core->sm_count : 132);
+    const int splits = blocks / (core->config.n_kv_heads * core->head_groups * rows);
+    return splits < 1 ? 1 : splits;
+}
+
+/* The path that produced a step's kept rows (the readers' source). */
+enum kept_path { KEPT_NONE = 0, KEPT_PREFILL, KEPT_DECODE, KEPT_BATCH };
+
+/* The rows a forward keeps for read_logits, read_top, argmax and argmax_begin: what each path returns and the
+ * readers take. */
+struct kept_rows {
+    kept_path path;
+    int32_t n_rows;
+    const float *logits;               /* (n_rows, vocab) on the device; NULL: the step kept ids only (ids_only) */
+    const int32_t *argmax_ids;         /* the rows' argmax on the device; NULL: computed from logits when asked */
+    const volatile int32_t *published; /* the ids in mapped host memory, written by the step; NULL: none */
+};
+
+inline kept_rows kept_none() { return kept_rows{KEPT_NONE, 0, NULL, NULL, NULL}; }
+
+/* Where a step's tokens come from: the host (step_batch.token_ids), or the previous step's argmax on the device
+ * (step_batch.tokens_from_argmax): `ids`, written by `written_by` (a path reads its own ids in place). */
+struct step_tokens {
+    bool on_device;
+    const int32_t *ids;
+    kept_path written_by;
+};
+
+/* A named NVTX range over a scope of host code (what an Nsight Systems timeline shows above the kernels it
+ * enqueued); header-only NVTX 3, a no-op unless a profiler is attached. */
+struct nvtx_scope {
+    explicit nvtx_scope(const char *name) { nvtxRangePushA(name); }
+    ~nvtx_scope() { nvtxRangePop(); }
+    nvtx_scope(const nvtx_scope &) = delete;
+    nvtx_scope &operator=(const nvtx_scope &) = delete;
+};
+
+inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Several buffers kept in one device allocation (the decode, batched and prefill paths each do): parts of
+ * sizes[0..n) bytes, one after another, each starting at a multiple of 256 bytes. parts_bytes is what to allocate;
+ * split_parts gives each part's address in the allocation at `base`. */
+constexpr size_t PART_ALIGN = 256;
+inline size_t parts_bytes(const size_t *sizes, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += align_up(sizes[i], PART_ALIGN);
+    return total;
+}
+inline void split_parts(void *base, const size_t *sizes, int n, void **parts) {
+    unsigned char *p = static_cast<unsigned char *>(base);
+    for (int i = 0; i < n; i++) {
+        parts[i] = p;
+        p += align_up(sizes[i], PART_ALIGN);
+    }
+}
+
+/* The capacity a growing buffer takes: `initial` while empty, doubled until it holds `need`. */
+template <typename T>
+T grown_capacity(T current, T initial, T need) {
+    T capacity = current ? current : initial;
+    while (capacity < need) capacity *= 2;
+    return capacity;
+}
+
+/* Replaces a device buffer and its pinned host twin (the staging of its copies) with new ones of the given sizes;
+ * the caller has synchronised the stream and set the capacity it keeps to 0 until this returns KITE_OK. */
+template <typename D, typename H>
+kite_status replace_device_and_pinned(D **device, size_t device_bytes, H **host, size_t host_bytes) {
+    if (*device) CUDA_CHECK(cudaFree(*device));
+    if (*host) CUDA_CHECK(cudaFreeHost(*host));
+    *device = NULL;
+    *host = NULL;
+    CUDA_CHECK(cudaMalloc(device, device_bytes));
+    CUDA_CHECK(cudaMallocHost(host, host_bytes));
+    return KITE_OK;
+}
+
+/* Captures what launches() enqueues on `stream` as a graph and instantiates it into *exec (NULL on failure);
+ * `what` names the graph in error messages. A failure of launches() is returned as it is. */
+template <typename Launches>
+kite_status capture_graph(cudaStream_t stream, Launches launches, cudaGraphExec_t *exec, const char *what) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const kite_status status = launches();
+    cudaGraph_t graph = NULL;
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (status != KITE_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        return status;
+    }
+    if (end != cudaSuccess)
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaStreamEndCapture(%s) failed: %s", what, cudaGetErrorName(end));
+    const cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+        *exec = NULL;
+        return kite_fail(KITE_ERROR_BACKEND, "cuda: cudaGraphInstantiate(%s) failed: %s", what, cudaGetErrorName(inst));
+    }
+    return KITE_OK;
+}
+
+/* cuda_weights.cu: the weights and the RoPE table into the core. */
+kite_status upload_weights(cuda_core *core, const qwen3_weights *w);
+kite_status upload_rope(cuda_core *core);
+
+#endif

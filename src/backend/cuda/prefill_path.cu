@@ -1,0 +1,169 @@
+/* The prefill path: any step batch - prefill chunks, the decode tokens of several sequences, mixed steps - and the
+ * steps the decode paths do not take (a sequence that wants no logits, batches past BATCH_MAX or with
+ * KITE_CUDA_BATCH=0). Every token of the batch goes through each layer at once, the residual stream in fp32:
+ *   embed; per layer: rmsnorm, qkv GEMM (cuBLASLt), qk_norm_rope_kv (Q/K norm, RoPE, K/V appended to the paged cache),
+ *   attention_prefill (tensor-core flash attention over each sequence's blocks), o_proj GEMM into the residual,
+ *   rmsnorm, gate_up GEMM, swiglu, down GEMM into the residual; then for the rows that want logits the final
+ *   rmsnorm and the lm_head GEMM.
+ * Bounded by the tensor cores' rate in the GEMMs (long chunks) and by one kernel launch per operation (short ones);
+ * no graph: the shapes change with every step. Its buffers grow to the largest step seen.
+ */
+#include "backend/cuda/prefill_path.cuh"
+
+#include <math.h>
+#include <string.h>
+
+namespace {
+
+/* Activations for n_tokens tokens. */
+kite_status ensure_tokens(cuda_core *core, prefill_state *p, int32_t n_tokens) {
+    if (n_tokens <= p->token_capacity) return KITE_OK;
+    const qwen3_config *c = &core->config;
+    int32_t capacity = p->token_capacity ? p->token_capacity : 256;
+    while (capacity < n_tokens) capacity *= 2;
+    const size_t T = (size_t)capacity;
+    const size_t hidden = c->hidden_size, qd = (size_t)qwen3_q_dim(c);
+    const size_t qkv = (size_t)qwen3_qkv_dim(c), inter = c->intermediate_size;
+    const size_t sizes[7] = {T * hidden * 4, T * hidden * 2, T * qkv * 2, T * qd * 2, T * qd * 2, T * 2 * inter * 2, T * inter * 2};
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    if (p->activation_bytes) CUDA_CHECK(cudaFree(p->activation_bytes));
+    p->activation_bytes = NULL;
+    p->token_capacity = 0;
+    CUDA_CHECK(cudaMalloc(&p->activation_bytes, parts_bytes(sizes, 7)));
+    void *parts[7];
+    split_parts(p->activation_bytes, sizes, 7, parts);
+    p->x = static_cast<float *>(parts[0]);
+    p->normed = static_cast<bf16 *>(parts[1]);
+    p->qkv = static_cast<bf16 *>(parts[2]);
+    p->q = static_cast<bf16 *>(parts[3]);
+    p->attention = static_cast<bf16 *>(parts[4]);
+    p->gate_up = static_cast<bf16 *>(parts[5]);
+    p->act = static_cast<bf16 *>(parts[6]);
+    p->token_capacity = capacity;
+    return KITE_OK;
+}
+
+/* The step metadata (host pinned + device) for n_ints int32s. */
+kite_status ensure_meta(cuda_core *core, prefill_state *p, size_t n_ints) {
+    if (n_ints <= p->meta_capacity) return KITE_OK;
+    const size_t capacity = grown_capacity(p->meta_capacity, (size_t)4096, n_ints);
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    p->meta_capacity = 0;
+    KITE_TRY(replace_device_and_pinned(&p->meta_device, capacity * sizeof(int32_t), &p->meta_host,
+                                       capacity * sizeof(int32_t)));
+    p->meta_capacity = capacity;
+    return KITE_OK;
+}
+
+/* Logits for `rows` rows. */
+kite_status ensure_logits(cuda_core *core, prefill_state *p, int32_t rows) {
+    if (rows <= p->logits_rows) return KITE_OK;
+    const int32_t capacity = grown_capacity(p->logits_rows, (int32_t)8, rows);
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    if (p->logits) CUDA_CHECK(cudaFree(p->logits));
+    p->logits = NULL;
+    p->logits_rows = 0;
+    CUDA_CHECK(cudaMalloc(&p->logits, (size_t)capacity * (size_t)core->config.vocab_size * sizeof(float)));
+    p->logits_rows = capacity;
+    return KITE_OK;
+}
+
+} // namespace
+
+kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch *batch, step_tokens tokens,
+                            kept_rows *kept) {
+    const qwen3_config *c = &core->config;
+    const int32_t T = batch->n_tokens, S = batch->n_seqs, bs = core->kv_block_size;
+    int32_t rows = 0;
+    size_t table_ints = 0;
+    int32_t max_new = 0;
+    for (int32_t s = 0; s < S; s++) {
+        rows += batch->seq_wants_logits[s] ? 1 : 0;
+        table_ints += (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+        const int32_t n_new = batch->seq_token_start[s + 1] - batch->seq_token_start[s];
+        if (n_new > max_new) max_new = n_new;
+    }
+    KITE_TRY(ensure_tokens(core, p, T));
+    if (rows > 0) KITE_TRY(ensure_logits(core, p, rows));
+    const size_t n_ints = 3 * (size_t)T + (size_t)(S + 1) + 2 * (size_t)S + table_ints + (size_t)rows;
+    KITE_TRY(ensure_meta(core, p, n_ints));
+    CUDA_CHECK(cudaEventSynchronize(p->meta_copied)); /* the previous step's copy has left the host buffer */
+
+    int32_t *h = p->meta_host;
+    int32_t *ids = h, *positions = ids + T, *slots = positions + T, *token_start = slots + T;
+    int32_t *ctx = token_start + S + 1, *table_start = ctx + S, *tables = table_start + S;
+    int32_t *logit_rows = tables + table_ints;
+    if (tokens.on_device) /* the ids are copied on the device below */
+        memset(ids, 0, (size_t)T * sizeof(int32_t));
+    else
+        memcpy(ids, batch->token_ids, (size_t)T * sizeof(int32_t));
+    size_t table_at = 0;
+    int32_t row = 0;
+    for (int32_t s = 0; s < S; s++) {
+        const int32_t start = batch->seq_token_start[s], n_new = batch->seq_token_start[s + 1] - start;
+        const int32_t context = batch->seq_context_len[s], n_blocks = KITE_CEIL_DIV(context, bs);
+        token_start[s] = start;
+        ctx[s] = context;
+        table_start[s] = (int32_t)table_at;
+        memcpy(tables + table_at, batch->block_tables[s], (size_t)n_blocks * sizeof(int32_t));
+        for (int32_t i = 0; i < n_new; i++) {
+            const int32_t position = context - n_new + i;
+            positions[start + i] = position;
+            slots[start + i] = batch->block_tables[s][position / bs] * bs + position % bs;
+        }
+        table_at += (size_t)n_blocks;
+        if (batch->seq_wants_logits[s]) logit_rows[row++] = start + n_new - 1;
+    }
+    token_start[S] = batch->seq_token_start[S];
+    CUDA_CHECK(cudaMemcpyAsync(p->meta_device, h, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice, core->stream));
+    CUDA_CHECK(cudaEventRecord(p->meta_copied, core->stream));
+    if (tokens.on_device) /* one token per sequence: the previous step's argmax rows, in order */
+        CUDA_CHECK(cudaMemcpyAsync(p->meta_device, tokens.ids, (size_t)T * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                   core->stream));
+
+    int32_t *d = p->meta_device;
+    const int32_t *d_ids = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_token_start = d + 3 * T;
+    const int32_t *d_ctx = d_token_start + S + 1, *d_table_start = d_ctx + S, *d_tables = d_table_start + S;
+    const int32_t *d_logit_rows = d_tables + table_ints;
+    cuda_seq_meta seqs;
+    seqs.token_start = d_token_start;
+    seqs.context_len = d_ctx;
+    seqs.block_table_start = d_table_start;
+    seqs.block_tables = d_tables;
+    seqs.n_seqs = S;
+    seqs.max_new_tokens = max_new;
+
+    void *st = core->stream;
+    const int hidden = c->hidden_size, inter = c->intermediate_size;
+    const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
+    const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    KITE_TRY(cuda_embed(core->embed, d_ids, NULL, p->x, T, hidden, st, 0));
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &core->layers[l];
+        const cuda_kv_layer kv = kv_layer(core, l);
+        KITE_TRY(cuda_rmsnorm(p->x, L->input_norm, p->normed, NULL, T, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->qkv, p->qkv, 0, 0.0f, T, qkv_dim, hidden, st));
+        KITE_TRY(cuda_qk_norm_rope_kv(p->qkv, p->q, 0, d_positions, d_slots, L->q_norm, L->k_norm, core->rope_cos,
+                                      core->rope_sin, kv, T, c->n_heads, eps, st, 0));
+        KITE_TRY(cuda_attention_prefill(p->q, p->attention, kv, seqs, c->n_heads, scale, st));
+        KITE_TRY(cuda_gemm_bf16(core->gemm, p->attention, L->o, p->x, 1, 1.0f, T, hidden, qd, st));
+        KITE_TRY(cuda_rmsnorm(p->x, L->post_norm, p->normed, NULL, T, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->gate_up, p->gate_up, 0, 0.0f, T, 2 * inter, hidden, st));
+        KITE_TRY(cuda_swiglu(p->gate_up, p->act, T, inter, st));
+        KITE_TRY(cuda_gemm_bf16(core->gemm, p->act, L->down, p->x, 1, 1.0f, T, hidden, inter, st));
+    }
+    if (rows > 0) {
+        KITE_TRY(cuda_rmsnorm(p->x, core->final_norm, p->normed, d_logit_rows, rows, hidden, eps, st));
+        KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, core->lm_head, p->logits, 1, 0.0f, rows, c->vocab_size, hidden, st));
+    }
+    *kept = kept_rows{KEPT_PREFILL, rows, p->logits, NULL, NULL};
+    return KITE_OK;
+}
+
+void prefill_free(prefill_state *p) {
+    cudaFree(p->activation_bytes);
+    cudaFreeHost(p->meta_host);
+    cudaFree(p->meta_device);
+    cudaFree(p->logits);
+    if (p->meta_copied) cudaEventDestroy(p->meta_copied);
+}
