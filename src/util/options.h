@@ -33,7 +33,7 @@ extern "C" {
     X(cuda_pdl, "KITE_CUDA_PDL", BOOL, 1, 0, 1,                                                                \
       "decode kernels use programmatic dependent launch (0: each kernel waits for the previous one to end)")   \
     X(cuda_batch, "KITE_CUDA_BATCH", BOOL, 1, 0, 1,                                                            \
-      "2-256 sequences decode through the batched path (0: through the general prefill path)")                 \
+      "2-256 sequences decode through the batched path (0: through the prefill path)")                 \
     X(cuda_attention_cluster, "KITE_CUDA_ATTENTION_CLUSTER", BOOL, 1, 0, 1,                                    \
       "short contexts' decode attention runs in thread-block clusters (0: split-K attention at every depth)")  \
     X(cuda_lm_head_screen, "KITE_CUDA_LM_HEAD_SCREEN", BOOL, 1, 0, 1,                                          \
