@@ -11,7 +11,7 @@
  * read, no length limit at the next token), a step enqueues the next one before it reads its own ids, the
  * next step's tokens taken on the device from this step's argmax (step_batch.tokens_from_argmax). The host's
  * round trip between steps (the ids' copy, the wait, the next step's setup and launch: 20-28 us per step on
- * the H200, bench/results/logs/2026-11-30-s12r2) then overlaps the device's work. The step in flight is
+ * the H200) then overlaps the device's work. The step in flight is
  * resolved at the next kite_engine_step; a row whose request finished or was cancelled meanwhile is dropped.
  * KITE_ENGINE_OVERLAP=0 turns it off.
  *
@@ -88,7 +88,7 @@ static double now_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* KV blocks of 128 positions: measured on the H200 (0.6B, session 8, cuda_forward_bench --block-size) against
+/* KV blocks of 128 positions: measured on the H200 (0.6B, cuda_forward_bench --block-size) against
  * 16, batched decode B=8 -6% per step (the bulk-fed attention copies one run per tile instead of two and its
  * producer walks a shorter table), single stream -2% at depth 256, nothing slower; a sequence wastes less than
  * one block. */
