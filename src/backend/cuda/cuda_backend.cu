@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_backend_internal.h"
+#include "util/options.h"
 
 namespace {
 
@@ -293,7 +294,6 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     b->base.config = &core->config;
     b->kept = kept_none();
     core->device = device;
-    core->options = options;
     core->use_graph = options.cuda_graph != 0;
     core->use_pdl = options.cuda_pdl != 0;
     bp->enabled = options.cuda_batch != 0;

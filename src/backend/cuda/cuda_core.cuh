@@ -19,7 +19,6 @@
 
 #include <nvtx3/nvToolsExt.h>
 
-#include "util/options.h"
 
 struct cuda_layer {
     bf16 *qkv;     /* (qkv_dim, hidden): q_proj, k_proj, v_proj rows */
@@ -37,7 +36,6 @@ struct cuda_core {
     char device_name[256];
     cudaStream_t stream;
     cuda_gemm *gemm;
-    runtime_options options; /* the switches as read at creation (src/util/options.h) */
     bool use_graph, use_pdl; /* the decode paths: captured graphs, programmatic dependent launch */
     int head_groups;         /* blocks per kv head in decode attention (query heads per block: group_heads / this) */
     int split_blocks_per_sm; /* split-K decode attention blocks an SM holds (cuda_attention_decode_blocks_per_sm) */
