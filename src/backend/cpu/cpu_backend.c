@@ -591,7 +591,7 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     maybe_round_bf16(b, s->up, (size_t)n * (size_t)inter);
-    cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter);
+    cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter, threads);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     cpu_matmul(s->projected, s->gate, w->down_proj, n, hidden, inter, threads);
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
