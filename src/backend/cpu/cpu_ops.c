@@ -23,8 +23,14 @@ typedef float v8f __attribute__((vector_size(32)));
 #define CPU_TILE_PAIRS_MAX 4  /* token pairs of a 512-bit tile, at most */
 #define CPU_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-CPU_ALWAYS_INLINE float reduce_lanes(const float *lanes) {
-    return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+typedef float v4f __attribute__((vector_size(16)));
+typedef float v2f __attribute__((vector_size(8)));
+
+/* The lanes' fixed tree, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), as three vector steps. */
+CPU_ALWAYS_INLINE float reduce_lanes(v8f lanes) {
+    v4f quads = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3) + __builtin_shufflevector(lanes, lanes, 4, 5, 6, 7);
+    v2f pairs = __builtin_shufflevector(quads, quads, 0, 1) + __builtin_shufflevector(quads, quads, 2, 3);
+    return pairs[0] + pairs[1];
 }
 
 CPU_ALWAYS_INLINE float dot_body(const float *a, const float *b, int32_t n) {
@@ -36,9 +42,7 @@ CPU_ALWAYS_INLINE float dot_body(const float *a, const float *b, int32_t n) {
         memcpy(&vb, b + k, sizeof vb);
         acc += va * vb;
     }
-    float lanes[CPU_LANES];
-    memcpy(lanes, &acc, sizeof lanes);
-    float sum = reduce_lanes(lanes);
+    float sum = reduce_lanes(acc);
     for (int32_t k = n_vector; k < n; k++) sum += a[k] * b[k];
     return sum;
 }
@@ -66,9 +70,7 @@ CPU_ALWAYS_INLINE void tile_body(float *out, const float *x, const float *w, int
         const float *xt = x + (size_t)t * (size_t)n_cols;
         for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
             const float *wr = w + (size_t)r * (size_t)n_cols;
-            float lanes[CPU_LANES];
-            memcpy(lanes, &acc[r][t], sizeof lanes);
-            float sum = reduce_lanes(lanes);
+            float sum = reduce_lanes(acc[r][t]);
             for (int32_t k = n_vector; k < n_cols; k++) sum += wr[k] * xt[k];
             out[(size_t)t * (size_t)out_stride + (size_t)r] = sum;
         }
@@ -76,12 +78,15 @@ CPU_ALWAYS_INLINE void tile_body(float *out, const float *x, const float *w, int
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
 typedef float v16f __attribute__((vector_size(64)));
 
 /* tile_body for n_pairs pairs of tokens with 512-bit registers: each holds one row's eight lanes for two
  * tokens side by side, so every lane does the same multiply and add as in tile_body, twice as many per
  * instruction. For AVX-512 clones only (inlined there with a constant n_pairs). */
-CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *w, int32_t n_pairs,
+#define CPU_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq")))
+CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *w, int32_t n_pairs,
                                        int32_t out_stride, int32_t n_cols) {
     v16f acc[CPU_TILE_ROWS][CPU_TILE_PAIRS_MAX];
     for (int32_t r = 0; r < CPU_TILE_ROWS; r++)
@@ -91,15 +96,12 @@ CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *
     for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
         v16f vw[CPU_TILE_ROWS];
         for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
-            v8f half;
-            memcpy(&half, w + (size_t)r * (size_t)n_cols + k, sizeof half);
-            vw[r] = __builtin_shufflevector(half, half, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+            vw[r] = (v16f)_mm512_broadcast_f32x8(_mm256_loadu_ps(w + (size_t)r * (size_t)n_cols + k));
         }
         for (int32_t p = 0; p < n_pairs; p++) {
-            v8f first, second;
-            memcpy(&first, x + (size_t)(2 * p) * (size_t)n_cols + k, sizeof first);
-            memcpy(&second, x + (size_t)(2 * p + 1) * (size_t)n_cols + k, sizeof second);
-            v16f vx = __builtin_shufflevector(first, second, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            v16f vx = (v16f)_mm512_insertf32x8(
+                _mm512_castps256_ps512(_mm256_loadu_ps(x + (size_t)(2 * p) * (size_t)n_cols + k)),
+                _mm256_loadu_ps(x + (size_t)(2 * p + 1) * (size_t)n_cols + k), 1);
             for (int32_t r = 0; r < CPU_TILE_ROWS; r++) acc[r][p] += vw[r] * vx;
         }
     }
@@ -107,9 +109,9 @@ CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *
         const float *xt = x + (size_t)t * (size_t)n_cols;
         for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
             const float *wr = w + (size_t)r * (size_t)n_cols;
-            float both[2 * CPU_LANES];
-            memcpy(both, &acc[r][t / 2], sizeof both);
-            float sum = reduce_lanes(both + (t % 2) * CPU_LANES);
+            v16f both = acc[r][t / 2];
+            float sum = reduce_lanes(t % 2 ? __builtin_shufflevector(both, both, 8, 9, 10, 11, 12, 13, 14, 15)
+                                           : __builtin_shufflevector(both, both, 0, 1, 2, 3, 4, 5, 6, 7));
             for (int32_t k = n_vector; k < n_cols; k++) sum += wr[k] * xt[k];
             out[(size_t)t * (size_t)out_stride + (size_t)r] = sum;
         }
@@ -164,7 +166,7 @@ __attribute__((target("avx2"))) static void block_avx2(float *out, const float *
 }
 /* AVX-512: tiles of 4 rows by up to 4 token pairs in 512-bit registers (16 accumulators of the 32); an odd
  * token left over takes a 256-bit tile. */
-__attribute__((target("avx512f,avx512vl,avx512dq"))) static void block_avx512(float *out, const float *x,
+CPU_AVX512_TARGET static void block_avx512(float *out, const float *x,
                                                                      const float *weight, int32_t n_tokens,
                                                                      int32_t n_rows, int32_t n_cols,
                                                                      int32_t row_begin, int32_t row_end) {
