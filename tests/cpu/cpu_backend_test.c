@@ -345,7 +345,8 @@ static void test_matmul_matches_dot(void) {
     float *w = malloc(sizeof(float) * n_rows * n_cols);
     float *x = malloc(sizeof(float) * max_tokens * n_cols);
     float *out = malloc(sizeof(float) * max_tokens * n_rows);
-    if (!w || !x || !out) {
+    float *scratch = malloc(sizeof(float) * cpu_matmul_scratch_floats(n_cols));
+    if (!w || !x || !out || !scratch) {
         CHECK_MSG(0, "out of memory");
         goto done;
     }
@@ -365,7 +366,7 @@ static void test_matmul_matches_dot(void) {
         for (size_t c = 0; c < sizeof token_counts / sizeof token_counts[0]; c++) {
             for (int threads = 1; threads <= 2; threads++) {
                 int32_t n = token_counts[c];
-                cpu_matmul(out, x, w, n, n_rows, n_cols, threads);
+                cpu_matmul(out, x, w, n, n_rows, n_cols, threads, scratch);
                 int32_t mismatches = 0;
                 for (int32_t t = 0; t < n; t++)
                     for (int32_t r = 0; r < n_rows; r++) {
@@ -383,6 +384,7 @@ done:
     free(w);
     free(x);
     free(out);
+    free(scratch);
 }
 
 static void expect_invalid(kite_status status, const char *what) {

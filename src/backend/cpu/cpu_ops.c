@@ -21,6 +21,8 @@ typedef float v8f __attribute__((vector_size(32)));
 #define CPU_TILE_ROWS 4       /* weight rows of a tile */
 #define CPU_TILE_TOKENS_MAX 4 /* tokens of a tile, at most */
 #define CPU_TILE_PAIRS_MAX 4  /* token pairs of a 512-bit tile, at most */
+/* Tokens per pass over the weights: their inputs (256 KiB at 1024 columns) stay in L2 too. */
+#define CPU_PASS_TOKENS 64
 #define CPU_ALWAYS_INLINE static inline __attribute__((always_inline))
 
 typedef float v4f __attribute__((vector_size(16)));
@@ -84,10 +86,12 @@ typedef float v16f __attribute__((vector_size(64)));
 
 /* tile_body for n_pairs pairs of tokens with 512-bit registers: each holds one row's eight lanes for two
  * tokens side by side, so every lane does the same multiply and add as in tile_body, twice as many per
- * instruction. For AVX-512 clones only (inlined there with a constant n_pairs). */
+ * instruction. The pairs' chunks come from pairs (see interleave_pairs), one load each; x serves the
+ * n_cols % 8 tail. For AVX-512 clones only (inlined there with a constant n_pairs). */
 #define CPU_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq")))
-CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *w, int32_t n_pairs,
-                                       int32_t out_stride, int32_t n_cols) {
+CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *pairs,
+                                                         const float *w, int32_t n_pairs, int32_t out_stride,
+                                                         int32_t n_cols) {
     v16f acc[CPU_TILE_ROWS][CPU_TILE_PAIRS_MAX];
     for (int32_t r = 0; r < CPU_TILE_ROWS; r++)
         for (int32_t p = 0; p < n_pairs; p++)
@@ -99,9 +103,8 @@ CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float
             vw[r] = (v16f)_mm512_broadcast_f32x8(_mm256_loadu_ps(w + (size_t)r * (size_t)n_cols + k));
         }
         for (int32_t p = 0; p < n_pairs; p++) {
-            v16f vx = (v16f)_mm512_insertf32x8(
-                _mm512_castps256_ps512(_mm256_loadu_ps(x + (size_t)(2 * p) * (size_t)n_cols + k)),
-                _mm256_loadu_ps(x + (size_t)(2 * p + 1) * (size_t)n_cols + k), 1);
+            v16f vx;
+            memcpy(&vx, pairs + (size_t)p * 2 * (size_t)n_vector + 2 * (size_t)k, sizeof vx);
             for (int32_t r = 0; r < CPU_TILE_ROWS; r++) acc[r][p] += vw[r] * vx;
         }
     }
@@ -148,8 +151,9 @@ CPU_ALWAYS_INLINE void block_body(float *out, const float *x, const float *weigh
 
 static float dot_generic(const float *a, const float *b, int32_t n) { return dot_body(a, b, n); }
 /* Baseline x86-64 has 16 SSE registers, two per v8f: one token per tile. */
-static void block_generic(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
-                          int32_t n_cols, int32_t row_begin, int32_t row_end) {
+static void block_generic(float *out, const float *x, const float *pairs, const float *weight, int32_t n_tokens,
+                          int32_t n_rows, int32_t n_cols, int32_t row_begin, int32_t row_end) {
+    (void)pairs;
     block_body(out, x, weight, n_tokens, n_rows, n_cols, row_begin, row_end, 1);
 }
 
@@ -159,30 +163,32 @@ static void block_generic(float *out, const float *x, const float *weight, int32
 __attribute__((target("avx2"))) static float dot_avx2(const float *a, const float *b, int32_t n) {
     return dot_body(a, b, n);
 }
-__attribute__((target("avx2"))) static void block_avx2(float *out, const float *x, const float *weight,
-                                                       int32_t n_tokens, int32_t n_rows, int32_t n_cols,
-                                                       int32_t row_begin, int32_t row_end) {
+__attribute__((target("avx2"))) static void block_avx2(float *out, const float *x, const float *pairs,
+                                                       const float *weight, int32_t n_tokens, int32_t n_rows,
+                                                       int32_t n_cols, int32_t row_begin, int32_t row_end) {
+    (void)pairs;
     block_body(out, x, weight, n_tokens, n_rows, n_cols, row_begin, row_end, 2);
 }
 /* AVX-512: tiles of 4 rows by up to 4 token pairs in 512-bit registers (16 accumulators of the 32); an odd
  * token left over takes a 256-bit tile. */
-CPU_AVX512_TARGET static void block_avx512(float *out, const float *x,
-                                                                     const float *weight, int32_t n_tokens,
-                                                                     int32_t n_rows, int32_t n_cols,
-                                                                     int32_t row_begin, int32_t row_end) {
+CPU_AVX512_TARGET static void block_avx512(float *out, const float *x, const float *pairs, const float *weight,
+                                           int32_t n_tokens, int32_t n_rows, int32_t n_cols, int32_t row_begin,
+                                           int32_t row_end) {
+    int32_t n_vector = n_cols - n_cols % CPU_LANES;
     const int32_t tile_tokens = 2 * CPU_TILE_PAIRS_MAX;
     int32_t tiled_end = row_begin + (row_end - row_begin) / CPU_TILE_ROWS * CPU_TILE_ROWS;
     for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
         int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
         const float *xt = x + (size_t)t * (size_t)n_cols;
+        const float *pt = pairs + (size_t)t * (size_t)n_vector; /* t is even */
         float *ot = out + (size_t)t * (size_t)n_rows;
         for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
             const float *w = weight + (size_t)row * (size_t)n_cols;
             switch (n / 2) {
-            case 4: tile_pairs_body(ot + row, xt, w, 4, n_rows, n_cols); break;
-            case 3: tile_pairs_body(ot + row, xt, w, 3, n_rows, n_cols); break;
-            case 2: tile_pairs_body(ot + row, xt, w, 2, n_rows, n_cols); break;
-            case 1: tile_pairs_body(ot + row, xt, w, 1, n_rows, n_cols); break;
+            case 4: tile_pairs_body(ot + row, xt, pt, w, 4, n_rows, n_cols); break;
+            case 3: tile_pairs_body(ot + row, xt, pt, w, 3, n_rows, n_cols); break;
+            case 2: tile_pairs_body(ot + row, xt, pt, w, 2, n_rows, n_cols); break;
+            case 1: tile_pairs_body(ot + row, xt, pt, w, 1, n_rows, n_cols); break;
             default: break;
             }
             if (n % 2)
@@ -198,7 +204,8 @@ CPU_AVX512_TARGET static void block_avx512(float *out, const float *x,
 #endif
 
 typedef float (*dot_fn)(const float *, const float *, int32_t);
-typedef void (*block_fn)(float *, const float *, const float *, int32_t, int32_t, int32_t, int32_t, int32_t);
+typedef void (*block_fn)(float *, const float *, const float *, const float *, int32_t, int32_t, int32_t, int32_t,
+                         int32_t);
 
 /* Set by tests to compare the paths; read-only while a forward runs. */
 static cpu_ops_path most_path = CPU_OPS_PATH_AVX512;
@@ -240,17 +247,35 @@ float cpu_dot(const float *a, const float *b, int32_t n) { return select_dot()(a
 
 /* Rows per task: a block's weights (16 rows, 64 KiB at 1024 columns) stay in L2 while the tokens pass. */
 #define CPU_BLOCK_ROWS 16
-/* Tokens per pass over the weights: their inputs (256 KiB at 1024 columns) stay in L2 too. */
-#define CPU_PASS_TOKENS 64
+
+size_t cpu_matmul_scratch_floats(int32_t n_cols) { return (size_t)CPU_PASS_TOKENS * (size_t)n_cols; }
+
+/* The AVX-512 tiles' input: for each pair of tokens (2p, 2p + 1) and each whole chunk c of 8 columns,
+ * x[2p][8c .. 8c + 8) then x[2p + 1][8c .. 8c + 8), so that a pair's chunk is one 512-bit load.
+ * n_tokens / 2 pairs (an odd last token is read from x). */
+static void interleave_pairs(float *pairs, const float *x, int32_t n_tokens, int32_t n_cols) {
+    int32_t n_vector = n_cols - n_cols % CPU_LANES;
+    for (int32_t p = 0; p < n_tokens / 2; p++) {
+        const float *first = x + (size_t)(2 * p) * (size_t)n_cols;
+        const float *second = first + n_cols;
+        float *dst = pairs + (size_t)p * 2 * (size_t)n_vector;
+        for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
+            memcpy(dst + 2 * (size_t)k, first + k, CPU_LANES * sizeof(float));
+            memcpy(dst + 2 * (size_t)k + CPU_LANES, second + k, CPU_LANES * sizeof(float));
+        }
+    }
+}
 
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
-                int32_t n_cols, int n_threads) {
+                int32_t n_cols, int n_threads, float *scratch) {
+    cpu_ops_path path = chosen_path();
     block_fn block = select_block();
     int32_t n_blocks = (n_rows + CPU_BLOCK_ROWS - 1) / CPU_BLOCK_ROWS;
     for (int32_t t = 0; t < n_tokens; t += CPU_PASS_TOKENS) {
         int32_t n = n_tokens - t < CPU_PASS_TOKENS ? n_tokens - t : CPU_PASS_TOKENS;
         const float *xt = x + (size_t)t * (size_t)n_cols;
         float *ot = out + (size_t)t * (size_t)n_rows;
+        if (path == CPU_OPS_PATH_AVX512 && n >= 2) interleave_pairs(scratch, xt, n, n_cols);
         /* Small problems are not worth waking the thread team. Dynamic: a thread the OS delays (other
          * work on a small machine) holds up only its current block. */
         int parallel = (int64_t)n * n_rows * n_cols >= 32768;
@@ -258,7 +283,7 @@ void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_token
         for (int32_t b = 0; b < n_blocks; b++) {
             int32_t row = b * CPU_BLOCK_ROWS;
             int32_t end = n_rows - row < CPU_BLOCK_ROWS ? n_rows : row + CPU_BLOCK_ROWS;
-            block(ot, xt, weight, n, n_rows, n_cols, row, end);
+            block(ot, xt, scratch, weight, n, n_rows, n_cols, row, end);
         }
     }
 }

@@ -24,9 +24,13 @@ float cpu_dot(const float *a, const float *b, int32_t n);
 
 /* out[t * n_rows + r] = dot(weight[r * n_cols ..], x[t * n_cols ..]) for t < n_tokens, r < n_rows.
  * weight is (n_rows, n_cols) row-major (PyTorch Linear layout); parallel over blocks of rows, each block's
- * weights read once for up to 64 tokens. */
+ * weights read once for up to 64 tokens. scratch holds cpu_matmul_scratch_floats(n_cols) floats. */
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
-                int32_t n_cols, int n_threads);
+                int32_t n_cols, int n_threads, float *scratch);
+
+/* Floats of the scratch cpu_matmul needs for n_cols columns (any number of tokens): the AVX-512 path
+ * copies each pass's inputs there, pairs of tokens interleaved. */
+size_t cpu_matmul_scratch_floats(int32_t n_cols);
 
 /* out = x * rsqrt(mean(x^2) + eps) * weight over one row of n elements (out may alias x).
  * The mean is accumulated in double; the rest in float32, in transformers' order. */
