@@ -492,7 +492,12 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
     float scale = (float)(1.0 / sqrt((double)head_dim));
     size_t score_stride = s->score_capacity / (size_t)b->n_threads;
     int64_t n_tasks = (int64_t)batch->n_tokens * c->n_heads;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(b->n_threads) if (n_tasks > 1)
+    /* Multiply-adds of the scores and the weighted sum: below ~10 microseconds of work, waking the thread
+     * team costs more than it saves (tiny test models, short contexts). */
+    int64_t work = 0;
+    for (int32_t t = 0; t < batch->n_tokens; t++) work += 2 * ((int64_t)s->token_pos[t] + 1);
+    work *= (int64_t)c->n_heads * head_dim;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->n_threads) if (n_tasks > 1 && work >= CPU_PARALLEL_MIN_WORK)
     for (int64_t task = 0; task < n_tasks; task++) {
         int32_t t = (int32_t)(task / c->n_heads);
         int32_t h = (int32_t)(task % c->n_heads);

@@ -278,7 +278,7 @@ void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_token
         if (path == CPU_OPS_PATH_AVX512 && n >= 2) interleave_pairs(scratch, xt, n, n_cols);
         /* Small problems are not worth waking the thread team. Dynamic: a thread the OS delays (other
          * work on a small machine) holds up only its current block. */
-        int parallel = (int64_t)n * n_rows * n_cols >= 32768;
+        int parallel = (int64_t)n * n_rows * n_cols >= CPU_PARALLEL_MIN_WORK;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(n_threads) if (parallel)
         for (int32_t b = 0; b < n_blocks; b++) {
             int32_t row = b * CPU_BLOCK_ROWS;
@@ -320,7 +320,7 @@ void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, in
 
 void cpu_swiglu(float *gate, const float *up, size_t n, int n_threads) {
     /* Elementwise, so the split between threads changes no bits; expf makes it worth one for a prompt. */
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n >= 65536)
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n >= CPU_PARALLEL_MIN_WORK / 8)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         float silu = g / (1.0f + expf(-g));

@@ -19,6 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Multiply-adds below which a kernel runs on the calling thread alone: waking the OpenMP team costs a few
+ * microseconds, as much as this work. The thread count never changes a result's bits. */
+#define CPU_PARALLEL_MIN_WORK (1 << 18)
+
 /* The canonical dot product of a[0..n) and b[0..n). */
 float cpu_dot(const float *a, const float *b, int32_t n);
 
