@@ -29,7 +29,8 @@ typedef float v4f __attribute__((vector_size(16)));
 typedef float v2f __attribute__((vector_size(8)));
 
 /* The lanes' fixed tree, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), as three vector steps. */
-CPU_ALWAYS_INLINE float reduce_lanes(v8f lanes) {
+CPU_ALWAYS_INLINE float reduce_lanes(const v8f *acc) {
+    v8f lanes = *acc;
     v4f quads = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3) + __builtin_shufflevector(lanes, lanes, 4, 5, 6, 7);
     v2f pairs = __builtin_shufflevector(quads, quads, 0, 1) + __builtin_shufflevector(quads, quads, 2, 3);
     return pairs[0] + pairs[1];
@@ -44,7 +45,7 @@ CPU_ALWAYS_INLINE float dot_body(const float *a, const float *b, int32_t n) {
         memcpy(&vb, b + k, sizeof vb);
         acc += va * vb;
     }
-    float sum = reduce_lanes(acc);
+    float sum = reduce_lanes(&acc);
     for (int32_t k = n_vector; k < n; k++) sum += a[k] * b[k];
     return sum;
 }
@@ -72,7 +73,7 @@ CPU_ALWAYS_INLINE void tile_body(float *out, const float *x, const float *w, int
         const float *xt = x + (size_t)t * (size_t)n_cols;
         for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
             const float *wr = w + (size_t)r * (size_t)n_cols;
-            float sum = reduce_lanes(acc[r][t]);
+            float sum = reduce_lanes(&acc[r][t]);
             for (int32_t k = n_vector; k < n_cols; k++) sum += wr[k] * xt[k];
             out[(size_t)t * (size_t)out_stride + (size_t)r] = sum;
         }
@@ -113,8 +114,9 @@ CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float
         for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
             const float *wr = w + (size_t)r * (size_t)n_cols;
             v16f both = acc[r][t / 2];
-            float sum = reduce_lanes(t % 2 ? __builtin_shufflevector(both, both, 8, 9, 10, 11, 12, 13, 14, 15)
-                                           : __builtin_shufflevector(both, both, 0, 1, 2, 3, 4, 5, 6, 7));
+            v8f lanes = t % 2 ? __builtin_shufflevector(both, both, 8, 9, 10, 11, 12, 13, 14, 15)
+                              : __builtin_shufflevector(both, both, 0, 1, 2, 3, 4, 5, 6, 7);
+            float sum = reduce_lanes(&lanes);
             for (int32_t k = n_vector; k < n_cols; k++) sum += wr[k] * xt[k];
             out[(size_t)t * (size_t)out_stride + (size_t)r] = sum;
         }
