@@ -21,7 +21,7 @@ typedef float v8f __attribute__((vector_size(32)));
 #define CPU_TILE_ROWS 4       /* weight rows of a tile */
 #define CPU_TILE_TOKENS_MAX 4 /* tokens of a tile, at most */
 #define CPU_TILE_PAIRS_MAX 4  /* token pairs of a 512-bit tile, at most */
-/* Tokens per pass over the weights: their inputs (256 KiB at 1024 columns) stay in L2 too. */
+/* Tokens per pass over the weights: their inputs (256 KiB at 1024 columns) stay in L2. */
 #define CPU_PASS_TOKENS 64
 #define CPU_ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -124,31 +124,32 @@ CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float
 }
 #endif
 
-/* Rows [row_begin, row_end) of the product for every token: tiles of 4 rows by up to tile_tokens tokens
- * (a constant per instruction set: as many accumulators as its registers hold), then the rows left over
+/* Rows [row_begin, row_end) of the product for every token: for each 4 rows, tiles of up to tile_tokens
+ * tokens (a constant per instruction set: as many accumulators as its registers hold), so the 4 rows stay
+ * in L1 while the tokens pass and the weights stream from memory once, in order; then the rows left over
  * when n_rows is not a multiple of 4. The operand order (w * x) matches dot_body's (a * b) with (w, x);
  * IEEE multiplication is commutative, so the leftover rows' sums are the same either way. */
 CPU_ALWAYS_INLINE void block_body(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
                                   int32_t n_cols, int32_t row_begin, int32_t row_end, int32_t tile_tokens) {
     int32_t tiled_end = row_begin + (row_end - row_begin) / CPU_TILE_ROWS * CPU_TILE_ROWS;
-    for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
-        int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
-        const float *xt = x + (size_t)t * (size_t)n_cols;
-        float *ot = out + (size_t)t * (size_t)n_rows;
-        for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
-            const float *w = weight + (size_t)row * (size_t)n_cols;
+    for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
+        const float *w = weight + (size_t)row * (size_t)n_cols;
+        for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
+            int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
+            const float *xt = x + (size_t)t * (size_t)n_cols;
+            float *ot = out + (size_t)t * (size_t)n_rows + row;
             switch (n) {
-            case 4: tile_body(ot + row, xt, w, 4, n_rows, n_cols); break;
-            case 3: tile_body(ot + row, xt, w, 3, n_rows, n_cols); break;
-            case 2: tile_body(ot + row, xt, w, 2, n_rows, n_cols); break;
-            default: tile_body(ot + row, xt, w, 1, n_rows, n_cols); break;
+            case 4: tile_body(ot, xt, w, 4, n_rows, n_cols); break;
+            case 3: tile_body(ot, xt, w, 3, n_rows, n_cols); break;
+            case 2: tile_body(ot, xt, w, 2, n_rows, n_cols); break;
+            default: tile_body(ot, xt, w, 1, n_rows, n_cols); break;
             }
         }
-        for (int32_t row = tiled_end; row < row_end; row++)
-            for (int32_t i = 0; i < n; i++)
-                ot[(size_t)i * (size_t)n_rows + (size_t)row] =
-                    dot_body(weight + (size_t)row * (size_t)n_cols, xt + (size_t)i * (size_t)n_cols, n_cols);
     }
+    for (int32_t row = tiled_end; row < row_end; row++)
+        for (int32_t t = 0; t < n_tokens; t++)
+            out[(size_t)t * (size_t)n_rows + (size_t)row] =
+                dot_body(weight + (size_t)row * (size_t)n_cols, x + (size_t)t * (size_t)n_cols, n_cols);
 }
 
 static float dot_generic(const float *a, const float *b, int32_t n) { return dot_body(a, b, n); }
@@ -179,29 +180,29 @@ CPU_AVX512_TARGET static void block_avx512(float *out, const float *x, const flo
     int32_t n_vector = n_cols - n_cols % CPU_LANES;
     const int32_t tile_tokens = 2 * CPU_TILE_PAIRS_MAX;
     int32_t tiled_end = row_begin + (row_end - row_begin) / CPU_TILE_ROWS * CPU_TILE_ROWS;
-    for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
-        int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
-        const float *xt = x + (size_t)t * (size_t)n_cols;
-        const float *pt = pairs + (size_t)t * (size_t)n_vector; /* t is even */
-        float *ot = out + (size_t)t * (size_t)n_rows;
-        for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
-            const float *w = weight + (size_t)row * (size_t)n_cols;
+    for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
+        const float *w = weight + (size_t)row * (size_t)n_cols;
+        for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
+            int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
+            const float *xt = x + (size_t)t * (size_t)n_cols;
+            const float *pt = pairs + (size_t)t * (size_t)n_vector; /* t is even */
+            float *ot = out + (size_t)t * (size_t)n_rows + row;
             switch (n / 2) {
-            case 4: tile_pairs_body(ot + row, xt, pt, w, 4, n_rows, n_cols); break;
-            case 3: tile_pairs_body(ot + row, xt, pt, w, 3, n_rows, n_cols); break;
-            case 2: tile_pairs_body(ot + row, xt, pt, w, 2, n_rows, n_cols); break;
-            case 1: tile_pairs_body(ot + row, xt, pt, w, 1, n_rows, n_cols); break;
+            case 4: tile_pairs_body(ot, xt, pt, w, 4, n_rows, n_cols); break;
+            case 3: tile_pairs_body(ot, xt, pt, w, 3, n_rows, n_cols); break;
+            case 2: tile_pairs_body(ot, xt, pt, w, 2, n_rows, n_cols); break;
+            case 1: tile_pairs_body(ot, xt, pt, w, 1, n_rows, n_cols); break;
             default: break;
             }
             if (n % 2)
-                tile_body(ot + (size_t)(n - 1) * (size_t)n_rows + row, xt + (size_t)(n - 1) * (size_t)n_cols, w, 1,
-                          n_rows, n_cols);
+                tile_body(ot + (size_t)(n - 1) * (size_t)n_rows, xt + (size_t)(n - 1) * (size_t)n_cols, w, 1, n_rows,
+                          n_cols);
         }
-        for (int32_t row = tiled_end; row < row_end; row++)
-            for (int32_t i = 0; i < n; i++)
-                ot[(size_t)i * (size_t)n_rows + (size_t)row] =
-                    dot_body(weight + (size_t)row * (size_t)n_cols, xt + (size_t)i * (size_t)n_cols, n_cols);
     }
+    for (int32_t row = tiled_end; row < row_end; row++)
+        for (int32_t t = 0; t < n_tokens; t++)
+            out[(size_t)t * (size_t)n_rows + (size_t)row] =
+                dot_body(weight + (size_t)row * (size_t)n_cols, x + (size_t)t * (size_t)n_cols, n_cols);
 }
 #endif
 
@@ -247,7 +248,7 @@ static block_fn select_block(void) {
 
 float cpu_dot(const float *a, const float *b, int32_t n) { return select_dot()(a, b, n); }
 
-/* Rows per task: a block's weights (16 rows, 64 KiB at 1024 columns) stay in L2 while the tokens pass. */
+/* Rows per task: enough work to amortise taking it, few enough to share a small matrix among the threads. */
 #define CPU_BLOCK_ROWS 16
 
 size_t cpu_matmul_scratch_floats(int32_t n_cols) { return (size_t)CPU_PASS_TOKENS * (size_t)n_cols; }
