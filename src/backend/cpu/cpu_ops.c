@@ -282,10 +282,11 @@ void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_token
         /* Small problems are not worth waking the thread team. Dynamic: a thread the OS delays (other
          * work on a small machine) holds up only its current block. */
         int parallel = (int64_t)n * n_rows * n_cols >= CPU_PARALLEL_MIN_WORK;
-        /* Blocks per grab: at least 2^16 multiply-adds, so that taking work (an atomic add) stays cheap
-         * next to doing it, also for narrow matrices (a tiny model's lm_head). */
+        /* Blocks per grab: at least 4 (64 rows a thread streams in order) and 2^16 multiply-adds, so that
+         * taking work (an atomic add) stays cheap next to doing it, also for narrow matrices (a tiny
+         * model's lm_head). */
         int64_t grab = ((int64_t)1 << 16) / ((int64_t)CPU_BLOCK_ROWS * n * n_cols);
-        int32_t blocks_per_grab = grab < 1 ? 1 : grab > n_blocks ? n_blocks : (int32_t)grab;
+        int32_t blocks_per_grab = grab < 4 ? 4 : grab > n_blocks ? n_blocks : (int32_t)grab;
 #pragma omp parallel for schedule(dynamic, blocks_per_grab) num_threads(n_threads) if (parallel)
         for (int32_t b = 0; b < n_blocks; b++) {
             int32_t row = b * CPU_BLOCK_ROWS;
