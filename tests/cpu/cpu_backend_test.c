@@ -304,7 +304,8 @@ done:
     test_model_free(&m);
 }
 
-/* The AVX2 kernels and the portable ones give the same bits (no FMA contraction, same lane order). */
+/* Every instruction-set path gives the same bits (no FMA contraction, same lane order, only the tiling
+ * differs), for a prompt (13 tokens: full and partial tiles) and the decode step after it. */
 static void test_portable_matches_vector_path(void) {
     qwen3_config c = test_config(72, 4, 2, 16, 100, 2, 301);
     test_model m;
@@ -312,22 +313,78 @@ static void test_portable_matches_vector_path(void) {
         CHECK_MSG(0, "cannot build the test model");
         return;
     }
-    enum { n = 13 };
-    int32_t ids[n], table[4] = {2, 0, 3, 1};
-    random_tokens(ids, n, c.vocab_size, 29);
-    float logits[2][301];
-    for (int pass = 0; pass < 2; pass++) {
-        cpu_ops_force_portable(pass);
+    enum { n = 13, n_paths = 3 };
+    const cpu_ops_path paths[n_paths] = {CPU_OPS_PATH_PORTABLE, CPU_OPS_PATH_AVX2, CPU_OPS_PATH_AVX512};
+    int32_t ids[n + 1], table[4] = {2, 0, 3, 1};
+    random_tokens(ids, n + 1, c.vocab_size, 29);
+    float logits[n_paths][2][301];
+    memset(logits, 0, sizeof logits);
+    for (int p = 0; p < n_paths; p++) {
+        cpu_ops_limit_path(paths[p]);
         backend *b = create_backend(&m, 2, 4, 4);
         if (!b) break;
         seq_step step = {ids, n, n, table, 1};
         CHECK(run_step(b, &step, 1) == KITE_OK);
-        CHECK(b->ops->read_logits(b, logits[pass], 1) == KITE_OK);
+        CHECK(b->ops->read_logits(b, logits[p][0], 1) == KITE_OK);
+        seq_step next = {ids + n, 1, n + 1, table, 1};
+        CHECK(run_step(b, &next, 1) == KITE_OK);
+        CHECK(b->ops->read_logits(b, logits[p][1], 1) == KITE_OK);
         b->ops->destroy(b);
     }
-    cpu_ops_force_portable(0);
-    CHECK_MSG(memcmp(logits[0], logits[1], sizeof logits[0]) == 0, "portable and vector kernels differ");
+    cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
+    for (int p = 1; p < n_paths; p++)
+        CHECK_MSG(memcmp(logits[0], logits[p], sizeof logits[0]) == 0, "path %d and the portable kernels differ", p);
     test_model_free(&m);
+}
+
+/* cpu_matmul gives each (token, row) exactly cpu_dot's bits, whatever the token count of the call (a
+ * partial tile, a pass of 64 and more), the thread count and the path; shapes with leftover rows (37 % 4)
+ * and columns (1030 % 8). */
+static void test_matmul_matches_dot(void) {
+    enum { n_rows = 37, n_cols = 1030, max_tokens = 70 };
+    float *w = malloc(sizeof(float) * n_rows * n_cols);
+    float *x = malloc(sizeof(float) * max_tokens * n_cols);
+    float *out = malloc(sizeof(float) * max_tokens * n_rows);
+    float *scratch = malloc(sizeof(float) * cpu_matmul_scratch_floats(n_cols));
+    if (!w || !x || !out || !scratch) {
+        CHECK_MSG(0, "out of memory");
+        goto done;
+    }
+    uint64_t state = 41;
+    for (size_t i = 0; i < (size_t)n_rows * n_cols; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((int32_t)(state >> 40) % 2001 - 1000) / 997.0f;
+    }
+    for (size_t i = 0; i < (size_t)max_tokens * n_cols; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int32_t)(state >> 40) % 2001 - 1000) / 1009.0f;
+    }
+    const int32_t token_counts[] = {1, 3, 6, 64, 70};
+    const cpu_ops_path paths[] = {CPU_OPS_PATH_PORTABLE, CPU_OPS_PATH_AVX2, CPU_OPS_PATH_AVX512};
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        cpu_ops_limit_path(paths[p]);
+        for (size_t c = 0; c < sizeof token_counts / sizeof token_counts[0]; c++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                int32_t n = token_counts[c];
+                cpu_matmul(out, x, w, n, n_rows, n_cols, threads, scratch);
+                int32_t mismatches = 0;
+                for (int32_t t = 0; t < n; t++)
+                    for (int32_t r = 0; r < n_rows; r++) {
+                        float want = cpu_dot(w + (size_t)r * n_cols, x + (size_t)t * n_cols, n_cols);
+                        float got = out[(size_t)t * n_rows + r];
+                        if (memcmp(&want, &got, sizeof want) != 0) mismatches++;
+                    }
+                CHECK_MSG(mismatches == 0, "path %d, %d tokens, %d threads: %d products differ from cpu_dot",
+                          (int)paths[p], n, threads, mismatches);
+            }
+        }
+    }
+    cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
+done:
+    free(w);
+    free(x);
+    free(out);
+    free(scratch);
 }
 
 static void expect_invalid(kite_status status, const char *what) {
@@ -443,6 +500,7 @@ int main(void) {
     TEST_RUN(test_logit_rows);
     TEST_RUN(test_argmax_ties);
     TEST_RUN(test_portable_matches_vector_path);
+    TEST_RUN(test_matmul_matches_dot);
     TEST_RUN(test_bad_input);
     TEST_RUN(test_kv_bytes);
     return test_finish();

@@ -47,6 +47,7 @@ typedef struct cpu_scratch {
     float *up;          /* (tokens, intermediate) */
     float *rope_cos;    /* (tokens, head_dim / 2) */
     float *rope_sin;    /* (tokens, head_dim / 2) */
+    float *matmul;      /* cpu_matmul's scratch for the widest input */
     int32_t *token_seq; /* (tokens) the sequence of each token */
     int32_t *token_pos; /* (tokens) its position */
     size_t score_capacity;
@@ -183,6 +184,7 @@ static void scratch_free(cpu_scratch *s) {
     free(s->up);
     free(s->rope_cos);
     free(s->rope_sin);
+    free(s->matmul);
     free(s->token_seq);
     free(s->token_pos);
     free(s->scores);
@@ -427,6 +429,8 @@ static kite_status scratch_reserve(cpu_backend *b, int32_t n_tokens, int32_t lon
         size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
         size_t inter = (size_t)c->intermediate_size;
         size_t half = (size_t)c->head_dim / 2;
+        size_t widest = hidden > q_dim ? hidden : q_dim; /* of the products' inputs */
+        if (inter > widest) widest = inter;
         s->token_capacity = 0;
         /* Sizes are products of int32 values: they fit size_t on 64-bit hosts; grow() checks the rest. */
         int ok = grow((void **)&s->hidden, t * hidden, sizeof(float)) &&
@@ -438,7 +442,8 @@ static kite_status scratch_reserve(cpu_backend *b, int32_t n_tokens, int32_t lon
                  grow((void **)&s->gate, t * inter, sizeof(float)) && grow((void **)&s->up, t * inter, sizeof(float)) &&
                  grow((void **)&s->rope_cos, t * half, sizeof(float)) &&
                  grow((void **)&s->rope_sin, t * half, sizeof(float)) &&
-                 grow((void **)&s->token_seq, t, sizeof(int32_t)) && grow((void **)&s->token_pos, t, sizeof(int32_t));
+                 grow((void **)&s->token_seq, t, sizeof(int32_t)) && grow((void **)&s->token_pos, t, sizeof(int32_t)) &&
+                 grow((void **)&s->matmul, cpu_matmul_scratch_floats((int32_t)widest), sizeof(float));
         if (!ok)
             return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate activations for %d tokens",
                              n_tokens);
@@ -487,7 +492,12 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
     float scale = (float)(1.0 / sqrt((double)head_dim));
     size_t score_stride = s->score_capacity / (size_t)b->n_threads;
     int64_t n_tasks = (int64_t)batch->n_tokens * c->n_heads;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(b->n_threads) if (n_tasks > 1)
+    /* Multiply-adds of the scores and the weighted sum: below ~10 microseconds of work, waking the thread
+     * team costs more than it saves (tiny test models, short contexts). */
+    int64_t work = 0;
+    for (int32_t t = 0; t < batch->n_tokens; t++) work += 2 * ((int64_t)s->token_pos[t] + 1);
+    work *= (int64_t)c->n_heads * head_dim;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->n_threads) if (n_tasks > 1 && work >= CPU_PARALLEL_MIN_WORK)
     for (int64_t task = 0; task < n_tasks; task++) {
         int32_t t = (int32_t)(task / c->n_heads);
         int32_t h = (int32_t)(task % c->n_heads);
@@ -548,9 +558,9 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
-    cpu_matmul(s->q, s->normed, w->q_proj, n, q_dim, hidden, threads);
-    cpu_matmul(s->k, s->normed, w->k_proj, n, kv_dim, hidden, threads);
-    cpu_matmul(s->v, s->normed, w->v_proj, n, kv_dim, hidden, threads);
+    cpu_matmul(s->q, s->normed, w->q_proj, n, q_dim, hidden, threads, s->matmul);
+    cpu_matmul(s->k, s->normed, w->k_proj, n, kv_dim, hidden, threads, s->matmul);
+    cpu_matmul(s->v, s->normed, w->v_proj, n, kv_dim, hidden, threads, s->matmul);
     maybe_round_bf16(b, s->q, (size_t)n * (size_t)q_dim);
     maybe_round_bf16(b, s->k, (size_t)n * (size_t)kv_dim);
     maybe_round_bf16(b, s->v, (size_t)n * (size_t)kv_dim);
@@ -579,7 +589,7 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
 
     attention_layer(b, batch, l);
     maybe_round_bf16(b, s->attention, (size_t)n * (size_t)q_dim);
-    cpu_matmul(s->projected, s->attention, w->o_proj, n, hidden, q_dim, threads);
+    cpu_matmul(s->projected, s->attention, w->o_proj, n, hidden, q_dim, threads, s->matmul);
     size_t n_hidden = (size_t)n * (size_t)hidden;
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 
@@ -587,13 +597,13 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
                     eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
-    cpu_matmul(s->gate, s->normed, w->gate_proj, n, inter, hidden, threads);
-    cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads);
+    cpu_matmul(s->gate, s->normed, w->gate_proj, n, inter, hidden, threads, s->matmul);
+    cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads, s->matmul);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     maybe_round_bf16(b, s->up, (size_t)n * (size_t)inter);
-    cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter);
+    cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter, threads);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
-    cpu_matmul(s->projected, s->gate, w->down_proj, n, hidden, inter, threads);
+    cpu_matmul(s->projected, s->gate, w->down_proj, n, hidden, inter, threads, s->matmul);
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 }
 
@@ -660,7 +670,8 @@ static kite_status cpu_forward(backend *self, const step_batch *batch) {
         row++;
     }
     if (rows > 0)
-        cpu_matmul(b->logits, b->logit_inputs, b->lm_head, rows, c->vocab_size, c->hidden_size, b->n_threads);
+        cpu_matmul(b->logits, b->logit_inputs, b->lm_head, rows, c->vocab_size, c->hidden_size, b->n_threads,
+                   s->matmul);
     b->n_logit_rows = rows;
     return KITE_OK;
 }

@@ -4,16 +4,36 @@
 #include <math.h>
 #include <string.h>
 
+/* The canonical order multiplies, then adds: no fused multiply-add, also in the clones whose target has FMA
+ * (GCC contracts across statements unless told not to; clang within one expression). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 /* Eight float lanes. GCC/Clang lower this to two SSE registers on baseline x86-64 and to one AVX register
  * in the avx2 clones; lane-wise the operations are the same IEEE multiply-then-add either way. Vectors are
  * kept to locals of always-inline functions so no vector crosses a call boundary (that ABI differs). */
 typedef float v8f __attribute__((vector_size(32)));
 
 #define CPU_LANES 8
+#define CPU_TILE_ROWS 4       /* weight rows of a tile */
+#define CPU_TILE_TOKENS_MAX 4 /* tokens of a tile, at most */
+#define CPU_TILE_PAIRS_MAX 4  /* token pairs of a 512-bit tile, at most */
+/* Tokens per pass over the weights: their inputs (256 KiB at 1024 columns) stay in L2. */
+#define CPU_PASS_TOKENS 64
 #define CPU_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-CPU_ALWAYS_INLINE float reduce_lanes(const float *lanes) {
-    return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+typedef float v4f __attribute__((vector_size(16)));
+typedef float v2f __attribute__((vector_size(8)));
+
+/* The lanes' fixed tree, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), as three vector steps. */
+CPU_ALWAYS_INLINE float reduce_lanes(const v8f *acc) {
+    v8f lanes = *acc;
+    v4f quads = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3) + __builtin_shufflevector(lanes, lanes, 4, 5, 6, 7);
+    v2f pairs = __builtin_shufflevector(quads, quads, 0, 1) + __builtin_shufflevector(quads, quads, 2, 3);
+    return pairs[0] + pairs[1];
 }
 
 CPU_ALWAYS_INLINE float dot_body(const float *a, const float *b, int32_t n) {
@@ -25,131 +45,253 @@ CPU_ALWAYS_INLINE float dot_body(const float *a, const float *b, int32_t n) {
         memcpy(&vb, b + k, sizeof vb);
         acc += va * vb;
     }
-    float lanes[CPU_LANES];
-    memcpy(lanes, &acc, sizeof lanes);
-    float sum = reduce_lanes(lanes);
+    float sum = reduce_lanes(&acc);
     for (int32_t k = n_vector; k < n; k++) sum += a[k] * b[k];
     return sum;
 }
 
-/* Four weight rows against every token: each x element is loaded once for four rows. Each of the four
- * sums follows dot_body's order exactly. */
-CPU_ALWAYS_INLINE void rows4_body(float *out, const float *x, const float *w, int32_t n_tokens, int32_t n_rows,
-                                  int32_t n_cols) {
-    const float *w0 = w;
-    const float *w1 = w + (size_t)n_cols;
-    const float *w2 = w + 2 * (size_t)n_cols;
-    const float *w3 = w + 3 * (size_t)n_cols;
+/* A tile of the product: out[t * out_stride + r] = dot(w row r, x token t) for the 4 rows of w and the
+ * n_tokens tokens of x, each of the 4 * n_tokens sums in dot_body's order exactly. Each x chunk is loaded
+ * once for four rows and each weight chunk once for n_tokens tokens. Inlined with a constant n_tokens, so
+ * the accumulators stay in registers. */
+CPU_ALWAYS_INLINE void tile_body(float *out, const float *x, const float *w, int32_t n_tokens, int32_t out_stride,
+                                 int32_t n_cols) {
+    v8f acc[CPU_TILE_ROWS][CPU_TILE_TOKENS_MAX];
+    for (int32_t r = 0; r < CPU_TILE_ROWS; r++)
+        for (int32_t t = 0; t < n_tokens; t++) acc[r][t] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
     int32_t n_vector = n_cols - n_cols % CPU_LANES;
+    for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
+        v8f vw[CPU_TILE_ROWS];
+        for (int32_t r = 0; r < CPU_TILE_ROWS; r++) memcpy(&vw[r], w + (size_t)r * (size_t)n_cols + k, sizeof vw[r]);
+        for (int32_t t = 0; t < n_tokens; t++) {
+            v8f vx;
+            memcpy(&vx, x + (size_t)t * (size_t)n_cols + k, sizeof vx);
+            for (int32_t r = 0; r < CPU_TILE_ROWS; r++) acc[r][t] += vw[r] * vx;
+        }
+    }
     for (int32_t t = 0; t < n_tokens; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
-        v8f acc0 = {0, 0, 0, 0, 0, 0, 0, 0};
-        v8f acc1 = acc0, acc2 = acc0, acc3 = acc0;
-        for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
-            v8f vx, v0, v1, v2, v3;
-            memcpy(&vx, xt + k, sizeof vx);
-            memcpy(&v0, w0 + k, sizeof v0);
-            memcpy(&v1, w1 + k, sizeof v1);
-            memcpy(&v2, w2 + k, sizeof v2);
-            memcpy(&v3, w3 + k, sizeof v3);
-            acc0 += v0 * vx;
-            acc1 += v1 * vx;
-            acc2 += v2 * vx;
-            acc3 += v3 * vx;
+        for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
+            const float *wr = w + (size_t)r * (size_t)n_cols;
+            float sum = reduce_lanes(&acc[r][t]);
+            for (int32_t k = n_vector; k < n_cols; k++) sum += wr[k] * xt[k];
+            out[(size_t)t * (size_t)out_stride + (size_t)r] = sum;
         }
-        float lanes[4][CPU_LANES];
-        memcpy(lanes[0], &acc0, sizeof lanes[0]);
-        memcpy(lanes[1], &acc1, sizeof lanes[1]);
-        memcpy(lanes[2], &acc2, sizeof lanes[2]);
-        memcpy(lanes[3], &acc3, sizeof lanes[3]);
-        float sums[4] = {reduce_lanes(lanes[0]), reduce_lanes(lanes[1]), reduce_lanes(lanes[2]),
-                         reduce_lanes(lanes[3])};
-        for (int32_t k = n_vector; k < n_cols; k++) {
-            sums[0] += w0[k] * xt[k];
-            sums[1] += w1[k] * xt[k];
-            sums[2] += w2[k] * xt[k];
-            sums[3] += w3[k] * xt[k];
-        }
-        float *ot = out + (size_t)t * (size_t)n_rows;
-        ot[0] = sums[0];
-        ot[1] = sums[1];
-        ot[2] = sums[2];
-        ot[3] = sums[3];
     }
 }
 
-/* The operand order above (w * x) and in dot_body (a * b) give the same products: IEEE multiplication is
- * commutative, so cpu_matmul's leftover rows may use dot_body with (w, x). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+typedef float v16f __attribute__((vector_size(64)));
+
+/* tile_body for n_pairs pairs of tokens with 512-bit registers: each holds one row's eight lanes for two
+ * tokens side by side, so every lane does the same multiply and add as in tile_body, twice as many per
+ * instruction. The pairs' chunks come from pairs (see interleave_pairs), one load each; x serves the
+ * n_cols % 8 tail. For AVX-512 clones only (inlined there with a constant n_pairs). */
+#define CPU_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq")))
+CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float *x, const float *pairs,
+                                                         const float *w, int32_t n_pairs, int32_t out_stride,
+                                                         int32_t n_cols) {
+    v16f acc[CPU_TILE_ROWS][CPU_TILE_PAIRS_MAX];
+    for (int32_t r = 0; r < CPU_TILE_ROWS; r++)
+        for (int32_t p = 0; p < n_pairs; p++)
+            acc[r][p] = (v16f){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t n_vector = n_cols - n_cols % CPU_LANES;
+    for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
+        v16f vw[CPU_TILE_ROWS];
+        for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
+            vw[r] = (v16f)_mm512_broadcast_f32x8(_mm256_loadu_ps(w + (size_t)r * (size_t)n_cols + k));
+        }
+        for (int32_t p = 0; p < n_pairs; p++) {
+            v16f vx;
+            memcpy(&vx, pairs + (size_t)p * 2 * (size_t)n_vector + 2 * (size_t)k, sizeof vx);
+            for (int32_t r = 0; r < CPU_TILE_ROWS; r++) acc[r][p] += vw[r] * vx;
+        }
+    }
+    for (int32_t t = 0; t < 2 * n_pairs; t++) {
+        const float *xt = x + (size_t)t * (size_t)n_cols;
+        for (int32_t r = 0; r < CPU_TILE_ROWS; r++) {
+            const float *wr = w + (size_t)r * (size_t)n_cols;
+            v16f both = acc[r][t / 2];
+            v8f lanes = t % 2 ? __builtin_shufflevector(both, both, 8, 9, 10, 11, 12, 13, 14, 15)
+                              : __builtin_shufflevector(both, both, 0, 1, 2, 3, 4, 5, 6, 7);
+            float sum = reduce_lanes(&lanes);
+            for (int32_t k = n_vector; k < n_cols; k++) sum += wr[k] * xt[k];
+            out[(size_t)t * (size_t)out_stride + (size_t)r] = sum;
+        }
+    }
+}
+#endif
+
+/* Rows [row_begin, row_end) of the product for every token: for each 4 rows, tiles of up to tile_tokens
+ * tokens (a constant per instruction set: as many accumulators as its registers hold), so the 4 rows stay
+ * in L1 while the tokens pass and the weights stream from memory once, in order; then the rows left over
+ * when n_rows is not a multiple of 4. The operand order (w * x) matches dot_body's (a * b) with (w, x);
+ * IEEE multiplication is commutative, so the leftover rows' sums are the same either way. */
+CPU_ALWAYS_INLINE void block_body(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
+                                  int32_t n_cols, int32_t row_begin, int32_t row_end, int32_t tile_tokens) {
+    int32_t tiled_end = row_begin + (row_end - row_begin) / CPU_TILE_ROWS * CPU_TILE_ROWS;
+    for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
+        const float *w = weight + (size_t)row * (size_t)n_cols;
+        for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
+            int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
+            const float *xt = x + (size_t)t * (size_t)n_cols;
+            float *ot = out + (size_t)t * (size_t)n_rows + row;
+            switch (n) {
+            case 4: tile_body(ot, xt, w, 4, n_rows, n_cols); break;
+            case 3: tile_body(ot, xt, w, 3, n_rows, n_cols); break;
+            case 2: tile_body(ot, xt, w, 2, n_rows, n_cols); break;
+            default: tile_body(ot, xt, w, 1, n_rows, n_cols); break;
+            }
+        }
+    }
+    for (int32_t row = tiled_end; row < row_end; row++)
+        for (int32_t t = 0; t < n_tokens; t++)
+            out[(size_t)t * (size_t)n_rows + (size_t)row] =
+                dot_body(weight + (size_t)row * (size_t)n_cols, x + (size_t)t * (size_t)n_cols, n_cols);
+}
+
 static float dot_generic(const float *a, const float *b, int32_t n) { return dot_body(a, b, n); }
-static void rows4_generic(float *out, const float *x, const float *w, int32_t n_tokens, int32_t n_rows,
-                          int32_t n_cols) {
-    rows4_body(out, x, w, n_tokens, n_rows, n_cols);
+/* Baseline x86-64 has 16 SSE registers, two per v8f: one token per tile. */
+static void block_generic(float *out, const float *x, const float *pairs, const float *weight, int32_t n_tokens,
+                          int32_t n_rows, int32_t n_cols, int32_t row_begin, int32_t row_end) {
+    (void)pairs;
+    block_body(out, x, weight, n_tokens, n_rows, n_cols, row_begin, row_end, 1);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define CPU_HAVE_AVX2_CLONES 1
+#define CPU_HAVE_X86_CLONES 1
+/* AVX2: 16 registers hold the 4 x 2 accumulators, the 4 weight chunks and an x chunk. */
 __attribute__((target("avx2"))) static float dot_avx2(const float *a, const float *b, int32_t n) {
     return dot_body(a, b, n);
 }
-__attribute__((target("avx2"))) static void rows4_avx2(float *out, const float *x, const float *w,
-                                                       int32_t n_tokens, int32_t n_rows, int32_t n_cols) {
-    rows4_body(out, x, w, n_tokens, n_rows, n_cols);
+__attribute__((target("avx2"))) static void block_avx2(float *out, const float *x, const float *pairs,
+                                                       const float *weight, int32_t n_tokens, int32_t n_rows,
+                                                       int32_t n_cols, int32_t row_begin, int32_t row_end) {
+    (void)pairs;
+    block_body(out, x, weight, n_tokens, n_rows, n_cols, row_begin, row_end, 2);
+}
+/* AVX-512: tiles of 4 rows by up to 4 token pairs in 512-bit registers (16 accumulators of the 32); an odd
+ * token left over takes a 256-bit tile. */
+CPU_AVX512_TARGET static void block_avx512(float *out, const float *x, const float *pairs, const float *weight,
+                                           int32_t n_tokens, int32_t n_rows, int32_t n_cols, int32_t row_begin,
+                                           int32_t row_end) {
+    int32_t n_vector = n_cols - n_cols % CPU_LANES;
+    const int32_t tile_tokens = 2 * CPU_TILE_PAIRS_MAX;
+    int32_t tiled_end = row_begin + (row_end - row_begin) / CPU_TILE_ROWS * CPU_TILE_ROWS;
+    for (int32_t row = row_begin; row < tiled_end; row += CPU_TILE_ROWS) {
+        const float *w = weight + (size_t)row * (size_t)n_cols;
+        for (int32_t t = 0; t < n_tokens; t += tile_tokens) {
+            int32_t n = n_tokens - t < tile_tokens ? n_tokens - t : tile_tokens;
+            const float *xt = x + (size_t)t * (size_t)n_cols;
+            const float *pt = pairs + (size_t)t * (size_t)n_vector; /* t is even */
+            float *ot = out + (size_t)t * (size_t)n_rows + row;
+            switch (n / 2) {
+            case 4: tile_pairs_body(ot, xt, pt, w, 4, n_rows, n_cols); break;
+            case 3: tile_pairs_body(ot, xt, pt, w, 3, n_rows, n_cols); break;
+            case 2: tile_pairs_body(ot, xt, pt, w, 2, n_rows, n_cols); break;
+            case 1: tile_pairs_body(ot, xt, pt, w, 1, n_rows, n_cols); break;
+            default: break;
+            }
+            if (n % 2)
+                tile_body(ot + (size_t)(n - 1) * (size_t)n_rows, xt + (size_t)(n - 1) * (size_t)n_cols, w, 1, n_rows,
+                          n_cols);
+        }
+    }
+    for (int32_t row = tiled_end; row < row_end; row++)
+        for (int32_t t = 0; t < n_tokens; t++)
+            out[(size_t)t * (size_t)n_rows + (size_t)row] =
+                dot_body(weight + (size_t)row * (size_t)n_cols, x + (size_t)t * (size_t)n_cols, n_cols);
 }
 #endif
 
 typedef float (*dot_fn)(const float *, const float *, int32_t);
-typedef void (*rows4_fn)(float *, const float *, const float *, int32_t, int32_t, int32_t);
+typedef void (*block_fn)(float *, const float *, const float *, const float *, int32_t, int32_t, int32_t, int32_t,
+                         int32_t);
 
-/* Set by tests to compare the two paths; read-only while a forward runs. */
-static int portable_only;
+/* Set by tests to compare the paths; read-only while a forward runs. */
+static cpu_ops_path most_path = CPU_OPS_PATH_AVX512;
 
-void cpu_ops_force_portable(int on) { portable_only = on != 0; }
+void cpu_ops_limit_path(cpu_ops_path most) { most_path = most; }
 
-static int use_avx2(void) {
-    if (portable_only) return 0;
-#ifdef CPU_HAVE_AVX2_CLONES
-    /* __builtin_cpu_supports initialises itself on first use; the answer never changes. */
-    return __builtin_cpu_supports("avx2");
-#else
-    return 0;
+/* The widest path this CPU runs and the tests allow. __builtin_cpu_supports initialises itself on first
+ * use; its answers never change. */
+static cpu_ops_path chosen_path(void) {
+#ifdef CPU_HAVE_X86_CLONES
+    if (most_path >= CPU_OPS_PATH_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+        return CPU_OPS_PATH_AVX512;
+    if (most_path >= CPU_OPS_PATH_AVX2 && __builtin_cpu_supports("avx2")) return CPU_OPS_PATH_AVX2;
 #endif
+    return CPU_OPS_PATH_PORTABLE;
 }
 
 static dot_fn select_dot(void) {
-#ifdef CPU_HAVE_AVX2_CLONES
-    if (use_avx2()) return dot_avx2;
+#ifdef CPU_HAVE_X86_CLONES
+    /* One chunk at a time: AVX-512's extra registers change nothing here. */
+    if (chosen_path() >= CPU_OPS_PATH_AVX2) return dot_avx2;
 #endif
     return dot_generic;
 }
 
-static rows4_fn select_rows4(void) {
-#ifdef CPU_HAVE_AVX2_CLONES
-    if (use_avx2()) return rows4_avx2;
+static block_fn select_block(void) {
+#ifdef CPU_HAVE_X86_CLONES
+    switch (chosen_path()) {
+    case CPU_OPS_PATH_AVX512: return block_avx512;
+    case CPU_OPS_PATH_AVX2: return block_avx2;
+    default: break;
+    }
 #endif
-    return rows4_generic;
+    return block_generic;
 }
 
 float cpu_dot(const float *a, const float *b, int32_t n) { return select_dot()(a, b, n); }
 
+/* Rows per task: enough work to amortise taking it, few enough to share a small matrix among the threads. */
+#define CPU_BLOCK_ROWS 16
+
+size_t cpu_matmul_scratch_floats(int32_t n_cols) { return (size_t)CPU_PASS_TOKENS * (size_t)n_cols; }
+
+/* The AVX-512 tiles' input: for each pair of tokens (2p, 2p + 1) and each whole chunk c of 8 columns,
+ * x[2p][8c .. 8c + 8) then x[2p + 1][8c .. 8c + 8), so that a pair's chunk is one 512-bit load.
+ * n_tokens / 2 pairs (an odd last token is read from x). */
+static void interleave_pairs(float *pairs, const float *x, int32_t n_tokens, int32_t n_cols) {
+    int32_t n_vector = n_cols - n_cols % CPU_LANES;
+    for (int32_t p = 0; p < n_tokens / 2; p++) {
+        const float *first = x + (size_t)(2 * p) * (size_t)n_cols;
+        const float *second = first + n_cols;
+        float *dst = pairs + (size_t)p * 2 * (size_t)n_vector;
+        for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
+            memcpy(dst + 2 * (size_t)k, first + k, CPU_LANES * sizeof(float));
+            memcpy(dst + 2 * (size_t)k + CPU_LANES, second + k, CPU_LANES * sizeof(float));
+        }
+    }
+}
+
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
-                int32_t n_cols, int n_threads) {
-    dot_fn dot = select_dot();
-    rows4_fn rows4 = select_rows4();
-    int32_t n_row_blocks = (n_rows + 3) / 4;
-    /* Small problems are not worth waking the thread team. */
-    int parallel = (int64_t)n_tokens * n_rows * n_cols >= 32768;
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
-    for (int32_t block = 0; block < n_row_blocks; block++) {
-        int32_t row = block * 4;
-        const float *w = weight + (size_t)row * (size_t)n_cols;
-        if (n_rows - row >= 4) {
-            rows4(out + row, x, w, n_tokens, n_rows, n_cols);
-        } else {
-            for (int32_t r = row; r < n_rows; r++) {
-                const float *wr = weight + (size_t)r * (size_t)n_cols;
-                for (int32_t t = 0; t < n_tokens; t++)
-                    out[(size_t)t * (size_t)n_rows + (size_t)r] = dot(wr, x + (size_t)t * (size_t)n_cols, n_cols);
-            }
+                int32_t n_cols, int n_threads, float *scratch) {
+    cpu_ops_path path = chosen_path();
+    block_fn block = select_block();
+    int32_t n_blocks = (n_rows + CPU_BLOCK_ROWS - 1) / CPU_BLOCK_ROWS;
+    for (int32_t t = 0; t < n_tokens; t += CPU_PASS_TOKENS) {
+        int32_t n = n_tokens - t < CPU_PASS_TOKENS ? n_tokens - t : CPU_PASS_TOKENS;
+        const float *xt = x + (size_t)t * (size_t)n_cols;
+        float *ot = out + (size_t)t * (size_t)n_rows;
+        if (path == CPU_OPS_PATH_AVX512 && n >= 2) interleave_pairs(scratch, xt, n, n_cols);
+        /* Small problems are not worth waking the thread team. Dynamic: a thread the OS delays (other
+         * work on a small machine) holds up only its current block. */
+        int parallel = (int64_t)n * n_rows * n_cols >= CPU_PARALLEL_MIN_WORK;
+        /* Blocks per grab: at least 4 (64 rows a thread streams in order) and 2^16 multiply-adds, so that
+         * taking work (an atomic add) stays cheap next to doing it, also for narrow matrices (a tiny
+         * model's lm_head). */
+        int64_t grab = ((int64_t)1 << 16) / ((int64_t)CPU_BLOCK_ROWS * n * n_cols);
+        int32_t blocks_per_grab = grab < 4 ? 4 : grab > n_blocks ? n_blocks : (int32_t)grab;
+#pragma omp parallel for schedule(dynamic, blocks_per_grab) num_threads(n_threads) if (parallel)
+        for (int32_t b = 0; b < n_blocks; b++) {
+            int32_t row = b * CPU_BLOCK_ROWS;
+            int32_t end = n_rows - row < CPU_BLOCK_ROWS ? n_rows : row + CPU_BLOCK_ROWS;
+            block(ot, xt, scratch, weight, n, n_rows, n_cols, row, end);
         }
     }
 }
@@ -184,7 +326,9 @@ void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, in
     }
 }
 
-void cpu_swiglu(float *gate, const float *up, size_t n) {
+void cpu_swiglu(float *gate, const float *up, size_t n, int n_threads) {
+    /* Elementwise, so the split between threads changes no bits; expf makes it worth one for a prompt. */
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n >= CPU_PARALLEL_MIN_WORK / 8)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         float silu = g / (1.0f + expf(-g));
