@@ -77,6 +77,10 @@ OTHER = [
     {"label": "tokenizer.json load",
      "kite": ("tokenizer.jsonl", "tokenizer_load_kite", "ms", "ms"),
      "peer": ("tokenizer.jsonl", "tokenizer_load_hf", "ms", "ms")},
+    {"label": "CPU backend (no GPU, 2 cores like CI's), 0.6B shape: prefill of 64 tokens",
+     "kite": ("cpu.jsonl", "pp64", "tok/s", "tok_s"), "peer": None},
+    {"label": "CPU backend, 0.6B shape: decode (tg8) at depth 64",
+     "kite": ("cpu.jsonl", "tg8", "tok/s", "tok_s"), "peer": None},
 ]
 
 def read_rows(name):
