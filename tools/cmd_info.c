@@ -1,16 +1,24 @@
 /* kite info: what this build contains and what it finds on this machine; with --options, every runtime switch
  * of the registry with its value (--markdown: the table docs/OPTIONS.md is made of). */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "commands.h"
 #include "kite.h"
 
-static const char info_usage[] =
-    "usage: kite info [--options [--markdown]]\n"
-    "  --options    list every runtime switch (environment variable) with its value, default and range\n"
-    "  --markdown   with --options: the list as the Markdown table of docs/OPTIONS.md\n";
+enum { INFO_OPTIONS = 1, INFO_MARKDOWN };
+
+static const cli_option info_options[] = {
+    {INFO_OPTIONS, "options", 0, NULL, "list every runtime switch (environment variable) with its value, default and range",
+     false},
+    {INFO_MARKDOWN, "markdown", 0, NULL, "with --options: the list as the Markdown table of docs/OPTIONS.md", false},
+};
+
+static const cli_command info_command = {
+    "info", "[--options [--markdown]]",
+    "  What this build contains and what it finds on this machine (backends, the GPU).\n", info_options,
+    sizeof info_options / sizeof info_options[0]};
 
 static void print_range(const kite_option_info *o, char *out, size_t capacity) {
     if (o->is_bool) snprintf(out, capacity, "0 or 1");
@@ -49,27 +57,20 @@ static int print_options(bool markdown) {
 static void print_gb(const char *what, size_t bytes) { printf("%s %.1f GiB", what, (double)bytes / (1u << 30)); }
 
 int cmd_info(int argc, char **argv) {
-    static const struct option long_options[] = {
-        {"options", no_argument, NULL, 'o'},
-        {"markdown", no_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     bool options = false, markdown = false;
-    opterr = 0;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "h", long_options, NULL)) != -1;) {
-        switch (c) {
-        case 'o': options = true; break;
-        case 'm': markdown = true; break;
-        case 'h': fputs(info_usage, stdout); return 0;
-        default:
-            fprintf(stderr, "kite info: unknown option '%s'\n%s", argv[optind - 1], info_usage);
-            return 2;
+    cli_parser p;
+    cli_parser_init(&p, &info_command, argc, argv);
+    for (int id; (id = cli_parser_next(&p)) != CLI_END;) {
+        switch (id) {
+        case CLI_HELP: return 0;
+        case INFO_OPTIONS: options = true; break;
+        case INFO_MARKDOWN: markdown = true; break;
+        default: return 2; /* CLI_ERROR: said on stderr */
         }
     }
-    if (optind < argc || (markdown && !options)) {
-        fputs(info_usage, stderr);
+    if (p.first_argument < argc || (markdown && !options)) {
+        fprintf(stderr, "kite info: %s\n", p.first_argument < argc ? "takes no arguments" : "--markdown needs --options");
+        cli_print_usage(&info_command, stderr);
         return 2;
     }
     if (options) return print_options(markdown);
