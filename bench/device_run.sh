@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the GPU tests and the benchmark runs recorded in bench/results/.
 #   BIN=DIR bash bench/device_run.sh [tests] [kite] [batched] [tokenizer] [peer] [first-token]
-# BIN holds the Release binaries built with CUDA (kite, cuda_ops_test, cuda_e2e_test, engine_gpu_test, cuda_soak_test,
+# BIN holds the Release binaries built with CUDA (kite, cuda_ops_test, cuda_e2e_test, engine_gpu_test, cuda_soak_test, bench_gpu_test,
 # tokenizer_bench); default build/. Logs and JSON lines go under ${OUT:-/tmp/kite-out}.
 set -uo pipefail
 out=${OUT:-/tmp/kite-out}
@@ -27,7 +27,7 @@ checkpoint() {  # a checkpoint in the hub's exact layout (random weights) for ki
 }
 
 if want tests; then
-  for t in cuda_ops_test cuda_e2e_test engine_gpu_test cuda_soak_test; do
+  for t in cuda_ops_test cuda_e2e_test engine_gpu_test cuda_soak_test bench_gpu_test; do
     echo "== $t" | tee -a "$out/gpu-tests.log"
     timeout 400 "$bin/$t" >>"$out/gpu-tests.log" 2>&1; echo "$t exit $?" | tee -a "$out/gpu-tests.log"
   done
