@@ -509,35 +509,38 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
         float *scores = s->scores + (size_t)omp_get_thread_num() * score_stride;
         float *out = s->attention + (size_t)t * q_dim + (size_t)h * (size_t)head_dim;
 
-        float max_score = -INFINITY;
-        for (int32_t j = 0; j <= position; j++) {
+        /* The positions in runs of one KV block each: contiguous in the cache, kv_dim floats apart. */
+        size_t kv_dim = (size_t)c->n_kv_heads * (size_t)head_dim;
+        int32_t n_keys = position + 1;
+        for (int32_t j = 0; j < n_keys;) {
+            int32_t run = b->kv_block_size - j % b->kv_block_size;
+            if (run > n_keys - j) run = n_keys - j;
             const float *k = b->k_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-            float score = cpu_dot(q, k, head_dim) * scale;
-            scores[j] = score;
-            if (score > max_score) max_score = score;
+            cpu_attention_scores(scores + j, q, k, kv_dim, run, head_dim, scale);
+            j += run;
         }
+        float max_score = -INFINITY;
+        for (int32_t j = 0; j < n_keys; j++)
+            if (scores[j] > max_score) max_score = scores[j];
         float sum = 0.0f;
-        for (int32_t j = 0; j <= position; j++) {
+        for (int32_t j = 0; j < n_keys; j++) {
             scores[j] = expf(scores[j] - max_score);
             sum += scores[j];
         }
+        /* softmax normalises before the product with V, as torch does; flash attention (bf16 emulation)
+         * rounds the unnormalised probabilities to bf16 for it, the float32 row sum dividing at the end. */
+        for (int32_t j = 0; j < n_keys; j++)
+            scores[j] = b->emulate_bf16 ? round_bf16_if(true, scores[j]) : scores[j] / sum;
         for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
-        if (!b->emulate_bf16) {
-            for (int32_t j = 0; j <= position; j++) {
-                float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
-                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
-            }
-        } else {
-            /* As flash attention does it: unnormalised probabilities rounded to bf16 for the product with V,
-             * the float32 row sum dividing at the end. */
-            for (int32_t j = 0; j <= position; j++) {
-                float p = round_bf16_if(true, scores[j]);
-                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
-            }
-            for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
+        for (int32_t j = 0; j < n_keys;) {
+            int32_t run = b->kv_block_size - j % b->kv_block_size;
+            if (run > n_keys - j) run = n_keys - j;
+            const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+            cpu_weighted_sum_add(out, scores + j, v, kv_dim, run, head_dim);
+            j += run;
         }
+        if (b->emulate_bf16)
+            for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
     }
 }
 
@@ -558,14 +561,16 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
-    cpu_matmul(s->q, s->normed, w->q_proj, n, q_dim, hidden, threads, s->matmul);
-    cpu_matmul(s->k, s->normed, w->k_proj, n, kv_dim, hidden, threads, s->matmul);
-    cpu_matmul(s->v, s->normed, w->v_proj, n, kv_dim, hidden, threads, s->matmul);
+    const cpu_matmul_part qkv[3] = {{s->q, w->q_proj, q_dim}, {s->k, w->k_proj, kv_dim}, {s->v, w->v_proj, kv_dim}};
+    cpu_matmul_parts(qkv, 3, s->normed, n, hidden, threads, s->matmul);
     maybe_round_bf16(b, s->q, (size_t)n * (size_t)q_dim);
     maybe_round_bf16(b, s->k, (size_t)n * (size_t)kv_dim);
     maybe_round_bf16(b, s->v, (size_t)n * (size_t)kv_dim);
 
-    /* Per-head RMSNorm, RoPE, then the append of K and V at each token's position. */
+    /* Per-head RMSNorm, RoPE, then the append of K and V at each token's position. Tokens are independent,
+     * so a prompt's share them among the threads (the norm's double sum is a serial chain per head). */
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if ((int64_t)n * (c->n_heads + c->n_kv_heads) * head_dim >= CPU_PARALLEL_MIN_WORK / 8)
     for (int32_t t = 0; t < n; t++) {
         const float *cos_table = s->rope_cos + (size_t)t * half;
         const float *sin_table = s->rope_sin + (size_t)t * half;
@@ -597,8 +602,8 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
                     eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
-    cpu_matmul(s->gate, s->normed, w->gate_proj, n, inter, hidden, threads, s->matmul);
-    cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads, s->matmul);
+    const cpu_matmul_part gate_up[2] = {{s->gate, w->gate_proj, inter}, {s->up, w->up_proj, inter}};
+    cpu_matmul_parts(gate_up, 2, s->normed, n, hidden, threads, s->matmul);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     maybe_round_bf16(b, s->up, (size_t)n * (size_t)inter);
     cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter, threads);
