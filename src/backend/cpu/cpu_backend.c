@@ -509,38 +509,35 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
         float *scores = s->scores + (size_t)omp_get_thread_num() * score_stride;
         float *out = s->attention + (size_t)t * q_dim + (size_t)h * (size_t)head_dim;
 
-        /* The positions in runs of one KV block each: contiguous in the cache, kv_dim floats apart. */
-        size_t kv_dim = (size_t)c->n_kv_heads * (size_t)head_dim;
-        int32_t n_keys = position + 1;
-        for (int32_t j = 0; j < n_keys;) {
-            int32_t run = b->kv_block_size - j % b->kv_block_size;
-            if (run > n_keys - j) run = n_keys - j;
-            const float *k = b->k_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-            cpu_attention_scores(scores + j, q, k, kv_dim, run, head_dim, scale);
-            j += run;
-        }
         float max_score = -INFINITY;
-        for (int32_t j = 0; j < n_keys; j++)
-            if (scores[j] > max_score) max_score = scores[j];
+        for (int32_t j = 0; j <= position; j++) {
+            const float *k = b->k_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+            float score = cpu_dot(q, k, head_dim) * scale;
+            scores[j] = score;
+            if (score > max_score) max_score = score;
+        }
         float sum = 0.0f;
-        for (int32_t j = 0; j < n_keys; j++) {
+        for (int32_t j = 0; j <= position; j++) {
             scores[j] = expf(scores[j] - max_score);
             sum += scores[j];
         }
-        /* softmax normalises before the product with V, as torch does; flash attention (bf16 emulation)
-         * rounds the unnormalised probabilities to bf16 for it, the float32 row sum dividing at the end. */
-        for (int32_t j = 0; j < n_keys; j++)
-            scores[j] = b->emulate_bf16 ? round_bf16_if(true, scores[j]) : scores[j] / sum;
         for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
-        for (int32_t j = 0; j < n_keys;) {
-            int32_t run = b->kv_block_size - j % b->kv_block_size;
-            if (run > n_keys - j) run = n_keys - j;
-            const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-            cpu_weighted_sum_add(out, scores + j, v, kv_dim, run, head_dim);
-            j += run;
-        }
-        if (b->emulate_bf16)
+        if (!b->emulate_bf16) {
+            for (int32_t j = 0; j <= position; j++) {
+                float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
+                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+            }
+        } else {
+            /* As flash attention does it: unnormalised probabilities rounded to bf16 for the product with V,
+             * the float32 row sum dividing at the end. */
+            for (int32_t j = 0; j <= position; j++) {
+                float p = round_bf16_if(true, scores[j]);
+                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
+                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+            }
             for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
+        }
     }
 }
 

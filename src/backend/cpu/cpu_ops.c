@@ -271,6 +271,12 @@ static void interleave_pairs(float *pairs, const float *x, int32_t n_tokens, int
 
 void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
                       int32_t n_cols, int n_threads, float *scratch) {
+    if (n_parts > CPU_MATMUL_PARTS_MAX) { /* in groups that first_block holds */
+        cpu_matmul_parts(parts, CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads, scratch);
+        cpu_matmul_parts(parts + CPU_MATMUL_PARTS_MAX, n_parts - CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols,
+                         n_threads, scratch);
+        return;
+    }
     cpu_ops_path path = chosen_path();
     block_fn block = select_block();
     /* first_block[p]: the index of part p's first block in the blocks of all the parts, in order. */
@@ -311,93 +317,6 @@ void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_token
                 int32_t n_cols, int n_threads, float *scratch) {
     cpu_matmul_part part = {.out = out, .weight = weight, .n_rows = n_rows};
     cpu_matmul_parts(&part, 1, x, n_tokens, n_cols, n_threads, scratch);
-}
-
-/* Attention's products: cpu_dot for each of n keys strided through the cache, four at a time so that the
- * four chains of additions overlap (each sum still in dot_body's order), then the weighted sum of the
- * values, vectorised over the head's elements only (each element's sum over j stays in order). */
-CPU_ALWAYS_INLINE void scores_body(float *out, const float *q, const float *k, size_t k_stride, int32_t n,
-                                   int32_t head_dim, float scale) {
-    int32_t n_vector = head_dim - head_dim % CPU_LANES;
-    int32_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const float *kj = k + (size_t)j * k_stride;
-        v8f acc[4] = {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0},
-                      {0, 0, 0, 0, 0, 0, 0, 0}};
-        for (int32_t d = 0; d < n_vector; d += CPU_LANES) {
-            v8f vq;
-            memcpy(&vq, q + d, sizeof vq);
-            for (int32_t i = 0; i < 4; i++) {
-                v8f vk;
-                memcpy(&vk, kj + (size_t)i * k_stride + d, sizeof vk);
-                acc[i] += vq * vk;
-            }
-        }
-        for (int32_t i = 0; i < 4; i++) {
-            const float *ki = kj + (size_t)i * k_stride;
-            float sum = reduce_lanes(&acc[i]);
-            for (int32_t d = n_vector; d < head_dim; d++) sum += q[d] * ki[d];
-            out[j + i] = sum * scale;
-        }
-    }
-    for (; j < n; j++) out[j] = dot_body(q, k + (size_t)j * k_stride, head_dim) * scale;
-}
-
-CPU_ALWAYS_INLINE void weighted_sum_body(float *out, const float *p, const float *v, size_t v_stride, int32_t n,
-                                         int32_t head_dim) {
-    int32_t n_vector = head_dim - head_dim % CPU_LANES;
-    for (int32_t d = 0; d < n_vector; d += CPU_LANES) {
-        v8f acc;
-        memcpy(&acc, out + d, sizeof acc);
-        for (int32_t j = 0; j < n; j++) {
-            v8f vv;
-            memcpy(&vv, v + (size_t)j * v_stride + d, sizeof vv);
-            acc += p[j] * vv;
-        }
-        memcpy(out + d, &acc, sizeof acc);
-    }
-    for (int32_t d = n_vector; d < head_dim; d++)
-        for (int32_t j = 0; j < n; j++) out[d] += p[j] * v[(size_t)j * v_stride + d];
-}
-
-static void scores_generic(float *out, const float *q, const float *k, size_t k_stride, int32_t n, int32_t head_dim,
-                           float scale) {
-    scores_body(out, q, k, k_stride, n, head_dim, scale);
-}
-static void weighted_sum_generic(float *out, const float *p, const float *v, size_t v_stride, int32_t n,
-                                 int32_t head_dim) {
-    weighted_sum_body(out, p, v, v_stride, n, head_dim);
-}
-#ifdef CPU_HAVE_X86_CLONES
-__attribute__((target("avx2"))) static void scores_avx2(float *out, const float *q, const float *k, size_t k_stride,
-                                                        int32_t n, int32_t head_dim, float scale) {
-    scores_body(out, q, k, k_stride, n, head_dim, scale);
-}
-__attribute__((target("avx2"))) static void weighted_sum_avx2(float *out, const float *p, const float *v,
-                                                              size_t v_stride, int32_t n, int32_t head_dim) {
-    weighted_sum_body(out, p, v, v_stride, n, head_dim);
-}
-#endif
-
-void cpu_attention_scores(float *out, const float *q, const float *k, size_t k_stride, int32_t n, int32_t head_dim,
-                          float scale) {
-#ifdef CPU_HAVE_X86_CLONES
-    if (chosen_path() >= CPU_OPS_PATH_AVX2) {
-        scores_avx2(out, q, k, k_stride, n, head_dim, scale);
-        return;
-    }
-#endif
-    scores_generic(out, q, k, k_stride, n, head_dim, scale);
-}
-
-void cpu_weighted_sum_add(float *out, const float *p, const float *v, size_t v_stride, int32_t n, int32_t head_dim) {
-#ifdef CPU_HAVE_X86_CLONES
-    if (chosen_path() >= CPU_OPS_PATH_AVX2) {
-        weighted_sum_avx2(out, p, v, v_stride, n, head_dim);
-        return;
-    }
-#endif
-    weighted_sum_generic(out, p, v, v_stride, n, head_dim);
 }
 
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int32_t n, float eps) {

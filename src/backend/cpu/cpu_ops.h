@@ -41,8 +41,8 @@ typedef struct cpu_matmul_part {
 
 #define CPU_MATMUL_PARTS_MAX 4
 
-/* cpu_matmul for n_parts <= CPU_MATMUL_PARTS_MAX matrices of one input (q/k/v, gate/up) in one parallel
- * region: one fork and join instead of n_parts, and the threads share out the blocks of all the parts, so
+/* cpu_matmul for n_parts matrices of one input (q/k/v, gate/up) in one parallel region (more than
+ * CPU_MATMUL_PARTS_MAX: one region per group of that many): one fork and join instead of n_parts, and the threads share out the blocks of all the parts, so
  * none waits at the end of a small one. Every output element gets the same bits as from cpu_matmul. */
 void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
                       int32_t n_cols, int n_threads, float *scratch);
@@ -50,15 +50,6 @@ void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float
 /* Floats of the scratch cpu_matmul needs for n_cols columns (any number of tokens): the AVX-512 path
  * copies each pass's inputs there, pairs of tokens interleaved. */
 size_t cpu_matmul_scratch_floats(int32_t n_cols);
-
-/* out[j] = cpu_dot(q, k + j * k_stride, head_dim) * scale for j < n: attention scores of one head over n
- * cached keys k_stride floats apart (one run of a KV block). */
-void cpu_attention_scores(float *out, const float *q, const float *k, size_t k_stride, int32_t n, int32_t head_dim,
-                          float scale);
-
-/* out[d] += p[j] * v[j * v_stride + d] for j = 0, 1, .. n - 1 in that order, for d < head_dim: the
- * weighted sum of n cached values, each element's additions in the same order as the plain loop. */
-void cpu_weighted_sum_add(float *out, const float *p, const float *v, size_t v_stride, int32_t n, int32_t head_dim);
 
 /* out = x * rsqrt(mean(x^2) + eps) * weight over one row of n elements (out may alias x).
  * The mean is accumulated in double; the rest in float32, in transformers' order. */
