@@ -387,6 +387,66 @@ done:
     free(scratch);
 }
 
+/* cpu_matmul_parts gives each part's (token, row) cpu_dot's bits, as cpu_matmul does: parts of leftover
+ * rows (37, 5 % 4) and a shared pass of 70 tokens (two passes), on every path and thread count. */
+static void test_matmul_parts_match_dot(void) {
+    enum { n_cols = 1030, max_tokens = 70 };
+    const int32_t part_rows[3] = {37, 64, 5};
+    float *w[3] = {NULL, NULL, NULL}, *out[3] = {NULL, NULL, NULL};
+    float *x = malloc(sizeof(float) * max_tokens * n_cols);
+    float *scratch = malloc(sizeof(float) * cpu_matmul_scratch_floats(n_cols));
+    int ok = x && scratch;
+    for (int p = 0; p < 3; p++) {
+        w[p] = malloc(sizeof(float) * (size_t)part_rows[p] * n_cols);
+        out[p] = malloc(sizeof(float) * (size_t)part_rows[p] * max_tokens);
+        ok = ok && w[p] && out[p];
+    }
+    if (!ok) {
+        CHECK_MSG(0, "out of memory");
+        goto done;
+    }
+    uint64_t state = 43;
+    for (int p = 0; p < 3; p++)
+        for (size_t i = 0; i < (size_t)part_rows[p] * n_cols; i++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            w[p][i] = (float)((int32_t)(state >> 40) % 2001 - 1000) / 997.0f;
+        }
+    for (size_t i = 0; i < (size_t)max_tokens * n_cols; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int32_t)(state >> 40) % 2001 - 1000) / 1009.0f;
+    }
+    const cpu_matmul_part parts[3] = {{out[0], w[0], part_rows[0]}, {out[1], w[1], part_rows[1]},
+                                      {out[2], w[2], part_rows[2]}};
+    const int32_t token_counts[] = {1, 7, 70};
+    for (int path = CPU_OPS_PATH_PORTABLE; path <= CPU_OPS_PATH_AVX512; path++) {
+        cpu_ops_limit_path((cpu_ops_path)path);
+        for (size_t c = 0; c < sizeof token_counts / sizeof token_counts[0]; c++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                int32_t n = token_counts[c];
+                cpu_matmul_parts(parts, 3, x, n, n_cols, threads, scratch);
+                int32_t mismatches = 0;
+                for (int p = 0; p < 3; p++)
+                    for (int32_t t = 0; t < n; t++)
+                        for (int32_t r = 0; r < part_rows[p]; r++) {
+                            float want = cpu_dot(w[p] + (size_t)r * n_cols, x + (size_t)t * n_cols, n_cols);
+                            float got = out[p][(size_t)t * part_rows[p] + r];
+                            if (memcmp(&want, &got, sizeof want) != 0) mismatches++;
+                        }
+                CHECK_MSG(mismatches == 0, "path %d, %d tokens, %d threads: %d products differ from cpu_dot", path,
+                          n, threads, mismatches);
+            }
+        }
+    }
+    cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
+done:
+    for (int p = 0; p < 3; p++) {
+        free(w[p]);
+        free(out[p]);
+    }
+    free(x);
+    free(scratch);
+}
+
 static void expect_invalid(kite_status status, const char *what) {
     CHECK_MSG(status == KITE_ERROR_INVALID_ARGUMENT, "%s: status %d", what, (int)status);
     CHECK_MSG(kite_last_error()[0] != '\0', "%s: no message", what);
@@ -501,6 +561,7 @@ int main(void) {
     TEST_RUN(test_argmax_ties);
     TEST_RUN(test_portable_matches_vector_path);
     TEST_RUN(test_matmul_matches_dot);
+    TEST_RUN(test_matmul_parts_match_dot);
     TEST_RUN(test_bad_input);
     TEST_RUN(test_kv_bytes);
     return test_finish();

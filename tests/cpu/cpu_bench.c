@@ -3,7 +3,8 @@
  *   cpu_bench [--shape qwen3-0.6b-base] [--layers N] [--prompt 256] [--decode 16] [--threads 0]
  *
  * --layers overrides the shape's layer count, so a quick run can time a few layers of a real shape.
- * Prints prefill and decode tokens/s and a checksum of the last logits (a fingerprint across runs).
+ * Prints prefill and decode tokens/s, a checksum of the last logits and an FNV-1a hash of the bits of the
+ * prefill's and the last decode step's logits (a fingerprint across runs: a kernel change must keep it).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +20,14 @@ static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* FNV-1a over the bytes of n floats: any changed bit changes it. */
+static uint64_t hash_floats(const float *x, int32_t n) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *bytes = (const unsigned char *)x;
+    for (size_t i = 0; i < (size_t)n * sizeof *x; i++) h = (h ^ bytes[i]) * 1099511628211ull;
+    return h;
 }
 
 static int fail(const char *what) {
@@ -80,6 +89,8 @@ int main(int argc, char **argv) {
     double t2 = now_seconds();
     if (b->ops->forward(b, &batch) != KITE_OK) return fail("prefill");
     double t3 = now_seconds();
+    if (b->ops->read_logits(b, logits, 1) != KITE_OK) return fail("read_logits");
+    uint64_t prefill_hash = hash_floats(logits, config.vocab_size);
     int32_t next = 0;
     for (int32_t i = 0; i < decode; i++) {
         if (b->ops->argmax(b, &next, 1) != KITE_OK) return fail("argmax");
@@ -100,6 +111,8 @@ int main(int argc, char **argv) {
     printf("prefill %d tokens: %.3f s, %.1f tok/s\n", prompt, t3 - t2, prompt / (t3 - t2));
     if (decode > 0) printf("decode %d tokens: %.3f s, %.2f tok/s\n", decode, t4 - t3, decode / (t4 - t3));
     printf("logits checksum %.9g\n", checksum);
+    printf("logits bits: prefill %016llx, last %016llx\n", (unsigned long long)prefill_hash,
+           (unsigned long long)hash_floats(logits, config.vocab_size));
     free(ids);
     free(table);
     free(logits);

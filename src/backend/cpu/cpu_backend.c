@@ -558,14 +558,16 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
-    cpu_matmul(s->q, s->normed, w->q_proj, n, q_dim, hidden, threads, s->matmul);
-    cpu_matmul(s->k, s->normed, w->k_proj, n, kv_dim, hidden, threads, s->matmul);
-    cpu_matmul(s->v, s->normed, w->v_proj, n, kv_dim, hidden, threads, s->matmul);
+    const cpu_matmul_part qkv[3] = {{s->q, w->q_proj, q_dim}, {s->k, w->k_proj, kv_dim}, {s->v, w->v_proj, kv_dim}};
+    cpu_matmul_parts(qkv, 3, s->normed, n, hidden, threads, s->matmul);
     maybe_round_bf16(b, s->q, (size_t)n * (size_t)q_dim);
     maybe_round_bf16(b, s->k, (size_t)n * (size_t)kv_dim);
     maybe_round_bf16(b, s->v, (size_t)n * (size_t)kv_dim);
 
-    /* Per-head RMSNorm, RoPE, then the append of K and V at each token's position. */
+    /* Per-head RMSNorm, RoPE, then the append of K and V at each token's position. Tokens are independent,
+     * so a prompt's share them among the threads (the norm's double sum is a serial chain per head). */
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if ((int64_t)n * (c->n_heads + c->n_kv_heads) * head_dim >= CPU_PARALLEL_MIN_WORK / 8)
     for (int32_t t = 0; t < n; t++) {
         const float *cos_table = s->rope_cos + (size_t)t * half;
         const float *sin_table = s->rope_sin + (size_t)t * half;
@@ -597,8 +599,8 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
                     eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
-    cpu_matmul(s->gate, s->normed, w->gate_proj, n, inter, hidden, threads, s->matmul);
-    cpu_matmul(s->up, s->normed, w->up_proj, n, inter, hidden, threads, s->matmul);
+    const cpu_matmul_part gate_up[2] = {{s->gate, w->gate_proj, inter}, {s->up, w->up_proj, inter}};
+    cpu_matmul_parts(gate_up, 2, s->normed, n, hidden, threads, s->matmul);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     maybe_round_bf16(b, s->up, (size_t)n * (size_t)inter);
     cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter, threads);

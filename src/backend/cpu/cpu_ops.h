@@ -32,6 +32,21 @@ float cpu_dot(const float *a, const float *b, int32_t n);
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
                 int32_t n_cols, int n_threads, float *scratch);
 
+/* One matrix of a cpu_matmul_parts call: out[t * n_rows + r] = dot(weight row r, x token t). */
+typedef struct cpu_matmul_part {
+    float *out;
+    const float *weight; /* (n_rows, n_cols) row-major */
+    int32_t n_rows;
+} cpu_matmul_part;
+
+#define CPU_MATMUL_PARTS_MAX 4
+
+/* cpu_matmul for n_parts matrices of one input (q/k/v, gate/up) in one parallel region (more than
+ * CPU_MATMUL_PARTS_MAX: one region per group of that many): one fork and join instead of n_parts, and the threads share out the blocks of all the parts, so
+ * none waits at the end of a small one. Every output element gets the same bits as from cpu_matmul. */
+void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
+                      int32_t n_cols, int n_threads, float *scratch);
+
 /* Floats of the scratch cpu_matmul needs for n_cols columns (any number of tokens): the AVX-512 path
  * copies each pass's inputs there, pairs of tokens interleaved. */
 size_t cpu_matmul_scratch_floats(int32_t n_cols);
