@@ -128,7 +128,8 @@ static kite_status plan_rows(const kite_model *model, const kite_bench_params *p
     for (size_t i = 0; i < p->n_prefill; i++) {
         const int32_t n = p->prefill[i];
         if (prefill_step_budget(n) > out->step_tokens) out->step_tokens = prefill_step_budget(n);
-        positions = n > positions ? n : positions;
+        /* The engine admits a prompt with room for the position of its first token (kite_engine_submit). */
+        positions = n + 1 > positions ? n + 1 : positions;
         context = n + 1 > context ? n + 1 : context; /* a prompt is shorter than the context limit */
         out->longest_prompt = n > out->longest_prompt ? n : out->longest_prompt;
     }

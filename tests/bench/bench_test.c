@@ -147,6 +147,35 @@ static void test_prefill_steps(void) {
     kite_model_free(m);
 }
 
+/* Rows whose lengths fill whole KV blocks: the engine is sized for them alone (no other row leaves room), so
+ * each request's one position past its prompt must be planned for. */
+static void test_rows_at_block_multiples(void) {
+    kite_model *m = load_tiny(0);
+    if (!m) return;
+    static const int32_t prefill[] = {256}, decode[] = {63}, batch[] = {1}, depth[] = {64};
+    kite_bench_params p = kite_bench_params_default();
+    p.prefill = prefill;
+    p.n_prefill = 1;
+    p.batch = batch;
+    p.n_batch = 1;
+    p.n_decode = 0;
+    p.repetitions = 1;
+    collected c = {0};
+    CHECK_MSG(kite_bench_run(m, &p, collect, &c) == KITE_OK, "pp256 alone: %s", kite_last_error());
+    CHECK(c.n == 1);
+    if (c.n == 1) check_timed(&c.rows[0], 1, 0, false);
+
+    p.n_prefill = 0;
+    p.decode = decode;
+    p.n_decode = 1;
+    p.depth = depth;
+    p.n_depth = 1;
+    c.n = 0;
+    CHECK_MSG(kite_bench_run(m, &p, collect, &c) == KITE_OK, "tg63 at depth 64 alone: %s", kite_last_error());
+    CHECK(c.n == 1);
+    kite_model_free(m);
+}
+
 /* Each bad parameter is refused by describe and run alike, with a message naming it, and no row runs. */
 static void expect_refused(kite_model *m, const kite_bench_params *p, const char *needle) {
     kite_bench_info info;
@@ -410,6 +439,7 @@ int main(void) {
     TEST_RUN(test_greedy_rows);
     TEST_RUN(test_sampled_rows);
     TEST_RUN(test_prefill_steps);
+    TEST_RUN(test_rows_at_block_multiples);
     TEST_RUN(test_bad_params);
     TEST_RUN(test_gate_passes_on_the_same_weights);
     TEST_RUN(test_gate_fails_on_other_weights);
