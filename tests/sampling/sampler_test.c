@@ -691,6 +691,48 @@ static void test_large_vocab_top_k_and_top_p(void) {
     free(logits);
 }
 
+/* top-p over a nucleus large enough for the sampler's radix sort, its cut inside a block of ties that mixes +0
+ * and -0 (equal logits: the lowest ids stay), with negative logits kept too: exactly the reference prefix of
+ * (logit desc, id asc) is drawn, every token of it. */
+static void test_top_p_cut_inside_ties_of_a_large_nucleus(void) {
+    enum { vocab = 2048 };
+    static const float levels[] = {0.5f, 0.25f, 0.0f, -0.0f, -0.25f, -30.0f, -30.0f, -30.0f};
+    float *logits = malloc(vocab * sizeof *logits);
+    int *order = malloc(vocab * sizeof *order), *counts = malloc(vocab * sizeof *counts);
+    bool *allowed = calloc(vocab, sizeof *allowed);
+    for (int i = 0; i < vocab; i++) {
+        logits[i] = levels[(int)(test_random_unit() * 8) & 7];
+        order[i] = i;
+    }
+    sort_logits = logits;
+    qsort(order, vocab, sizeof *order, compare_ids);
+    double total = 0.0;
+    for (int i = 0; i < vocab; i++) total += exp(logits[i] - logits[order[0]]);
+    /* The nucleus ends at the middle of the zero block: top_p halfway between its last token's cumulative
+     * probability and the one before. */
+    int first_zero = 0, n_zero = 0;
+    while (logits[order[first_zero]] != 0.0f) first_zero++;
+    while (first_zero + n_zero < vocab && logits[order[first_zero + n_zero]] == 0.0f) n_zero++;
+    const int nucleus = first_zero + n_zero / 2;
+    double cumulative = 0.0, before_last = 0.0;
+    for (int k = 0; k < nucleus; k++) {
+        before_last = cumulative;
+        cumulative += exp(logits[order[k]] - logits[order[0]]) / total;
+        allowed[order[k]] = true;
+    }
+    sampler_params p = sampler_params_default();
+    p.temperature = 1.0f;
+    p.top_p = (float)((before_last + cumulative) / 2);
+    p.seed = 5;
+    CHECK_MSG(nucleus > 600 && n_zero > 100, "nucleus %d, zero block %d", nucleus, n_zero);
+    CHECK(count_draws(&p, logits, vocab, 30000, counts));
+    CHECK(support_is(counts, allowed, vocab));
+    free(allowed);
+    free(counts);
+    free(order);
+    free(logits);
+}
+
 /* A row reduced the way a device producer reduces it: its `n` best finite logits (logit descending, id
  * ascending), the largest logit, the finite count and log(sum exp(logit - max)) in double. */
 #define TOP_N 64
@@ -820,6 +862,7 @@ int main(void) {
     TEST_RUN(test_invalid_logits_rejected);
     TEST_RUN(test_top_logprobs);
     TEST_RUN(test_large_vocab_top_k_and_top_p);
+    TEST_RUN(test_top_p_cut_inside_ties_of_a_large_nucleus);
     TEST_RUN(test_sample_top_matches_full_row);
     return test_finish();
 }
