@@ -31,6 +31,7 @@ typedef enum kite_status {
     KITE_ERROR_BACKEND = 7,           /* a CUDA / cuBLAS / device failure */
     KITE_ERROR_INVALID_INPUT = 8,     /* bad text or token ids */
     KITE_ERROR_CAPACITY = 9,          /* a request can never fit (context or KV cache) */
+    KITE_ERROR_INVALID_TEMPLATE = 10, /* a chat template is damaged or uses a construct kite does not implement */
 } kite_status;
 
 /* A short name for the status ("invalid checkpoint"). */

@@ -46,6 +46,7 @@ const char *kite_status_string(kite_status status) {
     case KITE_ERROR_BACKEND: return "backend error";
     case KITE_ERROR_INVALID_INPUT: return "invalid input";
     case KITE_ERROR_CAPACITY: return "capacity exceeded";
+    case KITE_ERROR_INVALID_TEMPLATE: return "invalid template";
     }
     return "unknown status";
 }
