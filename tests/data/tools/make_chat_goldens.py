@@ -9,6 +9,9 @@ accepts it: messages, tools, add_generation_prompt, chat_template_kwargs) it wri
     OUT/NAME/NN-short-name.ids.json   the token ids of that prompt (transformers mode only)
     OUT/NAME/NN-short-name.error.txt  "ExceptionType: message" when the template raises
 
+Messages are first prepared as vLLM prepares a request's (prepare_message): kite renders the same prepared
+messages, so the goldens are transformers' rendering of what a server hands the template.
+
 Default mode renders with transformers exactly as a user would:
     tok = AutoTokenizer.from_pretrained("tests/data/tokenizer")
     tok.apply_chat_template(messages, tools=tools, add_generation_prompt=..., tokenize=False,
@@ -81,10 +84,31 @@ def load_conversations():
     return out
 
 
+def prepare_message(message):
+    """A message as vLLM prepares it before the template sees it (and as kite's chat_format.c does): content
+    that is null or absent becomes "", a list of text parts is joined with "\n", and an assistant tool call's
+    arguments given as a JSON string are parsed into their object ("" or absent: {})."""
+    m = copy.deepcopy(message)
+    content = m.get("content")
+    if content is None:
+        m["content"] = ""
+    elif isinstance(content, list):
+        m["content"] = "\n".join(part["text"] for part in content)
+    for call in m.get("tool_calls") or []:
+        function = call.get("function", {})
+        arguments = function.get("arguments")
+        if not arguments:
+            function["arguments"] = {}
+        elif isinstance(arguments, str):
+            function["arguments"] = json.loads(arguments)
+    return m
+
+
 def request_args(body):
-    """What vLLM hands to apply_chat_template for a request body (add_generation_prompt defaults to true)."""
-    return (body["messages"], body.get("tools"), body.get("add_generation_prompt", True),
-            dict(body.get("chat_template_kwargs", {})))
+    """What vLLM hands to apply_chat_template for a request body: the prepared messages, the tools (an empty
+    list offers none), add_generation_prompt (default true) and the chat_template_kwargs."""
+    return ([prepare_message(m) for m in body["messages"]], body.get("tools") or None,
+            body.get("add_generation_prompt", True), dict(body.get("chat_template_kwargs", {})))
 
 
 def write_bytes(path, data):
