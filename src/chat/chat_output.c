@@ -204,7 +204,7 @@ static kite_status parse_call(chat_output_parser *p, const char *body, size_t le
 /* Consumes the front of `pending` as far as it is decided (everything when at_end), emitting into the
  * deltas; what stays is the undecided tail. */
 static kite_status drain(chat_output_parser *p, bool at_end) {
-    const char *text = p->pending.data;
+    const char *text = p->pending.data ? p->pending.data : ""; /* NULL until the first byte arrives */
     const size_t length = p->pending.length;
     size_t pos = 0;
     for (;;) {

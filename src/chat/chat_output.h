@@ -49,8 +49,10 @@
  *      which bounds the memory held for an open call. vLLM has no such limit; with the request's output
  *      budget as the limit the two agree.
  *  JSON differences left (kite's reader is strict RFC 8259, Python's is not): NaN, Infinity and -Infinity
- *  make a call malformed here while json.loads reads them; integers beyond int64 are re-serialized as floats
- *  (Python keeps every digit); a key repeated inside the arguments is written twice (a Python dict keeps one).
+ *  make a call malformed here while json.loads reads them; so do invalid UTF-8 inside a string (vLLM's
+ *  detokenizer would have made it U+FFFD first) and nesting deeper than JSON_MAX_DEPTH; integers beyond int64
+ *  are re-serialized as floats (Python keeps every digit); a key repeated inside the arguments is written
+ *  twice (a Python dict keeps one).
  *
  * Streaming: chat_output_feed takes pieces split at any byte (inside a tag, inside a UTF-8 sequence) and
  * returns what each piece adds. Held back are only bytes that could still begin a tag (a suffix such as
