@@ -42,7 +42,8 @@ static const chat_output_params OPEN_TOOLS = {
 #define WEATHER_CALL "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
 
 static const output_case CASES[] = {
-    /* Reasoning. */
+    /* Reasoning. With thinking off vLLM routes the stream as content; its non-streamed extract_reasoning would
+     * still cut at a </think> the model wrote, kite never does (R1). */
     {"thinking off: the tags are content", PLAIN, "<think>\nhi\n</think>\n\nHello", "", "<think>\nhi\n</think>\n\nHello", 0, {{0}}},
     {"think block then answer, content keeps its \\n\\n", THINK, "<think>\nLet me think.\n</think>\n\nThe answer is 4.",
      "\nLet me think.\n", "\n\nThe answer is 4.", 0, {{0}}},
