@@ -42,7 +42,8 @@ static const chat_output_params OPEN_TOOLS = {
 #define WEATHER_CALL "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
 
 static const output_case CASES[] = {
-    /* Reasoning. */
+    /* Reasoning. With thinking off vLLM routes the stream as content; its non-streamed extract_reasoning would
+     * still cut at a </think> the model wrote, kite never does (R1). */
     {"thinking off: the tags are content", PLAIN, "<think>\nhi\n</think>\n\nHello", "", "<think>\nhi\n</think>\n\nHello", 0, {{0}}},
     {"think block then answer, content keeps its \\n\\n", THINK, "<think>\nLet me think.\n</think>\n\nThe answer is 4.",
      "\nLet me think.\n", "\n\nThe answer is 4.", 0, {{0}}},
@@ -376,6 +377,23 @@ static void test_a_partial_tag_is_released_when_it_cannot_be_one(void) {
     chat_output_free(p);
 }
 
+/* T5 bounds what an open call holds: past max_call_bytes its text is released while the generation goes on. */
+static void test_an_overlong_call_is_released_before_the_end(void) {
+    const chat_output_params params = {.tools = true, .max_call_bytes = 16, .id_seed = 1};
+    chat_output_parser *p = NULL;
+    CHECK(chat_output_create(&params, &p) == KITE_OK);
+    if (!p) return;
+    chat_output_delta d;
+    CHECK(chat_output_feed(p, "<tool_call>{\"name\": \"f\", ", 25, &d) == KITE_OK);
+    CHECK(d.content_length == 0);
+    CHECK(chat_output_feed(p, "\"arguments\"", 11, &d) == KITE_OK);
+    CHECK_MSG(d.content_length == 36 && memcmp(d.content, "<tool_call>{\"name\": \"f\", \"arguments\"", 36) == 0,
+              "released '%s'", d.content);
+    CHECK(chat_output_feed(p, ": {}}</tool_call>", 17, &d) == KITE_OK);
+    CHECK(d.content_length == 17 && d.n_calls == 0);
+    chat_output_free(p);
+}
+
 static void test_misuse_is_refused(void) {
     chat_output_parser *p = NULL;
     chat_output_params params = {.starts_in_reasoning = true};
@@ -398,6 +416,7 @@ int main(void) {
     TEST_RUN(test_ids_follow_the_seed);
     TEST_RUN(test_a_held_call_streams_nothing_until_it_closes);
     TEST_RUN(test_a_partial_tag_is_released_when_it_cannot_be_one);
+    TEST_RUN(test_an_overlong_call_is_released_before_the_end);
     TEST_RUN(test_misuse_is_refused);
     return test_finish();
 }
