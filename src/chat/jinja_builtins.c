@@ -13,7 +13,8 @@
  * lstrip removeprefix removesuffix replace rfind rindex rsplit rstrip split splitlines startswith strip title
  * upper; dict get items keys values; list count index; loop.cycle. Python's other str/dict/list methods are
  * refused by name; the mutating ones fail as the sandbox's SecurityError does.
- * Case mapping uses utf8proc's simple mappings (Python's full mappings differ for a few characters such as 'ß').
+ * Case mapping uses utf8proc's simple mappings plus the common multi-character ones (ß -> SS, ligatures, İ);
+ * title() and capitalize() use the simple title-case mapping (Python's 'ß'.title() is 'Ss', here 'ß').
  * Generators (map, select, ...) are computed when made; dict views (d.items()) are lists.
  */
 #include <math.h>
@@ -182,12 +183,35 @@ static jinja_value sb_value(string_builder *b) { return jinja_string(b->data ? b
 
 typedef enum case_change { CASE_UPPER, CASE_LOWER } case_change;
 
+/* The unconditional multi-character mappings of Unicode's SpecialCasing.txt that Python applies and a simple
+ * mapping lacks: the German sharp s, the Latin ligatures, and capital I with dot above. */
+static const char *full_case_mapping(uint32_t c, case_change how) {
+    if (how == CASE_LOWER) return c == 0x130 ? "i\xcc\x87" : NULL;
+    switch (c) {
+    case 0xDF: return "SS";
+    case 0xFB00: return "FF";
+    case 0xFB01: return "FI";
+    case 0xFB02: return "FL";
+    case 0xFB03: return "FFI";
+    case 0xFB04: return "FFL";
+    case 0xFB05:
+    case 0xFB06: return "ST";
+    case 0x149: return "\xca\xbcN";
+    default: return NULL;
+    }
+}
+
 static jinja_value change_case(jinja_render_context *ctx, jinja_value s, case_change how) {
     string_builder b = {0};
     const char *text = s.as.string.data;
     size_t n = s.as.string.length;
     for (size_t at = 0; at < n;) {
         uint32_t c = jinja_utf8_next(text, n, &at);
+        const char *full = full_case_mapping(c, how);
+        if (full) {
+            sb_append(ctx, &b, full, strlen(full));
+            continue;
+        }
         c = (uint32_t)(how == CASE_UPPER ? utf8proc_toupper((utf8proc_int32_t)c) : utf8proc_tolower((utf8proc_int32_t)c));
         sb_put_code_point(ctx, &b, c);
     }
@@ -1098,13 +1122,20 @@ static jinja_value filter_tojson(jinja_render_context *ctx, jinja_value input, c
     bool given[4];
     bind(ctx, "tojson", a, params, v, given);
     if (given[0] && jinja_truthy(v[0])) jinja_runtime_error(ctx, "tojson(ensure_ascii=True) is not supported by kite");
-    int indent = -1;
+    /* json.dumps: an int indent is that many spaces a level (negative: none), a string is used as it is. */
+    const char *indent = NULL;
     if (given[1] && v[1].kind != JINJA_NONE) {
-        int64_t n = need_int(ctx, "tojson indent", v[1]);
-        if (n > 64) jinja_runtime_error(ctx, "tojson indent %lld is past kite's limit of 64", (long long)n);
-        indent = n < 0 ? 0 : (int)n;
+        if (v[1].kind == JINJA_STRING) {
+            indent = jinja_arena_strndup(&ctx->arena, v[1].as.string.data, v[1].as.string.length);
+        } else {
+            int64_t n = need_int(ctx, "tojson indent", v[1]);
+            if (n > 64) jinja_runtime_error(ctx, "tojson indent %lld is past kite's limit of 64", (long long)n);
+            char *spaces = jinja_arena_alloc(&ctx->arena, 65);
+            memset(spaces, ' ', n > 0 ? (size_t)n : 0);
+            indent = spaces;
+        }
     }
-    const char *item_sep = indent >= 0 ? "," : ", ", *key_sep = ": ";
+    const char *item_sep = indent ? "," : ", ", *key_sep = ": ";
     if (given[2] && v[2].kind != JINJA_NONE) {
         if ((v[2].kind != JINJA_LIST && v[2].kind != JINJA_TUPLE) || v[2].as.list->count != 2)
             jinja_runtime_error(ctx, "tojson separators must be a pair of strings");

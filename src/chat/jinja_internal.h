@@ -337,8 +337,9 @@ size_t jinja_length(jinja_render_context *ctx, jinja_value value);
 /* Code points of a UTF-8 string. */
 size_t jinja_utf8_count(const char *text, size_t length);
 
-/* json.dumps(value, ensure_ascii=False, indent=indent (<0: None), separators=..., sort_keys=...) appended. */
-void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value value, int indent,
+/* json.dumps(value, ensure_ascii=False, indent=indent, separators=..., sort_keys=...) appended; `indent` is the
+ * text of one level (NULL: indent=None, everything on one line). */
+void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value value, const char *indent,
                       const char *item_separator, const char *key_separator, bool sort_keys, int depth);
 
 /* ---- builtins (jinja_builtins.c) ----------------------------------------------------------------------------- */

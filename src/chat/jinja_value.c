@@ -574,9 +574,9 @@ size_t jinja_length(jinja_render_context *ctx, jinja_value v) {
 
 /* ---- json.dumps --------------------------------------------------------------------------------------------- */
 
-static void json_newline(text_builder *b, int indent, int depth) {
+static void json_newline(text_builder *b, const char *indent, int depth) {
     text_builder_putc(b, '\n');
-    for (int i = 0; i < indent * depth; i++) text_builder_putc(b, ' ');
+    for (int i = 0; i < depth; i++) text_builder_puts(b, indent);
 }
 
 /* A dict key as json.dumps writes it: strings as they are; numbers, booleans and None converted. */
@@ -596,7 +596,7 @@ static void write_json_key(jinja_render_context *ctx, text_builder *b, jinja_val
     }
 }
 
-void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value v, int indent, const char *item_sep,
+void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value v, const char *indent, const char *item_sep,
                       const char *key_sep, bool sort_keys, int depth) {
     if (depth > JSON_MAX_DEPTH) jinja_runtime_error(ctx, "a value nested too deeply for tojson");
     jinja_count_steps(ctx, 1);
@@ -616,10 +616,10 @@ void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value v,
         text_builder_putc(b, '[');
         for (size_t i = 0; i < list->count; i++) {
             if (i) text_builder_puts(b, item_sep);
-            if (indent >= 0) json_newline(b, indent, depth + 1);
+            if (indent) json_newline(b, indent, depth + 1);
             jinja_write_json(ctx, b, list->items[i], indent, item_sep, key_sep, sort_keys, depth + 1);
         }
-        if (indent >= 0) json_newline(b, indent, depth);
+        if (indent) json_newline(b, indent, depth);
         text_builder_putc(b, ']');
         return;
     }
@@ -647,12 +647,12 @@ void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value v,
         for (size_t n = 0; n < dict->count; n++) {
             size_t i = order[n];
             if (n) text_builder_puts(b, item_sep);
-            if (indent >= 0) json_newline(b, indent, depth + 1);
+            if (indent) json_newline(b, indent, depth + 1);
             write_json_key(ctx, b, dict->keys[i]);
             text_builder_puts(b, key_sep);
             jinja_write_json(ctx, b, dict->values[i], indent, item_sep, key_sep, sort_keys, depth + 1);
         }
-        if (indent >= 0) json_newline(b, indent, depth);
+        if (indent) json_newline(b, indent, depth);
         text_builder_putc(b, '}');
         return;
     }
