@@ -2,7 +2,8 @@
  *
  * Scopes are as jinja2 compiles them: the template has one scope; every iteration of a for loop gets a fresh
  * one (a `set` inside a loop never leaks out, which is why templates use namespace()); a macro call and a call
- * block's caller get their own, whose parent is the scope the macro was defined in; `if` opens none. A name is
+ * block's caller get their own, whose parent is the scope the macro was defined in; so do a block set's and a
+ * filter block's bodies; `if` opens none. A name is
  * looked up from the innermost scope out, then among the render's variables and the global functions;
  * a name found nowhere is undefined.
  * Operators follow Python on jinja2's values (int64 integers: an overflow is an error, never a wrong number;
@@ -678,6 +679,17 @@ static jinja_value apply_filter_chain(jinja_render_context *ctx, const jinja_nod
     return v;
 }
 
+/* A block set's or filter block's body: its own scope (its sets stay inside), its output captured. */
+static jinja_value exec_scoped_capture(jinja_render_context *ctx, const jinja_node_list *body) {
+    jinja_frame *outer = ctx->frame;
+    ctx->frame = push_frame(ctx, outer);
+    text_builder *saved = capture_begin(ctx);
+    exec_body(ctx, body);
+    jinja_value text = capture_end(ctx, saved);
+    ctx->frame = outer;
+    return text;
+}
+
 static flow exec(jinja_render_context *ctx, const jinja_node *n) {
     jinja_count_steps(ctx, 1);
     ctx->line = n->line;
@@ -702,17 +714,13 @@ static flow exec(jinja_render_context *ctx, const jinja_node *n) {
         return FLOW_NORMAL;
     }
     case JINJA_NODE_SET_BLOCK: {
-        text_builder *saved = capture_begin(ctx);
-        exec_body(ctx, &n->body);
-        jinja_value v = apply_filter_chain(ctx, &n->filters, capture_end(ctx, saved));
+        jinja_value v = apply_filter_chain(ctx, &n->filters, exec_scoped_capture(ctx, &n->body));
         ctx->line = n->line;
         exec_set(ctx, n->target, v);
         return FLOW_NORMAL;
     }
     case JINJA_NODE_FILTER_BLOCK: {
-        text_builder *saved = capture_begin(ctx);
-        exec_body(ctx, &n->body);
-        jinja_value v = apply_filter_chain(ctx, &n->filters, capture_end(ctx, saved));
+        jinja_value v = apply_filter_chain(ctx, &n->filters, exec_scoped_capture(ctx, &n->body));
         jinja_write_str(ctx, ctx->out, v);
         check_output(ctx);
         return FLOW_NORMAL;

@@ -185,6 +185,15 @@ CASES = [
      "{% call wrap('b') %}bold {{ s }}{% endcall %}", D),
     ("call_block_with_args", "{% macro each(items) %}{% for i in items %}{{ caller(i) }}{% endfor %}{% endmacro %}"
      "{% call(x) each([1, 2]) %}<{{ x }}>{% endcall %}", {}),
+    ("block_set_and_filter_block_scopes", "{% set x = 1 %}{% filter upper %}{% set x = 2 %}{{ x }}{% endfilter %}{{ x }}"
+     "{% set v %}{% set y = 3 %}{{ y }}{% endset %}{{ v }}[{{ y }}]", {}),
+    ("macro_scoping", "{% macro m() %}{{ x }}{% endmacro %}{% set x = 5 %}{{ m() }}"
+     "{% for i in [1, 2] %}{% macro k() %}{{ i }}{% endmacro %}{{ k() }}{% endfor %}"
+     "{% macro l() %}{{ loop is defined }}{% endmacro %}{% for i in [1] %}{{ l() }}{% endfor %}", {}),
+    ("loop_variable_scoping", "{% set i = 9 %}{% for i in [1, 2] %}{% for i in [7] %}{{ i }}{% endfor %}{{ i }}"
+     "{% endfor %}{{ i }}{% for j in [1] %}{% endfor %}[{{ j }}]", {}),
+    ("call_block_sees_its_scope", "{% set x = 'outer' %}{% macro m() %}{{ caller() }}{% endmacro %}"
+     "{% for x in ['loop'] %}{% call m() %}{{ x }}{% endcall %}{% endfor %}", {}),
     ("filter_block", "{% filter upper %}hello {{ s }}{% endfilter %}", D),
     ("filter_block_chain", "{% filter trim | replace('a', 'o') %}  banana  {% endfilter %}", {}),
     # ---- filters ----
