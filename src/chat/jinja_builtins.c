@@ -15,7 +15,8 @@
  * refused by name; the mutating ones fail as the sandbox's SecurityError does.
  * Case mapping uses utf8proc's simple mappings plus the common multi-character ones (ß -> SS, ligatures, İ);
  * title() and capitalize() use the simple title-case mapping (Python's 'ß'.title() is 'Ss', here 'ß').
- * Generators (map, select, ...) are computed when made; dict views (d.items()) are lists.
+ * Generators (map, select, ...) are computed when made and consumed as Python consumes them; dict views
+ * (d.items()) and range() are lists.
  */
 #include <math.h>
 #include <stdio.h>
@@ -806,11 +807,16 @@ static bool python_contains(jinja_render_context *ctx, jinja_value container, ji
     }
     case JINJA_DICT: return jinja_dict_get(container.as.dict, item) != NULL;
     case JINJA_LIST:
-    case JINJA_TUPLE:
-    case JINJA_ITERATOR: {
-        const jinja_list *items = jinja_iterate(ctx, container);
+    case JINJA_TUPLE: {
+        const jinja_list *items = container.as.list;
         for (size_t i = 0; i < items->count; i++)
             if (jinja_equal(ctx, items->items[i], item)) return true;
+        return false;
+    }
+    case JINJA_ITERATOR: {
+        jinja_iterator *it = container.as.iterator;
+        while (it->position < it->items->count)
+            if (jinja_equal(ctx, it->items->items[it->position++], item)) return true;
         return false;
     }
     default: jinja_runtime_error(ctx, "argument of type '%s' is not iterable", jinja_type_name(container));
@@ -1176,7 +1182,7 @@ static jinja_value filter_indent(jinja_render_context *ctx, jinja_value input, c
         prefix = jinja_string(spaces, (size_t)width);
     }
     bool first = given[1] && jinja_truthy(v[1]), blank = given[2] && jinja_truthy(v[2]);
-    jinja_value s = jinja_to_str(ctx, input);
+    jinja_value s = need_string(ctx, "indent", input); /* jinja2 appends "\n" to it: only text works */
     /* jinja2 appends "\n" before splitlines(), so a trailing newline yields no extra line. */
     string_builder with_newline = {0};
     sb_append(ctx, &with_newline, s.as.string.data, s.as.string.length);
@@ -1414,6 +1420,12 @@ jinja_value jinja_apply_filter(jinja_render_context *ctx, int filter, jinja_valu
     case FILTER_ESCAPE: no_arguments(ctx, name, &a); return html_escape(ctx, jinja_to_str(ctx, input));
     case FILTER_FIRST: {
         no_arguments(ctx, name, &a);
+        if (input.kind == JINJA_ITERATOR) {
+            /* next(): one item consumed */
+            jinja_iterator *it = input.as.iterator;
+            if (it->position < it->items->count) return it->items->items[it->position++];
+            return jinja_undefined("No first item, sequence was empty.");
+        }
         const jinja_list *items = jinja_iterate(ctx, input);
         return items->count ? items->items[0] : jinja_undefined("No first item, sequence was empty.");
     }

@@ -283,6 +283,13 @@ static bool contains(jinja_render_context *ctx, jinja_value container, jinja_val
             if (jinja_equal(ctx, container.as.list->items[i], item)) return true;
         return false;
     case JINJA_DICT: return jinja_dict_get(container.as.dict, item) != NULL;
+    case JINJA_ITERATOR: {
+        /* Python consumes a generator up to the item it finds. */
+        jinja_iterator *it = container.as.iterator;
+        while (it->position < it->items->count)
+            if (jinja_equal(ctx, it->items->items[it->position++], item)) return true;
+        return false;
+    }
     default: jinja_runtime_error(ctx, "argument of type '%s' is not iterable", jinja_type_name(container));
     }
 }
@@ -376,6 +383,7 @@ static jinja_value eval_slice(jinja_render_context *ctx, const jinja_node *n) {
         jinja_count_steps(ctx, n_out);
         return out;
     }
+    if (object.kind == JINJA_DICT) jinja_runtime_error(ctx, "unhashable type: 'slice'");
     return jinja_undefined("the value cannot be sliced");
 }
 
@@ -402,6 +410,9 @@ static jinja_value call_macro(jinja_render_context *ctx, const jinja_macro *macr
     const char *name = m->kind == JINJA_NODE_MACRO ? m->name : "caller";
     if (ctx->macro_depth >= JINJA_MAX_MACRO_DEPTH)
         jinja_runtime_error(ctx, "macro calls nest deeper than %d", JINJA_MAX_MACRO_DEPTH);
+    if (caller.kind != JINJA_UNDEFINED && !m->uses_caller)
+        jinja_runtime_error(ctx, "macro '%s' was invoked with two values for the special caller argument. This is "
+                                 "most likely a bug.", name);
     if (c->n_args > m->n_params && !m->uses_varargs)
         jinja_runtime_error(ctx, "macro '%s' takes not more than %zu argument(s)", name, m->n_params);
     jinja_frame *saved_frame = ctx->frame;

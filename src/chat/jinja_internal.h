@@ -139,7 +139,7 @@ struct jinja_dict {
 
 struct jinja_iterator {
     jinja_list *items; /* computed when it is made (jinja2 computes them as they are consumed) */
-    bool consumed;
+    size_t position;   /* items before it are consumed */
 };
 
 struct jinja_method {

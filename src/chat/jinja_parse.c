@@ -435,6 +435,8 @@ static void parse_call_args(parser *p, jinja_node *n) {
                 if (n->values.count) memcpy(grown, names, n->values.count * sizeof *grown);
                 names = grown;
             }
+            for (size_t k = 0; k < n->values.count; k++)
+                if (!strcmp(names[k], t->text)) parse_fail(p, t->line, "keyword argument repeated: %s", t->text);
             names[n->values.count] = t->text;
             list_push(p, &n->values, &kw_capacity, parse_expression(p, true));
         } else {

@@ -537,9 +537,10 @@ jinja_list *jinja_iterate(jinja_render_context *ctx, jinja_value v) {
     case JINJA_LIST:
     case JINJA_TUPLE: return v.as.list;
     case JINJA_ITERATOR: {
-        if (v.as.iterator->consumed) return jinja_new_list(ctx, JINJA_LIST, 0).as.list;
-        v.as.iterator->consumed = true;
-        return v.as.iterator->items;
+        jinja_iterator *it = v.as.iterator;
+        jinja_list *rest = jinja_new_list(ctx, JINJA_LIST, it->items->count - it->position).as.list;
+        for (; it->position < it->items->count; it->position++) jinja_list_push(ctx, rest, it->items->items[it->position]);
+        return rest;
     }
     case JINJA_DICT: {
         jinja_list *keys = jinja_new_list(ctx, JINJA_LIST, v.as.dict->count).as.list;

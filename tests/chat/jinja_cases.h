@@ -140,6 +140,7 @@ static const jinja_case jinja_cases[] = {
     {"filter_map", "{{ msgs|map(attribute='role')|list }} {{ b|map('string')|join }} {{ ['a', 'b']|map('upper')|list }} {{ xs|map(attribute='v', default='-')|list }} {{ [1.6, 2.4]|map('round')|list }}", "{\"msgs\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}], \"b\": [1, 2], \"xs\": [{\"v\": 1}, {}]}", KITE_OK, "['system', 'user', 'assistant'] 12 ['A', 'B'] [1, '-'] [2.0, 2.0]", NULL},
     {"filter_map_dotted", "{{ xs|map(attribute='f.name')|list }} {{ xs|map(attribute='l.0')|list }}", "{\"xs\": [{\"f\": {\"name\": \"a\"}, \"l\": [5]}, {\"f\": {\"name\": \"b\"}, \"l\": [6]}]}", KITE_OK, "['a', 'b'] [5, 6]", NULL},
     {"filter_generators_are_true", "{{ 'T' if []|select else 'F' }} {{ 'T' if []|map('upper') else 'F' }}", "{}", KITE_OK, "T T", NULL},
+    {"filter_generator_in_consumes", "{% set g = b|select %}{{ 2 in g }}{{ 1 in g }}{{ 3 in g }}{% set h = b|select %}{{ h|first }}{{ h|list }}", "{\"a\": 1, \"b\": [1, 2, 3], \"s\": \"Hello World\", \"n\": null, \"t\": true, \"f\": 1.5, \"e\": \"\", \"z\": 0, \"d\": {\"x\": 1, \"y\": \"two\"}, \"u8\": \"h\303\251llo \344\270\226\347\225\214\", \"msgs\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}", KITE_OK, "TrueFalseFalse1[2, 3]", NULL},
     {"filter_generator_consumed_once", "{% set g = b|map('string') %}{{ g|list }}{{ g|list }}", "{\"a\": 1, \"b\": [1, 2, 3], \"s\": \"Hello World\", \"n\": null, \"t\": true, \"f\": 1.5, \"e\": \"\", \"z\": 0, \"d\": {\"x\": 1, \"y\": \"two\"}, \"u8\": \"h\303\251llo \344\270\226\347\225\214\", \"msgs\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}", KITE_OK, "['1', '2', '3'][]", NULL},
     {"filter_numbers", "{{ -3|abs }} {{ (-3)|abs }} {{ -2.5|abs }} {{ '12'|int }} {{ '12.7'|int }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.9|int }} {{ '0x1f'|int(0, 16) }} {{ ' 42 '|int }} {{ true|int }}", "{}", KITE_OK, "3 3 2.5 12 12 0 7 3 31 42 1", NULL},
     {"filter_float", "{{ '1.5'|float }} {{ 2|float }} {{ 'x'|float }} {{ ' 3 '|float }} {{ 'inf'|float }}", "{}", KITE_OK, "1.5 2.0 0.0 3.0 inf", NULL},
@@ -271,6 +272,12 @@ static const jinja_case jinja_cases[] = {
     /* jinja2: TemplateRuntimeError: No test named 'nosuch'. */
     {"error_map_unknown_filter", "{{ b|map('nosuch')|list }}", "{\"a\": 1, \"b\": [1, 2, 3], \"s\": \"Hello World\", \"n\": null, \"t\": true, \"f\": 1.5, \"e\": \"\", \"z\": 0, \"d\": {\"x\": 1, \"y\": \"two\"}, \"u8\": \"h\303\251llo \344\270\226\347\225\214\", \"msgs\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}", KITE_ERROR_INVALID_INPUT, "", "No filter named 'nosuch'"},
     /* jinja2: TemplateRuntimeError: No filter named 'nosuch'. */
+    {"error_call_block_without_caller", "{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}", "{}", KITE_ERROR_INVALID_INPUT, "", "special caller argument"},
+    /* jinja2: TypeError: macro 'm' was invoked with two values for the special caller argument. This is most likely a bug. */
+    {"error_slice_of_dict", "{{ d[1:] }}", "{\"a\": 1, \"b\": [1, 2, 3], \"s\": \"Hello World\", \"n\": null, \"t\": true, \"f\": 1.5, \"e\": \"\", \"z\": 0, \"d\": {\"x\": 1, \"y\": \"two\"}, \"u8\": \"h\303\251llo \344\270\226\347\225\214\", \"msgs\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}", KITE_ERROR_INVALID_INPUT, "", "unhashable"},
+    /* jinja2: TypeError: unhashable type: 'slice' */
+    {"error_indent_of_list", "{{ b|indent }}", "{\"a\": 1, \"b\": [1, 2, 3], \"s\": \"Hello World\", \"n\": null, \"t\": true, \"f\": 1.5, \"e\": \"\", \"z\": 0, \"d\": {\"x\": 1, \"y\": \"two\"}, \"u8\": \"h\303\251llo \344\270\226\347\225\214\", \"msgs\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}", KITE_ERROR_INVALID_INPUT, "", "indent"},
+    /* jinja2: AttributeError: 'list' object has no attribute 'splitlines' */
     {"error_line_number", "line1\n{% if true %}\n\n{{ raise_exception('boom') }}\n{% endif %}", "{}", KITE_ERROR_INVALID_INPUT, "", ":4: boom"},
     /* jinja2: TemplateError: boom */
     {"parse_error_unclosed_if", "{% if true %}\nx", "{}", KITE_ERROR_INVALID_TEMPLATE, "", "endif"},
@@ -295,6 +302,8 @@ static const jinja_case jinja_cases[] = {
     /* jinja2: SyntaxError: 'break' outside loop (<template>, line 11) */
     {"parse_error_stray_endfor", "{% endfor %}", "{}", KITE_ERROR_INVALID_TEMPLATE, "", "endfor"},
     /* jinja2: TemplateSyntaxError: Encountered unknown tag 'endfor'. */
+    {"parse_error_repeated_keyword", "{% macro m(a) %}{% endmacro %}{{ m(a=1, a=2) }}", "{}", KITE_ERROR_INVALID_TEMPLATE, "", "keyword argument repeated"},
+    /* jinja2: SyntaxError: keyword argument repeated: a (<template>, line 20) */
     {"parse_error_elif_after_else", "{% if a %}{% else %}{% elif b %}{% endif %}", "{}", KITE_ERROR_INVALID_TEMPLATE, "", ":1:"},
     /* jinja2: TemplateSyntaxError: Encountered unknown tag 'elif'. Jinja was looking for the following tags: 'endif'. The innermost block that needs to be closed is 'if'. */
 };

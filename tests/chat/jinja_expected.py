@@ -237,6 +237,8 @@ CASES = [
     ("filter_map_dotted", "{{ xs|map(attribute='f.name')|list }} {{ xs|map(attribute='l.0')|list }}",
      {"xs": [{"f": {"name": "a"}, "l": [5]}, {"f": {"name": "b"}, "l": [6]}]}),
     ("filter_generators_are_true", "{{ 'T' if []|select else 'F' }} {{ 'T' if []|map('upper') else 'F' }}", {}),
+    ("filter_generator_in_consumes", "{% set g = b|select %}{{ 2 in g }}{{ 1 in g }}{{ 3 in g }}"
+     "{% set h = b|select %}{{ h|first }}{{ h|list }}", D),
     ("filter_generator_consumed_once", "{% set g = b|map('string') %}{{ g|list }}{{ g|list }}", D),
     ("filter_numbers", "{{ -3|abs }} {{ (-3)|abs }} {{ -2.5|abs }} {{ '12'|int }} {{ '12.7'|int }} {{ 'x'|int }} "
      "{{ 'x'|int(7) }} {{ 3.9|int }} {{ '0x1f'|int(0, 16) }} {{ ' 42 '|int }} {{ true|int }}", {}),
@@ -405,6 +407,10 @@ CASES = [
     ("error_call_string", "{{ s() }}", D, "not callable"),
     ("error_select_unknown_test", "{{ b|select('nosuch')|list }}", D, "No test named 'nosuch'"),
     ("error_map_unknown_filter", "{{ b|map('nosuch')|list }}", D, "No filter named 'nosuch'"),
+    ("error_call_block_without_caller", "{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}", {},
+     "special caller argument"),
+    ("error_slice_of_dict", "{{ d[1:] }}", D, "unhashable"),
+    ("error_indent_of_list", "{{ b|indent }}", D, "indent"),
     ("error_line_number", "line1\n{% if true %}\n\n{{ raise_exception('boom') }}\n{% endif %}", {}, ":4: boom"),
     # ---- parse errors ----
     ("parse_error_unclosed_if", "{% if true %}\nx", {}, "endif"),
@@ -418,6 +424,7 @@ CASES = [
     ("parse_error_unclosed_string", "{{ 'abc }}", {}, ":1:"),
     ("parse_error_break_outside_loop", "{% break %}", {}, "outside"),
     ("parse_error_stray_endfor", "{% endfor %}", {}, "endfor"),
+    ("parse_error_repeated_keyword", "{% macro m(a) %}{% endmacro %}{{ m(a=1, a=2) }}", {}, "keyword argument repeated"),
     ("parse_error_elif_after_else", "{% if a %}{% else %}{% elif b %}{% endif %}", {}, ":1:"),
 ]
 
