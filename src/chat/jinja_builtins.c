@@ -805,7 +805,7 @@ static bool python_contains(jinja_render_context *ctx, jinja_value container, ji
         return find_bytes(container.as.string.data, container.as.string.length, needle.as.string.data,
                           needle.as.string.length) != NULL;
     }
-    case JINJA_DICT: return jinja_dict_get(container.as.dict, item) != NULL;
+    case JINJA_DICT: jinja_check_hashable(ctx, item); return jinja_dict_get(container.as.dict, item) != NULL;
     case JINJA_LIST:
     case JINJA_TUPLE: {
         const jinja_list *items = container.as.list;
@@ -1021,6 +1021,8 @@ static jinja_value filter_dictsort(jinja_render_context *ctx, jinja_value input,
 /* select / reject / selectattr / rejectattr: args are [attribute,] [test name, test args...]. */
 static jinja_value filter_select(jinja_render_context *ctx, jinja_value input, const arguments *a, bool by_attribute,
                                  bool keep) {
+    /* jinja2 looks at nothing, not even its arguments, when the input is false (none, [], "", 0). */
+    if (!jinja_truthy(input)) return jinja_new_iterator(ctx, jinja_new_list(ctx, JINJA_LIST, 0).as.list);
     if (a->n_kwargs) jinja_runtime_error(ctx, "keyword arguments to select/reject are not supported by kite");
     size_t next = 0;
     jinja_value attribute = jinja_none();
@@ -1044,6 +1046,7 @@ static jinja_value filter_select(jinja_render_context *ctx, jinja_value input, c
 }
 
 static jinja_value filter_map(jinja_render_context *ctx, jinja_value input, const arguments *a) {
+    if (!jinja_truthy(input)) return jinja_new_iterator(ctx, jinja_new_list(ctx, JINJA_LIST, 0).as.list);
     const jinja_list *items = jinja_iterate(ctx, input);
     jinja_list *out = jinja_new_list(ctx, JINJA_LIST, items->count).as.list;
     if (a->n_args == 0) {
@@ -1092,6 +1095,7 @@ static jinja_value filter_unique(jinja_render_context *ctx, jinja_value input, c
     for (size_t i = 0; i < items->count; i++) {
         jinja_value key = given[1] && v[1].kind != JINJA_NONE ? get_path(ctx, items->items[i], v[1]) : items->items[i];
         key = sort_key(ctx, key, case_sensitive);
+        jinja_check_hashable(ctx, key); /* unique() keeps a set of what it has seen */
         bool found = false;
         for (size_t k = 0; k < seen->count && !found; k++) found = jinja_equal(ctx, seen->items[k], key);
         jinja_count_steps(ctx, seen->count);
@@ -1252,6 +1256,7 @@ static jinja_value filter_int(jinja_render_context *ctx, jinja_value input, cons
     jinja_value v[2];
     bool given[2];
     bind(ctx, "int", a, params, v, given);
+    jinja_check_defined(ctx, input); /* int(Undefined) raises */
     jinja_value fallback = given[0] ? v[0] : jinja_int(0);
     int64_t base = given[1] ? need_int(ctx, "int base", v[1]) : 10;
     if (base < 2 || base > 36) jinja_runtime_error(ctx, "int() base must be >= 2 and <= 36");
@@ -1282,6 +1287,7 @@ static jinja_value filter_float(jinja_render_context *ctx, jinja_value input, co
     jinja_value v[1];
     bool given[1];
     bind(ctx, "float", a, params, v, given);
+    jinja_check_defined(ctx, input); /* float(Undefined) raises */
     jinja_value fallback = given[0] ? v[0] : jinja_float(0.0);
     if (is_number(input)) return jinja_float(float_of(input));
     double d;
@@ -1648,6 +1654,7 @@ jinja_value jinja_call_method(jinja_render_context *ctx, const jinja_method *met
             static const char *const params[] = {"key", "default", NULL};
             bind(ctx, name, &a, params, v, given);
             if (!given[0]) jinja_runtime_error(ctx, "get expected at least 1 argument, got 0");
+            jinja_check_hashable(ctx, v[0]);
             jinja_value *found = jinja_dict_get(self.as.dict, v[0]);
             return found ? *found : given[1] ? v[1] : jinja_none();
         }

@@ -282,7 +282,7 @@ static bool contains(jinja_render_context *ctx, jinja_value container, jinja_val
         for (size_t i = 0; i < container.as.list->count; i++)
             if (jinja_equal(ctx, container.as.list->items[i], item)) return true;
         return false;
-    case JINJA_DICT: return jinja_dict_get(container.as.dict, item) != NULL;
+    case JINJA_DICT: jinja_check_hashable(ctx, item); return jinja_dict_get(container.as.dict, item) != NULL;
     case JINJA_ITERATOR: {
         /* Python consumes a generator up to the item it finds. */
         jinja_iterator *it = container.as.iterator;
@@ -384,7 +384,7 @@ static jinja_value eval_slice(jinja_render_context *ctx, const jinja_node *n) {
         return out;
     }
     if (object.kind == JINJA_DICT) jinja_runtime_error(ctx, "unhashable type: 'slice'");
-    return jinja_undefined("the value cannot be sliced");
+    jinja_runtime_error(ctx, "'%s' object is not subscriptable", jinja_type_name(object));
 }
 
 typedef struct call_args {
@@ -518,9 +518,8 @@ static jinja_value eval(jinja_render_context *ctx, const jinja_node *n) {
         for (size_t i = 0; i < n->items.count; i++) {
             jinja_value key = eval(ctx, n->items.items[i]);
             jinja_value value = eval(ctx, n->values.items[i]);
-            if (key.kind == JINJA_LIST || key.kind == JINJA_DICT || key.kind == JINJA_NAMESPACE ||
-                key.kind == JINJA_UNDEFINED || key.kind == JINJA_TUPLE)
-                jinja_runtime_error(ctx, "unhashable type: '%s'", jinja_type_name(key));
+            jinja_check_hashable(ctx, key);
+            if (key.kind == JINJA_TUPLE) jinja_runtime_error(ctx, "tuple dict keys are not supported by kite");
             jinja_dict_set(ctx, dict.as.dict, key, value);
         }
         return dict;

@@ -310,6 +310,9 @@ jinja_value jinja_new_dict(jinja_render_context *ctx, jinja_kind kind);
 jinja_value jinja_new_iterator(jinja_render_context *ctx, jinja_list *items);
 void jinja_list_push(jinja_render_context *ctx, jinja_list *list, jinja_value item);
 void jinja_dict_set(jinja_render_context *ctx, jinja_dict *dict, jinja_value key, jinja_value value);
+/* Python's TypeError for a dict key or set member that cannot be hashed (list, dict, ...; undefined fails as
+ * undefined). Tuples of nested values are checked item by item. */
+void jinja_check_hashable(jinja_render_context *ctx, jinja_value value);
 /* NULL when absent. */
 jinja_value *jinja_dict_get(jinja_dict *dict, jinja_value key);
 jinja_value *jinja_dict_get_string(jinja_dict *dict, const char *key);

@@ -91,6 +91,7 @@ CASES = [
     ("print_string_repr_unicode", "{{ [u8, '\\u00a0', '\\u200b'] }}", D),
     ("print_variables", "{{ a }} {{ s }} {{ n }} {{ t }} {{ f }} {{ b }} {{ d }}", D),
     ("print_undefined", "[{{ missing }}]", {}),
+    ("print_undefined_in_list", "{{ [missing, d.q] }} {{ ['ab', 'cd']|map(attribute='role')|list }}", D),
     ("print_tuple_output", "{{ 1, 'a' }}", {}),
     ("json_int_float_kept", "{{ i }} {{ x }} {{ i is integer }} {{ x is float }}", {"i": 3, "x": 3.0}),
     ("print_namespace", "{% set ns = namespace(a=1, b='x') %}{{ ns }}", {}),
@@ -236,6 +237,8 @@ CASES = [
      {"msgs": MSGS, "b": [1, 2], "xs": [{"v": 1}, {}]}),
     ("filter_map_dotted", "{{ xs|map(attribute='f.name')|list }} {{ xs|map(attribute='l.0')|list }}",
      {"xs": [{"f": {"name": "a"}, "l": [5]}, {"f": {"name": "b"}, "l": [6]}]}),
+    ("filter_select_map_of_false_inputs", "{{ n|select|list }} {{ false|map(attribute='role')|list }} "
+     "{{ 0|reject('nosuch')|list }} {{ ''|selectattr('x')|list }} {{ missing|map('upper')|list }}", D),
     ("filter_generators_are_true", "{{ 'T' if []|select else 'F' }} {{ 'T' if []|map('upper') else 'F' }}", {}),
     ("filter_generator_in_consumes", "{% set g = b|select %}{{ 2 in g }}{{ 1 in g }}{{ 3 in g }}"
      "{% set h = b|select %}{{ h|first }}{{ h|list }}", D),
@@ -409,8 +412,12 @@ CASES = [
     ("error_map_unknown_filter", "{{ b|map('nosuch')|list }}", D, "No filter named 'nosuch'"),
     ("error_call_block_without_caller", "{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}", {},
      "special caller argument"),
+    ("error_int_of_undefined", "{{ missing|int }}", {}, "'missing' is undefined"),
+    ("error_dict_in_dict", "{{ d in d }}", D, "unhashable type: 'dict'"),
+    ("error_slice_of_bool", "{{ t[1:] }}", D, "not subscriptable"),
     ("error_slice_of_dict", "{{ d[1:] }}", D, "unhashable"),
     ("error_indent_of_list", "{{ b|indent }}", D, "indent"),
+    ("error_unique_of_dicts", "{{ msgs|unique|list }}", D, "unhashable type: 'dict'"),
     ("error_line_number", "line1\n{% if true %}\n\n{{ raise_exception('boom') }}\n{% endif %}", {}, ":4: boom"),
     # ---- parse errors ----
     ("parse_error_unclosed_if", "{% if true %}\nx", {}, "endif"),
