@@ -9,6 +9,15 @@
  * JSON maps onto Jinja's values exactly (object -> dict in key order, array -> list, integer/float kept apart,
  * true/false/null -> True/False/None), and a key that is absent is undefined, which is how templates tell
  * "reasoning_content is defined" from "is none".
+ *
+ * The implementation, one job a file: jinja_lex.c (tokens, whitespace control), jinja_parse.c (the syntax tree;
+ * its header lists the statements and what is refused), jinja_eval.c (scopes, operators, bounds),
+ * jinja_builtins.c (filters, tests, methods, global functions; its header lists them), jinja_value.c (values,
+ * Python's printing, comparison and json.dumps), jinja_internal.h (what they share).
+ * Known differences from jinja2, each refused rather than guessed where it matters: integers are int64 (an
+ * overflow is an error); dict views and range() are plain lists (printing one shows a list, not
+ * "dict_items([...])" or "range(0, 3)"); generators (map, select, ...) are computed eagerly; `%` formatting,
+ * str.format and a few rarely used filters and methods are refused.
  */
 #ifndef KITE_CHAT_JINJA_H
 #define KITE_CHAT_JINJA_H
