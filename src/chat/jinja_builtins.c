@@ -1154,19 +1154,10 @@ static jinja_value filter_tojson(jinja_render_context *ctx, jinja_value input, c
         item_sep = jinja_arena_strndup(&ctx->arena, item.as.string.data, item.as.string.length);
         key_sep = jinja_arena_strndup(&ctx->arena, key.as.string.data, key.as.string.length);
     }
-    text_builder b = {0};
-    /* The builder is freed through a capture slot so an error in the middle cannot leak it. */
-    if (ctx->n_captures == (int)(sizeof ctx->captures / sizeof ctx->captures[0]))
-        jinja_runtime_error(ctx, "macro calls and block sets nest too deeply");
-    text_builder *slot = &ctx->captures[ctx->n_captures++];
-    *slot = b;
-    slot->limit = JINJA_MAX_OUTPUT_BYTES;
+    /* A capture slot holds the text, so an error in the middle cannot leak it. */
+    text_builder *slot = jinja_capture_push(ctx);
     jinja_write_json(ctx, slot, input, indent, item_sep, key_sep, given[3] && jinja_truthy(v[3]), 0);
-    if (slot->failed) jinja_runtime_error(ctx, "tojson: the text is past the output limit");
-    jinja_value s = jinja_string_copy(ctx, slot->data ? slot->data : "", slot->length);
-    text_builder_free(slot);
-    ctx->n_captures--;
-    return s;
+    return jinja_capture_pop(ctx);
 }
 
 static jinja_value filter_indent(jinja_render_context *ctx, jinja_value input, const arguments *a) {

@@ -283,9 +283,17 @@ typedef struct jinja_render_context {
     int macro_depth;
     int line;                   /* of the node being evaluated, for messages */
     jinja_value pending_caller; /* a call block's caller, for the macro call it makes (else undefined) */
-    text_builder captures[64];  /* output captured by macro calls and block sets, innermost last */
+    text_builder *result;       /* the render's output */
+    text_builder captures[64];  /* output captured by macro calls, block sets and tojson, innermost last */
     int n_captures;
 } jinja_render_context;
+
+/* A fresh capture builder on top of the list (freed by the unwind if an error comes first). Only the innermost
+ * builder grows, so each one's limit is what the output limit leaves after the result and the outer captures:
+ * all the text being built at once stays within JINJA_MAX_OUTPUT_BYTES. */
+text_builder *jinja_capture_push(jinja_render_context *ctx);
+/* The innermost capture's text copied into the arena, the builder freed and popped. */
+jinja_value jinja_capture_pop(jinja_render_context *ctx);
 
 /* Records "NAME:LINE: message" (KITE_ERROR_INVALID_INPUT) and unwinds the render. */
 _Noreturn void jinja_runtime_error(jinja_render_context *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -207,13 +207,16 @@ static bool keys_equal(jinja_value a, jinja_value b) {
     return false;
 }
 
-void jinja_check_hashable(jinja_render_context *ctx, jinja_value v) {
+static void check_hashable_at(jinja_render_context *ctx, jinja_value v, int depth) {
     jinja_check_defined(ctx, v);
     if (v.kind == JINJA_LIST || v.kind == JINJA_DICT || v.kind == JINJA_NAMESPACE || v.kind == JINJA_ITERATOR)
         jinja_runtime_error(ctx, "unhashable type: '%s'", jinja_type_name(v));
-    if (v.kind == JINJA_TUPLE)
-        for (size_t i = 0; i < v.as.list->count; i++) jinja_check_hashable(ctx, v.as.list->items[i]);
+    if (v.kind != JINJA_TUPLE) return;
+    if (depth > JSON_MAX_DEPTH) jinja_runtime_error(ctx, "a tuple nested too deeply");
+    for (size_t i = 0; i < v.as.list->count; i++) check_hashable_at(ctx, v.as.list->items[i], depth + 1);
 }
+
+void jinja_check_hashable(jinja_render_context *ctx, jinja_value v) { check_hashable_at(ctx, v, 0); }
 
 jinja_value *jinja_dict_get(jinja_dict *dict, jinja_value key) {
     for (size_t i = 0; i < dict->count; i++)

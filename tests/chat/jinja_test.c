@@ -156,6 +156,11 @@ static void test_bounds_are_clean_errors(void) {
     expect_render_error("{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}"
                         "{% endfor %}{% endfor %}{% endfor %}",
                         KITE_ERROR_INVALID_INPUT, "steps");
+    /* Nested captures share the output limit: each level would capture 40 MiB. */
+    expect_render_error("{% set ns = namespace(s='x') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+                        "{% macro f(n) %}{% for i in range(40) %}{{ ns.s }}{% endfor %}{% if n < 40 %}{{ f(n + 1) }}"
+                        "{% endif %}{% endmacro %}{{ f(0) }}",
+                        KITE_ERROR_INVALID_INPUT, "output is past its limit");
     /* Macro recursion without a base case. */
     expect_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", KITE_ERROR_INVALID_INPUT,
                         "macro calls nest deeper");
@@ -191,6 +196,24 @@ static void test_deep_nesting_refused(void) {
     char wrapped[4200];
     int m = snprintf(wrapped, sizeof wrapped, "{{ %.*s }}", (int)n, source);
     CHECK(jinja_parse(wrapped, (size_t)m, "deep", &t) == KITE_ERROR_INVALID_TEMPLATE);
+    jinja_free(t);
+    /* Left-deep chains are as deep as nesting: 1 + 1 + ..., x|trim|trim..., a.b.c... */
+    static const char *const links[] = {" + 1", "|trim", ".a", " or 1", " and 1", " ** 1", " * 1", "[0]", "()"};
+    for (size_t k = 0; k < sizeof links / sizeof links[0]; k++) {
+        n = (size_t)snprintf(source, sizeof source, "{{ x");
+        for (int i = 0; i < 300; i++) n += (size_t)snprintf(source + n, sizeof source - n, "%s", links[k]);
+        n += (size_t)snprintf(source + n, sizeof source - n, " }}");
+        CHECK_MSG(jinja_parse(source, n, "deep", &t) == KITE_ERROR_INVALID_TEMPLATE, "chain of '%s'", links[k]);
+        jinja_free(t);
+    }
+    /* Long chains within the bound still parse. */
+    n = (size_t)snprintf(source, sizeof source, "{{ 1");
+    for (int i = 0; i < 60; i++) n += (size_t)snprintf(source + n, sizeof source - n, " + 1");
+    n += (size_t)snprintf(source + n, sizeof source - n, " }}");
+    CHECK(jinja_parse(source, n, "long", &t) == KITE_OK);
+    char *out = NULL;
+    CHECK(t && jinja_render(t, NULL, &out, NULL) == KITE_OK && out && strcmp(out, "61") == 0);
+    free(out);
     jinja_free(t);
 }
 
