@@ -212,7 +212,14 @@ static jinja_value binary(jinja_render_context *ctx, int op, jinja_value a, jinj
             return jinja_int(r);
         }
         if (numbers) return jinja_float(float_of(a) + float_of(b));
-        if (a.kind == JINJA_STRING && b.kind == JINJA_STRING) return concat_strings(ctx, a, b);
+        if (a.kind == JINJA_STRING && b.kind == JINJA_STRING) {
+            if (!a.markup && !b.markup) return concat_strings(ctx, a, b);
+            /* Markup + str escapes the str (markupsafe's __add__ / __radd__). */
+            jinja_value sum = concat_strings(ctx, a.markup ? a : jinja_html_escape(ctx, a),
+                                             b.markup ? b : jinja_html_escape(ctx, b));
+            sum.markup = true;
+            return sum;
+        }
         if ((a.kind == JINJA_LIST || a.kind == JINJA_TUPLE) && a.kind == b.kind) {
             jinja_value out = jinja_new_list(ctx, a.kind, a.as.list->count + b.as.list->count);
             for (size_t i = 0; i < a.as.list->count; i++) jinja_list_push(ctx, out.as.list, a.as.list->items[i]);

@@ -107,6 +107,9 @@ typedef struct jinja_iterator jinja_iterator;
 
 typedef struct jinja_value {
     jinja_kind kind;
+    /* STRING: markupsafe's Markup (what safe and escape return): escape leaves it as it is, `+` escapes the other
+     * operand, repr() shows Markup('...'). Other filters and methods give plain strings. */
+    bool markup;
     union {
         bool boolean;
         int64_t integer;
@@ -362,6 +365,8 @@ bool jinja_apply_test(jinja_render_context *ctx, int test, jinja_value input, co
 jinja_value jinja_get_attribute(jinja_render_context *ctx, jinja_value object, const char *name);
 /* obj[key] as jinja2's getitem: an item, else an attribute, else undefined. */
 jinja_value jinja_get_item(jinja_render_context *ctx, jinja_value object, jinja_value key);
+/* markupsafe.escape of a string: & < > ' " as entities, as a Markup string. */
+jinja_value jinja_html_escape(jinja_render_context *ctx, jinja_value text);
 jinja_value jinja_call_method(jinja_render_context *ctx, const jinja_method *method, const jinja_value *args,
                               size_t n_args, const char **kwarg_names, const jinja_value *kwargs, size_t n_kwargs);
 jinja_value jinja_call_function(jinja_render_context *ctx, int function, const jinja_value *args, size_t n_args,

@@ -473,7 +473,11 @@ void jinja_write_repr(jinja_render_context *ctx, text_builder *b, jinja_value v,
     jinja_count_steps(ctx, 1);
     switch (v.kind) {
     case JINJA_UNDEFINED: text_builder_puts(b, "Undefined"); return; /* repr(Undefined()) */
-    case JINJA_STRING: write_string_repr(b, v.as.string.data, v.as.string.length); return;
+    case JINJA_STRING:
+        if (v.markup) text_builder_puts(b, "Markup(");
+        write_string_repr(b, v.as.string.data, v.as.string.length);
+        if (v.markup) text_builder_putc(b, ')');
+        return;
     case JINJA_LIST:
     case JINJA_TUPLE: {
         const jinja_list *list = v.as.list;

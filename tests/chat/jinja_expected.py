@@ -260,6 +260,9 @@ CASES = [
      {"dd": {"b": 1, "a": 3, "C": 2}}),
     ("filter_indent", "{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}|"
      "{{ 'x\\n'|indent(first=true) }}|{{ 'a\\nb'|indent('> ') }}", {}),
+    ("filter_markup", "{{ ('<'|safe) ~ '<' }}|{{ ('<'|safe) + '<' }}|{{ ('<'|e) + '&' }}|{{ '&' + ('<'|e) }}|"
+     "{{ ['<'|e, 'x'|safe] }}|{{ '<'|e|e }}|{{ ('<'|safe)|e }}|{{ ('a'|safe) == 'a' }}|{{ ('<'|safe)|length }}|"
+     "{{ ('x'|safe) is string }}|{{ ('a'|safe)|tojson }}|{{ ('<'|safe)|string|e }}", {}),
     ("filter_escape", "{{ '<a href=\"x\">&\\'</a>'|e }} {{ '<b>'|escape }} {{ '<i>'|safe }} {{ 5|e }}", {}),
     ("filter_batch", "{{ range(5)|batch(2)|list }} {{ range(5)|batch(2, 'x')|list }}", {}),
     ("filter_min_max_sum", "{{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ['b', 'A']|min }} {{ [1, 2.5]|sum }} "
