@@ -1116,7 +1116,7 @@ static jinja_value filter_min_max(jinja_render_context *ctx, jinja_value input, 
     bool given[2];
     bind(ctx, want_max ? "max" : "min", a, params, v, given);
     const jinja_list *items = jinja_iterate(ctx, input);
-    if (items->count == 0) return jinja_undefined(want_max ? "No aggregated item, sequence was empty." : "No aggregated item, sequence was empty.");
+    if (items->count == 0) return jinja_undefined("No aggregated item, sequence was empty.");
     size_t best = 0;
     jinja_value best_key = jinja_none();
     for (size_t i = 0; i < items->count; i++) {
