@@ -15,6 +15,8 @@
  * refused by name; the mutating ones fail as the sandbox's SecurityError does.
  * Case mapping uses utf8proc's simple mappings plus the common multi-character ones (ß -> SS, ligatures, İ);
  * title() and capitalize() use the simple title-case mapping (Python's 'ß'.title() is 'Ss', here 'ß').
+ * safe and escape return Markup strings (escape leaves them alone, `+` escapes the other side, repr shows
+ * Markup('...')); the other filters and methods return plain strings where markupsafe would keep Markup.
  * Generators (map, select, ...) are computed when made and consumed as Python consumes them; dict views
  * (d.items()) and range() are lists.
  */
@@ -558,7 +560,7 @@ static bool python_is_case(jinja_value s, bool upper) {
     return cased;
 }
 
-static jinja_value html_escape(jinja_render_context *ctx, jinja_value s) {
+jinja_value jinja_html_escape(jinja_render_context *ctx, jinja_value s) {
     string_builder b = {0};
     for (size_t i = 0; i < s.as.string.length; i++) {
         char c = s.as.string.data[i];
@@ -571,7 +573,9 @@ static jinja_value html_escape(jinja_render_context *ctx, jinja_value s) {
             sb_append(ctx, &b, &c, 1);
     }
     sb_append(ctx, &b, "", 0);
-    return sb_value(&b);
+    jinja_value escaped = sb_value(&b);
+    escaped.markup = true;
+    return escaped;
 }
 
 /* Python's str.join over str() of the items (jinja2's join filter converts; str.join requires strings). */
@@ -1112,7 +1116,7 @@ static jinja_value filter_min_max(jinja_render_context *ctx, jinja_value input, 
     bool given[2];
     bind(ctx, want_max ? "max" : "min", a, params, v, given);
     const jinja_list *items = jinja_iterate(ctx, input);
-    if (items->count == 0) return jinja_undefined(want_max ? "No aggregated item, sequence was empty." : "No aggregated item, sequence was empty.");
+    if (items->count == 0) return jinja_undefined("No aggregated item, sequence was empty.");
     size_t best = 0;
     jinja_value best_key = jinja_none();
     for (size_t i = 0; i < items->count; i++) {
@@ -1154,19 +1158,10 @@ static jinja_value filter_tojson(jinja_render_context *ctx, jinja_value input, c
         item_sep = jinja_arena_strndup(&ctx->arena, item.as.string.data, item.as.string.length);
         key_sep = jinja_arena_strndup(&ctx->arena, key.as.string.data, key.as.string.length);
     }
-    text_builder b = {0};
-    /* The builder is freed through a capture slot so an error in the middle cannot leak it. */
-    if (ctx->n_captures == (int)(sizeof ctx->captures / sizeof ctx->captures[0]))
-        jinja_runtime_error(ctx, "macro calls and block sets nest too deeply");
-    text_builder *slot = &ctx->captures[ctx->n_captures++];
-    *slot = b;
-    slot->limit = JINJA_MAX_OUTPUT_BYTES;
+    /* A capture slot holds the text, so an error in the middle cannot leak it. */
+    text_builder *slot = jinja_capture_push(ctx);
     jinja_write_json(ctx, slot, input, indent, item_sep, key_sep, given[3] && jinja_truthy(v[3]), 0);
-    if (slot->failed) jinja_runtime_error(ctx, "tojson: the text is past the output limit");
-    jinja_value s = jinja_string_copy(ctx, slot->data ? slot->data : "", slot->length);
-    text_builder_free(slot);
-    ctx->n_captures--;
-    return s;
+    return jinja_capture_pop(ctx);
 }
 
 static jinja_value filter_indent(jinja_render_context *ctx, jinja_value input, const arguments *a) {
@@ -1423,7 +1418,10 @@ jinja_value jinja_apply_filter(jinja_render_context *ctx, int filter, jinja_valu
     }
     case FILTER_DICTSORT: return filter_dictsort(ctx, input, &a);
     case FILTER_E:
-    case FILTER_ESCAPE: no_arguments(ctx, name, &a); return html_escape(ctx, jinja_to_str(ctx, input));
+    case FILTER_ESCAPE:
+        no_arguments(ctx, name, &a);
+        if (input.kind == JINJA_STRING && input.markup) return input; /* already escaped */
+        return jinja_html_escape(ctx, jinja_to_str(ctx, input));
     case FILTER_FIRST: {
         no_arguments(ctx, name, &a);
         if (input.kind == JINJA_ITERATOR) {
@@ -1506,7 +1504,12 @@ jinja_value jinja_apply_filter(jinja_render_context *ctx, int filter, jinja_valu
         return jinja_new_iterator(ctx, out);
     }
     case FILTER_ROUND: return filter_round(ctx, input, &a);
-    case FILTER_SAFE:
+    case FILTER_SAFE: {
+        no_arguments(ctx, name, &a);
+        jinja_value s = jinja_to_str(ctx, input);
+        s.markup = true;
+        return s;
+    }
     case FILTER_STRING: no_arguments(ctx, name, &a); return jinja_to_str(ctx, input);
     case FILTER_SORT: return filter_sort(ctx, input, &a);
     case FILTER_SUM: return filter_sum(ctx, input, &a);

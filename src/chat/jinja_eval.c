@@ -77,23 +77,41 @@ static void check_output(jinja_render_context *ctx) {
     jinja_runtime_error(ctx, "out of memory");
 }
 
-static text_builder *capture_begin(jinja_render_context *ctx) {
+text_builder *jinja_capture_push(jinja_render_context *ctx) {
     if (ctx->n_captures == (int)(sizeof ctx->captures / sizeof ctx->captures[0]))
-        jinja_runtime_error(ctx, "macro calls and block sets nest too deeply");
-    text_builder *saved = ctx->out;
+        jinja_runtime_error(ctx, "macro calls, block sets and tojson nest too deeply");
+    size_t used = ctx->result->length;
+    for (int i = 0; i < ctx->n_captures; i++) used += ctx->captures[i].length;
+    if (used >= JINJA_MAX_OUTPUT_BYTES)
+        jinja_runtime_error(ctx, "the output is past its limit of %zu MiB", JINJA_MAX_OUTPUT_BYTES >> 20);
     text_builder *b = &ctx->captures[ctx->n_captures++];
-    *b = (text_builder){.limit = JINJA_MAX_OUTPUT_BYTES};
-    ctx->out = b;
+    *b = (text_builder){.limit = JINJA_MAX_OUTPUT_BYTES - used};
+    return b;
+}
+
+jinja_value jinja_capture_pop(jinja_render_context *ctx) {
+    text_builder *b = &ctx->captures[ctx->n_captures - 1];
+    if (b->failed) {
+        if (b->over_limit)
+            jinja_runtime_error(ctx, "the output is past its limit of %zu MiB", JINJA_MAX_OUTPUT_BYTES >> 20);
+        jinja_runtime_error(ctx, "out of memory");
+    }
+    /* Copy first: the arena may fail, and the builder must still be on the list the unwind frees. */
+    jinja_value s = jinja_string_copy(ctx, b->data ? b->data : "", b->length);
+    text_builder_free(b);
+    ctx->n_captures--;
+    return s;
+}
+
+static text_builder *capture_begin(jinja_render_context *ctx) {
+    text_builder *saved = ctx->out;
+    ctx->out = jinja_capture_push(ctx);
     return saved;
 }
 
 static jinja_value capture_end(jinja_render_context *ctx, text_builder *saved) {
     check_output(ctx);
-    text_builder *b = &ctx->captures[ctx->n_captures - 1];
-    /* Copy first: the arena may fail, and the builder must still be on the list the unwind frees. */
-    jinja_value s = jinja_string_copy(ctx, b->data ? b->data : "", b->length);
-    text_builder_free(b);
-    ctx->n_captures--;
+    jinja_value s = jinja_capture_pop(ctx);
     ctx->out = saved;
     return s;
 }
@@ -194,7 +212,14 @@ static jinja_value binary(jinja_render_context *ctx, int op, jinja_value a, jinj
             return jinja_int(r);
         }
         if (numbers) return jinja_float(float_of(a) + float_of(b));
-        if (a.kind == JINJA_STRING && b.kind == JINJA_STRING) return concat_strings(ctx, a, b);
+        if (a.kind == JINJA_STRING && b.kind == JINJA_STRING) {
+            if (!a.markup && !b.markup) return concat_strings(ctx, a, b);
+            /* Markup + str escapes the str (markupsafe's __add__ / __radd__). */
+            jinja_value sum = concat_strings(ctx, a.markup ? a : jinja_html_escape(ctx, a),
+                                             b.markup ? b : jinja_html_escape(ctx, b));
+            sum.markup = true;
+            return sum;
+        }
         if ((a.kind == JINJA_LIST || a.kind == JINJA_TUPLE) && a.kind == b.kind) {
             jinja_value out = jinja_new_list(ctx, a.kind, a.as.list->count + b.as.list->count);
             for (size_t i = 0; i < a.as.list->count; i++) jinja_list_push(ctx, out.as.list, a.as.list->items[i]);
@@ -791,7 +816,7 @@ kite_status jinja_render(const jinja_template *template_, const json_value *vari
     ctx->template_ = template_;
     ctx->arena.limit = JINJA_MAX_ARENA_BYTES;
     ctx->arena.on_fail = &ctx->on_fail;
-    ctx->out = result;
+    ctx->out = ctx->result = result;
     if (setjmp(ctx->on_fail) != 0) {
         kite_status status = ctx->arena.status;
         for (int i = 0; i < ctx->n_captures; i++) text_builder_free(&ctx->captures[i]);

@@ -107,6 +107,9 @@ typedef struct jinja_iterator jinja_iterator;
 
 typedef struct jinja_value {
     jinja_kind kind;
+    /* STRING: markupsafe's Markup (what safe and escape return): escape leaves it as it is, `+` escapes the other
+     * operand, repr() shows Markup('...'). Other filters and methods give plain strings. */
+    bool markup;
     union {
         bool boolean;
         int64_t integer;
@@ -283,9 +286,17 @@ typedef struct jinja_render_context {
     int macro_depth;
     int line;                   /* of the node being evaluated, for messages */
     jinja_value pending_caller; /* a call block's caller, for the macro call it makes (else undefined) */
-    text_builder captures[64];  /* output captured by macro calls and block sets, innermost last */
+    text_builder *result;       /* the render's output */
+    text_builder captures[64];  /* output captured by macro calls, block sets and tojson, innermost last */
     int n_captures;
 } jinja_render_context;
+
+/* A fresh capture builder on top of the list (freed by the unwind if an error comes first). Only the innermost
+ * builder grows, so each one's limit is what the output limit leaves after the result and the outer captures:
+ * all the text being built at once stays within JINJA_MAX_OUTPUT_BYTES. */
+text_builder *jinja_capture_push(jinja_render_context *ctx);
+/* The innermost capture's text copied into the arena, the builder freed and popped. */
+jinja_value jinja_capture_pop(jinja_render_context *ctx);
 
 /* Records "NAME:LINE: message" (KITE_ERROR_INVALID_INPUT) and unwinds the render. */
 _Noreturn void jinja_runtime_error(jinja_render_context *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -354,6 +365,8 @@ bool jinja_apply_test(jinja_render_context *ctx, int test, jinja_value input, co
 jinja_value jinja_get_attribute(jinja_render_context *ctx, jinja_value object, const char *name);
 /* obj[key] as jinja2's getitem: an item, else an attribute, else undefined. */
 jinja_value jinja_get_item(jinja_render_context *ctx, jinja_value object, jinja_value key);
+/* markupsafe.escape of a string: & < > ' " as entities, as a Markup string. */
+jinja_value jinja_html_escape(jinja_render_context *ctx, jinja_value text);
 jinja_value jinja_call_method(jinja_render_context *ctx, const jinja_method *method, const jinja_value *args,
                               size_t n_args, const char **kwarg_names, const jinja_value *kwargs, size_t n_kwargs);
 jinja_value jinja_call_function(jinja_render_context *ctx, int function, const jinja_value *args, size_t n_args,

@@ -403,6 +403,13 @@ static size_t lex_tag(lexer *lx, size_t at, bool block, size_t tag_start) {
     }
 }
 
+/* The position of the two bytes `pair` at or after `from`, or NULL (the source may hold NUL bytes). */
+static const char *find_pair(const lexer *lx, size_t from, const char *pair) {
+    for (size_t i = from; i + 1 < lx->length; i++)
+        if (lx->src[i] == pair[0] && lx->src[i + 1] == pair[1]) return lx->src + i;
+    return NULL;
+}
+
 /* Newlines normalized to \n and one trailing newline dropped, as jinja2's tokeniter does first. */
 static char *normalize(jinja_arena *arena, const char *source, size_t length, size_t *out_length) {
     char *text = jinja_arena_alloc(arena, length + 1);
@@ -449,7 +456,7 @@ void jinja_lex(jinja_arena *arena, const char *source, size_t length, const char
             size_t end_at = 0, end_after = 0;
             char end_open = 0, end_close = 0;
             for (;;) {
-                const char *h = q < lx.length ? strstr(lx.src + q, "{%") : NULL;
+                const char *h = find_pair(&lx, q, "{%");
                 if (!h) lex_fail(&lx, line_at(&lx, at), "%s", "Missing end of raw directive");
                 end_at = (size_t)(h - lx.src);
                 if (match_raw_tag(&lx, end_at, "endraw", true, &end_open, &end_close, &end_after)) break;
@@ -461,17 +468,14 @@ void jinja_lex(jinja_arena *arena, const char *source, size_t length, const char
             continue;
         }
         if (kind == '#') {
-            size_t q = body;
-            for (;;) {
-                const char *h = q < lx.length ? strstr(lx.src + q, "#}") : NULL;
-                if (!h) lex_fail(&lx, line_at(&lx, at), "%s", "Missing end of comment tag");
-                size_t close_at = (size_t)(h - lx.src);
-                char close = close_at > body && (lx.src[close_at - 1] == '-' || lx.src[close_at - 1] == '+')
-                                 ? lx.src[close_at - 1]
-                                 : '\0';
-                p = text_start = after_tag_end(&lx, close_at + 2, close, true);
-                break;
-            }
+            /* The first "#}" ends it; a '-' or '+' just before it (inside the comment) is its sign. */
+            const char *h = find_pair(&lx, body, "#}");
+            if (!h) lex_fail(&lx, line_at(&lx, at), "%s", "Missing end of comment tag");
+            size_t close_at = (size_t)(h - lx.src);
+            char close = close_at > body && (lx.src[close_at - 1] == '-' || lx.src[close_at - 1] == '+')
+                             ? lx.src[close_at - 1]
+                             : '\0';
+            p = text_start = after_tag_end(&lx, close_at + 2, close, true);
             continue;
         }
         push(&lx, kind == '%' ? JINJA_TOKEN_BLOCK_BEGIN : JINJA_TOKEN_VAR_BEGIN, at);

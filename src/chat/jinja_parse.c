@@ -113,6 +113,14 @@ static void enter(parser *p) {
 }
 static void leave(parser *p) { p->depth--; }
 
+/* A left-deep chain (a + b + c, x|f|g, a.b.c) is as deep a tree as nesting is: each link counts until the
+ * expression ends, so evaluating any tree stays within JINJA_MAX_NESTING levels of recursion. */
+static void enter_link(parser *p, int *links) {
+    enter(p);
+    (*links)++;
+}
+static void leave_links(parser *p, int links) { p->depth -= links; }
+
 static jinja_node *parse_expression(parser *p, bool with_condexpr);
 static jinja_node *parse_unary(parser *p, bool with_filter);
 static jinja_node *parse_primary(parser *p);
@@ -166,7 +174,9 @@ static jinja_node *parse_expression(parser *p, bool with_condexpr) {
 static jinja_node *parse_condexpr(parser *p) {
     const int line = current(p)->line;
     jinja_node *expr = parse_or(p);
+    int links = 0;
     while (is_name(current(p), "if")) {
+        enter_link(p, &links);
         advance(p);
         jinja_node *n = new_node(p, JINJA_NODE_CONDITIONAL, line);
         n->a = parse_or(p);
@@ -179,6 +189,7 @@ static jinja_node *parse_condexpr(parser *p) {
         }
         expr = n;
     }
+    leave_links(p, links);
     return expr;
 }
 
@@ -188,23 +199,29 @@ static jinja_node *parse_compare(parser *p);
 
 static jinja_node *parse_or(parser *p) {
     jinja_node *left = parse_and(p);
+    int links = 0;
     while (is_name(current(p), "or")) {
+        enter_link(p, &links);
         jinja_node *n = new_node(p, JINJA_NODE_OR, advance(p)->line);
         n->a = left;
         n->b = parse_and(p);
         left = n;
     }
+    leave_links(p, links);
     return left;
 }
 
 static jinja_node *parse_and(parser *p) {
     jinja_node *left = parse_not(p);
+    int links = 0;
     while (is_name(current(p), "and")) {
+        enter_link(p, &links);
         jinja_node *n = new_node(p, JINJA_NODE_AND, advance(p)->line);
         n->a = left;
         n->b = parse_not(p);
         left = n;
     }
+    leave_links(p, links);
     return left;
 }
 
@@ -270,10 +287,15 @@ static jinja_node *parse_pow(parser *p);
 
 static jinja_node *parse_math1(parser *p) {
     jinja_node *left = parse_concat(p);
+    int links = 0;
     for (;;) {
         const jinja_token *t = current(p);
         int op = is_op(t, "+") ? JINJA_OP_ADD : is_op(t, "-") ? JINJA_OP_SUBTRACT : -1;
-        if (op < 0) return left;
+        if (op < 0) {
+            leave_links(p, links);
+            return left;
+        }
+        enter_link(p, &links);
         advance(p);
         left = binary(p, op, t->line, left, parse_concat(p));
     }
@@ -295,6 +317,7 @@ static jinja_node *parse_concat(parser *p) {
 
 static jinja_node *parse_math2(parser *p) {
     jinja_node *left = parse_pow(p);
+    int links = 0;
     for (;;) {
         const jinja_token *t = current(p);
         int op = is_op(t, "*")    ? JINJA_OP_MULTIPLY
@@ -302,7 +325,11 @@ static jinja_node *parse_math2(parser *p) {
                  : is_op(t, "//") ? JINJA_OP_FLOOR_DIVIDE
                  : is_op(t, "%")  ? JINJA_OP_MODULO
                                   : -1;
-        if (op < 0) return left;
+        if (op < 0) {
+            leave_links(p, links);
+            return left;
+        }
+        enter_link(p, &links);
         advance(p);
         left = binary(p, op, t->line, left, parse_pow(p));
     }
@@ -310,10 +337,13 @@ static jinja_node *parse_math2(parser *p) {
 
 static jinja_node *parse_pow(parser *p) {
     jinja_node *left = parse_unary(p, true);
+    int links = 0;
     while (is_op(current(p), "**")) {
+        enter_link(p, &links);
         const int line = advance(p)->line;
         left = binary(p, JINJA_OP_POWER, line, left, parse_unary(p, true));
     }
+    leave_links(p, links);
     return left;
 }
 
@@ -505,14 +535,19 @@ static jinja_node *parse_subscript(parser *p, jinja_node *node) {
 }
 
 static jinja_node *parse_postfix(parser *p, jinja_node *node) {
+    int links = 0;
     for (;;) {
         const jinja_token *t = current(p);
-        if (is_op(t, ".") || is_op(t, "["))
+        if (is_op(t, ".") || is_op(t, "[")) {
+            enter_link(p, &links);
             node = parse_subscript(p, node);
-        else if (is_op(t, "("))
+        } else if (is_op(t, "(")) {
+            enter_link(p, &links);
             node = parse_call(p, node);
-        else
+        } else {
+            leave_links(p, links);
             return node;
+        }
     }
 }
 
@@ -580,16 +615,21 @@ static jinja_node *parse_test(parser *p, jinja_node *input) {
 }
 
 static jinja_node *parse_filter_expr(parser *p, jinja_node *node) {
+    int links = 0;
     for (;;) {
         const jinja_token *t = current(p);
         if (is_op(t, "|")) {
+            enter_link(p, &links);
             advance(p);
             node = parse_filter(p, node, t->line);
         } else if (is_name(t, "is")) {
+            enter_link(p, &links);
             node = parse_test(p, node);
         } else if (is_op(t, "(")) {
+            enter_link(p, &links);
             node = parse_call(p, node);
         } else {
+            leave_links(p, links);
             return node;
         }
     }

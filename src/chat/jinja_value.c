@@ -207,13 +207,16 @@ static bool keys_equal(jinja_value a, jinja_value b) {
     return false;
 }
 
-void jinja_check_hashable(jinja_render_context *ctx, jinja_value v) {
+static void check_hashable_at(jinja_render_context *ctx, jinja_value v, int depth) {
     jinja_check_defined(ctx, v);
     if (v.kind == JINJA_LIST || v.kind == JINJA_DICT || v.kind == JINJA_NAMESPACE || v.kind == JINJA_ITERATOR)
         jinja_runtime_error(ctx, "unhashable type: '%s'", jinja_type_name(v));
-    if (v.kind == JINJA_TUPLE)
-        for (size_t i = 0; i < v.as.list->count; i++) jinja_check_hashable(ctx, v.as.list->items[i]);
+    if (v.kind != JINJA_TUPLE) return;
+    if (depth > JSON_MAX_DEPTH) jinja_runtime_error(ctx, "a tuple nested too deeply");
+    for (size_t i = 0; i < v.as.list->count; i++) check_hashable_at(ctx, v.as.list->items[i], depth + 1);
 }
+
+void jinja_check_hashable(jinja_render_context *ctx, jinja_value v) { check_hashable_at(ctx, v, 0); }
 
 jinja_value *jinja_dict_get(jinja_dict *dict, jinja_value key) {
     for (size_t i = 0; i < dict->count; i++)
@@ -470,7 +473,11 @@ void jinja_write_repr(jinja_render_context *ctx, text_builder *b, jinja_value v,
     jinja_count_steps(ctx, 1);
     switch (v.kind) {
     case JINJA_UNDEFINED: text_builder_puts(b, "Undefined"); return; /* repr(Undefined()) */
-    case JINJA_STRING: write_string_repr(b, v.as.string.data, v.as.string.length); return;
+    case JINJA_STRING:
+        if (v.markup) text_builder_puts(b, "Markup(");
+        write_string_repr(b, v.as.string.data, v.as.string.length);
+        if (v.markup) text_builder_putc(b, ')');
+        return;
     case JINJA_LIST:
     case JINJA_TUPLE: {
         const jinja_list *list = v.as.list;

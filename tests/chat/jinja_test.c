@@ -12,17 +12,21 @@
 typedef struct jinja_case {
     const char *name;
     const char *template_; /* NULL: the Qwen3 template */
+    size_t template_length;
     const char *variables; /* JSON object */
     kite_status status;
     const char *expected;       /* output when status is KITE_OK */
+    size_t expected_length;
     const char *error_contains; /* a substring of kite's message on failure, or NULL */
 } jinja_case;
+
+#define TEXT(s) s, sizeof(s) - 1
 
 #include "jinja_cases.h"
 
 /* Renders `source` with `variables`; the status, and the output or the error message in *result (malloc'd). */
 static kite_status run(const char *name, const char *source, size_t source_length, const char *variables,
-                       char **result) {
+                       char **result, size_t *result_length) {
     *result = NULL;
     json_document *doc = json_parse(variables, strlen(variables), NULL);
     if (!doc) {
@@ -32,23 +36,24 @@ static kite_status run(const char *name, const char *source, size_t source_lengt
     jinja_template *t = NULL;
     kite_status status = jinja_parse(source, source_length, name, &t);
     if (status == KITE_OK) {
-        size_t length = 0;
-        status = jinja_render(t, json_root(doc), result, &length);
-        if (status == KITE_OK && strlen(*result) != length) {
-            fprintf(stderr, "  %s: output length %zu but strlen %zu\n", name, length, strlen(*result));
-        }
+        status = jinja_render(t, json_root(doc), result, result_length);
         jinja_free(t);
     }
-    if (status != KITE_OK) *result = strdup(kite_last_error());
+    if (status != KITE_OK) {
+        *result = strdup(kite_last_error());
+        *result_length = *result ? strlen(*result) : 0;
+    }
     json_free(doc);
     return status;
 }
 
 static void check_case(const jinja_case *c, const char *source, size_t source_length) {
     char *result = NULL;
-    kite_status status = run(c->name, source, source_length, c->variables, &result);
+    size_t length = 0;
+    kite_status status = run(c->name, source, source_length, c->variables, &result, &length);
     if (c->status == KITE_OK) {
-        CHECK_MSG(status == KITE_OK && result && strcmp(result, c->expected) == 0,
+        CHECK_MSG(status == KITE_OK && result && length == c->expected_length &&
+                      memcmp(result, c->expected, length) == 0,
                   "%s: status %d\n    got      [%s]\n    expected [%s]", c->name, (int)status, result ? result : "",
                   c->expected);
     } else {
@@ -63,7 +68,7 @@ static void check_case(const jinja_case *c, const char *source, size_t source_le
 
 static void test_cases_match_jinja2(void) {
     for (size_t i = 0; i < sizeof jinja_cases / sizeof jinja_cases[0]; i++)
-        check_case(&jinja_cases[i], jinja_cases[i].template_, strlen(jinja_cases[i].template_));
+        check_case(&jinja_cases[i], jinja_cases[i].template_, jinja_cases[i].template_length);
 }
 
 static void test_qwen3_template_matches_jinja2(void) {
@@ -156,6 +161,11 @@ static void test_bounds_are_clean_errors(void) {
     expect_render_error("{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}"
                         "{% endfor %}{% endfor %}{% endfor %}",
                         KITE_ERROR_INVALID_INPUT, "steps");
+    /* Nested captures share the output limit: each level would capture 40 MiB. */
+    expect_render_error("{% set ns = namespace(s='x') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+                        "{% macro f(n) %}{% for i in range(40) %}{{ ns.s }}{% endfor %}{% if n < 40 %}{{ f(n + 1) }}"
+                        "{% endif %}{% endmacro %}{{ f(0) }}",
+                        KITE_ERROR_INVALID_INPUT, "output is past its limit");
     /* Macro recursion without a base case. */
     expect_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", KITE_ERROR_INVALID_INPUT,
                         "macro calls nest deeper");
@@ -191,6 +201,24 @@ static void test_deep_nesting_refused(void) {
     char wrapped[4200];
     int m = snprintf(wrapped, sizeof wrapped, "{{ %.*s }}", (int)n, source);
     CHECK(jinja_parse(wrapped, (size_t)m, "deep", &t) == KITE_ERROR_INVALID_TEMPLATE);
+    jinja_free(t);
+    /* Left-deep chains are as deep as nesting: 1 + 1 + ..., x|trim|trim..., a.b.c... */
+    static const char *const links[] = {" + 1", "|trim", ".a", " or 1", " and 1", " ** 1", " * 1", "[0]", "()"};
+    for (size_t k = 0; k < sizeof links / sizeof links[0]; k++) {
+        n = (size_t)snprintf(source, sizeof source, "{{ x");
+        for (int i = 0; i < 300; i++) n += (size_t)snprintf(source + n, sizeof source - n, "%s", links[k]);
+        n += (size_t)snprintf(source + n, sizeof source - n, " }}");
+        CHECK_MSG(jinja_parse(source, n, "deep", &t) == KITE_ERROR_INVALID_TEMPLATE, "chain of '%s'", links[k]);
+        jinja_free(t);
+    }
+    /* Long chains within the bound still parse. */
+    n = (size_t)snprintf(source, sizeof source, "{{ 1");
+    for (int i = 0; i < 60; i++) n += (size_t)snprintf(source + n, sizeof source - n, " + 1");
+    n += (size_t)snprintf(source + n, sizeof source - n, " }}");
+    CHECK(jinja_parse(source, n, "long", &t) == KITE_OK);
+    char *out = NULL;
+    CHECK(t && jinja_render(t, NULL, &out, NULL) == KITE_OK && out && strcmp(out, "61") == 0);
+    free(out);
     jinja_free(t);
 }
 
