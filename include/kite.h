@@ -199,6 +199,7 @@ const char *kite_finish_reason_string(kite_finish_reason reason); /* "length", "
 typedef int64_t kite_request_id;
 
 #define KITE_MAX_LOGPROBS 20 /* the most top log-probabilities a request can ask for per token */
+#define KITE_MAX_STOP_IDS 16  /* the most stop ids a request can give */
 
 /* What a request produced in one step. `text` is the newly completed text (it may be empty while a
  * UTF-8 sequence or a possible stop string is held back); all text of a request, concatenated, equals
@@ -226,6 +227,8 @@ typedef struct kite_request {
     int32_t max_tokens;        /* new tokens at most; 0 = until eos or the context limit */
     const char *const *stop_strings;
     int32_t n_stop_strings;
+    const int32_t *stop_ids;   /* more ids that end the request like an eos id, even with ignore_eos (at most */
+    int32_t n_stop_ids;        /* KITE_MAX_STOP_IDS; kite_chat_stop_ids gives a chat's) */
     bool ignore_eos;
     int32_t n_logprobs;        /* top log-probabilities reported per token (0..KITE_MAX_LOGPROBS) */
     kite_token_callback on_token;
@@ -290,6 +293,84 @@ typedef struct kite_engine_timings {
 
 kite_engine_timings kite_engine_get_timings(const kite_engine *engine);
 void kite_engine_reset_timings(kite_engine *engine);
+
+/* ---- chat ------------------------------------------------------------------------------------------ */
+
+/* A checkpoint's chat format: its chat template (chat_template.jinja, or tokenizer_config.json's
+ * chat_template), rendered exactly as transformers' apply_chat_template renders it, with the tokenizer, the
+ * token that ends an assistant turn and generation_config.json's sampling defaults. */
+typedef struct kite_chat kite_chat;
+
+/* The chat format of a checkpoint or tokenizer directory alone (tokenizer files, no weights); with
+ * template_path, that .jinja file replaces the directory's template (as llama.cpp's and vLLM's --chat-template).
+ * No chat template at all is KITE_ERROR_UNSUPPORTED; a template kite cannot run is KITE_ERROR_INVALID_TEMPLATE
+ * naming its file, line and construct. */
+kite_status kite_chat_load(const char *dir, const char *template_path, kite_chat **out);
+void kite_chat_free(kite_chat *chat);
+/* The model's chat format (its template was parsed when it loaded); NULL when the checkpoint has none. */
+const kite_chat *kite_model_chat(const kite_model *model);
+
+typedef struct kite_chat_prompt {
+    char *text;               /* the rendered prompt, NUL-terminated */
+    size_t length;
+    int32_t *ids;             /* text encoded with the tokenizer (special tokens recognised) */
+    size_t n_ids;
+    bool thinking;            /* enable_thinking is not false */
+    bool starts_in_reasoning; /* the prompt leaves a <think> open: the answer starts as reasoning */
+    bool has_tools;           /* tools are offered and tool_choice lets the model call them */
+} kite_chat_prompt;
+
+/* Renders a /v1/chat/completions request body (messages, tools, tool_choice, add_generation_prompt (default
+ * true), chat_template_kwargs such as {"enable_thinking": false}) with the chat template. Messages are prepared
+ * as vLLM prepares them: null content as "", text parts joined with "\n", a tool call's arguments string parsed
+ * into its object.
+ * A malformed request, or an error the template raises, is KITE_ERROR_INVALID_INPUT naming the field or
+ * quoting the template. */
+kite_status kite_chat_render(const kite_chat *chat, const char *request_json, size_t length, kite_chat_prompt *out);
+void kite_chat_prompt_free(kite_chat_prompt *prompt);
+
+/* The ids that end an answer besides config.json's eos ids (the template's end-of-turn token, the eos ids of
+ * generation_config.json): copies up to `capacity` and returns how many there are. */
+int32_t kite_chat_stop_ids(const kite_chat *chat, int32_t *ids, int32_t capacity);
+/* generation_config.json's sampling (Qwen3: temperature 0.6, top_p 0.95, top_k 20), for requests that set
+ * none; greedy when the checkpoint has no generation_config.json or it does not sample. */
+kite_sampling kite_chat_sampling_defaults(const kite_chat *chat);
+
+
+/* What a chat answer produced in one step, parsed: text inside <think>...</think> is reasoning, <tool_call>
+ * blocks are tool calls (hermes style, as vLLM's qwen3 reasoning parser and hermes tool parser read them), the
+ * rest is content. The pointers are valid only during the callback. */
+typedef struct kite_tool_call {
+    const char *id;        /* "chatcmpl-tool-" and 32 hex digits */
+    const char *name;
+    const char *arguments; /* JSON text: json.dumps(arguments, ensure_ascii=False) */
+} kite_tool_call;
+
+typedef struct kite_chat_delta {
+    const char *reasoning;
+    size_t reasoning_length;
+    const char *content;
+    size_t content_length;
+    const kite_tool_call *tool_calls; /* calls completed in this step */
+    size_t n_tool_calls;
+} kite_chat_delta;
+
+typedef struct kite_chat_event {
+    kite_request_id request;
+    kite_chat_delta delta;
+    const kite_token_event *token; /* the engine's event beneath it (token id, logprobs, raw text) */
+    kite_finish_reason finish;     /* non-zero on the request's last event */
+} kite_chat_event;
+
+typedef void (*kite_chat_callback)(const kite_chat_event *event, void *user_data);
+
+/* Queues a chat answer to a rendered prompt: `request` gives max_tokens, sampling, stop strings and logprobs
+ * (its prompt, stop ids and callback are replaced: the prompt's ids, the chat's stop ids and the parser).
+ * Events come from kite_engine_step like a plain request's. Tool calls are parsed when the prompt has_tools;
+ * their ids are drawn from request->sampling.seed. */
+kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const kite_chat_prompt *prompt,
+                             const kite_request *request, kite_chat_callback on_event, void *user_data,
+                             kite_request_id *id);
 
 /* ---- benchmarks ------------------------------------------------------------------------------------ */
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/chat_public.h"
 #include "kite.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -57,6 +58,8 @@ kite_status kite_model_load(const char *dir, const kite_load_params *params, kit
         status = kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
                            "%s: tokenizer.json has %d ids but config.json vocab_size is %d", dir,
                            tokenizer_vocab_size(m->tokenizer), m->config.vocab_size);
+    /* The chat template is parsed now, so a template kite cannot run fails the load, not a later request. */
+    if (status == KITE_OK) status = chat_public_create(dir, NULL, m->tokenizer, &m->chat);
     if (status == KITE_OK) status = create_backend(m, params);
     if (status != KITE_OK) {
         kite_model_free(m);
@@ -90,6 +93,7 @@ kite_status kite_model_load_dummy(const char *shape, uint64_t seed, const kite_l
 void kite_model_free(kite_model *model) {
     if (!model) return;
     if (model->backend) model->backend->ops->destroy(model->backend);
+    kite_chat_free(model->chat);
     tokenizer_free(model->tokenizer);
     checkpoint_close(model->checkpoint);
     dummy_model_free(model->dummy);

@@ -1,5 +1,6 @@
 #include "cli_util.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,4 +92,53 @@ int cli_report(const char *what, kite_status status) {
     else
         fprintf(stderr, "kite: %s: %s\n", what, kite_status_string(status));
     return 1;
+}
+
+bool cli_read_file(const char *what, const char *path, size_t max_bytes, char **text, size_t *length) {
+    *text = NULL;
+    *length = 0;
+    const bool from_stdin = strcmp(path, "-") == 0;
+    FILE *f = from_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "kite: %s: cannot open %s: %s\n", what, path, strerror(errno));
+        return false;
+    }
+    size_t capacity = 1 << 16, n = 0;
+    char *buffer = malloc(capacity + 1);
+    bool ok = buffer != NULL;
+    while (ok) {
+        if (n == capacity) {
+            char *grown = capacity * 2 <= max_bytes + 1 ? realloc(buffer, capacity * 2 + 1) : NULL;
+            if (!grown) {
+                fprintf(stderr, "kite: %s: %s is larger than %zu bytes\n", what, from_stdin ? "standard input" : path,
+                        max_bytes);
+                ok = false;
+                break;
+            }
+            buffer = grown;
+            capacity *= 2;
+        }
+        const size_t got = fread(buffer + n, 1, capacity - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ok && n > max_bytes) {
+        fprintf(stderr, "kite: %s: %s is larger than %zu bytes\n", what, from_stdin ? "standard input" : path,
+                max_bytes);
+        ok = false;
+    }
+    if (ok && ferror(f)) {
+        fprintf(stderr, "kite: %s: error reading %s\n", what, from_stdin ? "standard input" : path);
+        ok = false;
+    }
+    if (!buffer) fprintf(stderr, "kite: %s: out of memory\n", what);
+    if (!from_stdin) fclose(f);
+    if (!ok) {
+        free(buffer);
+        return false;
+    }
+    buffer[n] = '\0';
+    *text = buffer;
+    *length = n;
+    return true;
 }

@@ -60,6 +60,10 @@ cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *s
 /* Parses --backend auto|cpu|cuda. */
 bool cli_parse_backend(const char *text, kite_backend_kind *out);
 
+/* Reads a whole file (PATH "-": standard input) into a malloc'd NUL-terminated buffer; false after one line on
+ * stderr ("kite: WHAT: cannot open PATH: ...") when it cannot be read or is larger than max_bytes. */
+bool cli_read_file(const char *what, const char *path, size_t max_bytes, char **text, size_t *length);
+
 /* Reports a failed kite call: "kite: <what>: <message>" on stderr. Returns 1 (the exit code). */
 int cli_report(const char *what, kite_status status);
 

@@ -15,6 +15,8 @@ static const subcommand subcommands[] = {
     {"run", cmd_run, "generate text from a prompt (or a file of prompts, as one batch)"},
     {"bench", cmd_bench, "measure prefill and decode throughput, each row checked against the CPU"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (/v1/completions) with continuous batching"},
+    {"chat", cmd_chat, "a conversation in the terminal through the checkpoint's chat template"},
+    {"template", cmd_template, "print the prompt a chat request renders to (the checkpoint's chat template)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids"},
     {"info", cmd_info, "print the build, the backends present and the GPU"},

@@ -13,11 +13,13 @@ system's library path. Errors raise kite.KiteError with kite's one-line message.
 """
 import ctypes
 import ctypes.util
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Union
 
-__all__ = ["KiteError", "Model", "Completion", "TokenLogprob", "load_library"]
+__all__ = ["KiteError", "Model", "Completion", "TokenLogprob", "ChatCompletion", "ChatDelta", "ToolCall",
+           "load_library"]
 
 # ---- the C structs of include/kite.h, field for field --------------------------------------------------
 
@@ -53,8 +55,33 @@ class _Request(ctypes.Structure):
     _fields_ = [("prompt_ids", ctypes.POINTER(c_int32)), ("n_prompt_ids", c_size_t),
                 ("prompt_text", ctypes.c_char_p), ("prompt_text_length", c_size_t), ("sampling", _Sampling),
                 ("max_tokens", c_int32), ("stop_strings", ctypes.POINTER(ctypes.c_char_p)),
-                ("n_stop_strings", c_int32), ("ignore_eos", ctypes.c_bool), ("n_logprobs", c_int32),
+                ("n_stop_strings", c_int32), ("stop_ids", ctypes.POINTER(c_int32)), ("n_stop_ids", c_int32),
+                ("ignore_eos", ctypes.c_bool), ("n_logprobs", c_int32),
                 ("on_token", _TokenCallback), ("user_data", ctypes.c_void_p)]
+
+
+class _ChatPrompt(ctypes.Structure):
+    _fields_ = [("text", ctypes.POINTER(ctypes.c_char)), ("length", c_size_t), ("ids", ctypes.POINTER(c_int32)),
+                ("n_ids", c_size_t), ("thinking", ctypes.c_bool), ("starts_in_reasoning", ctypes.c_bool),
+                ("has_tools", ctypes.c_bool)]
+
+
+class _ToolCall(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_char_p), ("name", ctypes.c_char_p), ("arguments", ctypes.c_char_p)]
+
+
+class _ChatDelta(ctypes.Structure):
+    _fields_ = [("reasoning", ctypes.POINTER(ctypes.c_char)), ("reasoning_length", c_size_t),
+                ("content", ctypes.POINTER(ctypes.c_char)), ("content_length", c_size_t),
+                ("tool_calls", ctypes.POINTER(_ToolCall)), ("n_tool_calls", c_size_t)]
+
+
+class _ChatEvent(ctypes.Structure):
+    _fields_ = [("request", c_int64), ("delta", _ChatDelta), ("token", ctypes.POINTER(_TokenEvent)),
+                ("finish", ctypes.c_int)]
+
+
+_ChatCallback = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ChatEvent), ctypes.c_void_p)
 
 
 class _EngineParams(ctypes.Structure):
@@ -111,6 +138,12 @@ def _declare(lib):
         "kite_engine_run": (ctypes.c_int, [ctypes.c_void_p]),
         "kite_engine_idle": (ctypes.c_bool, [ctypes.c_void_p]),
         "kite_engine_get_stats": (_EngineStats, [ctypes.c_void_p]),
+        "kite_model_chat": (ctypes.c_void_p, [ctypes.c_void_p]),
+        "kite_chat_render": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, c_size_t, p(_ChatPrompt)]),
+        "kite_chat_prompt_free": (None, [p(_ChatPrompt)]),
+        "kite_chat_sampling_defaults": (_Sampling, [ctypes.c_void_p]),
+        "kite_chat_submit": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, p(_ChatPrompt), p(_Request),
+                                            _ChatCallback, ctypes.c_void_p, p(c_int64)]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -166,6 +199,31 @@ class Completion:
     tokens: List[int] = field(default_factory=list)
     finish_reason: Optional[str] = None  # "length", "stop", "cancelled", "capacity"
     logprobs: List[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as vLLM's hermes parser gives it
+
+
+@dataclass
+class ChatDelta:
+    """What one step of a chat answer added (Model.chat(..., stream=True) yields these)."""
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: List[ToolCall] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+
+
+@dataclass
+class ChatCompletion:
+    content: str = ""
+    reasoning: str = ""  # what the model wrote inside <think>...</think> (reasoning_content)
+    tool_calls: List[ToolCall] = field(default_factory=list)
+    finish_reason: Optional[str] = None  # "stop", "length", "cancelled", "capacity"
+    prompt: str = ""  # the rendered prompt
 
 
 # ---- the model ----------------------------------------------------------------------------------------------
@@ -344,3 +402,114 @@ class Model:
             if entry is None or entry[0].finish_reason is None:
                 self._lib.kite_engine_cancel(engine, request_id)
                 _check(self._lib.kite_engine_run(engine))
+
+    # chat
+    def _chat_handle(self):
+        chat = self._lib.kite_model_chat(self._model())
+        if not chat:
+            raise KiteError("kite: this checkpoint has no chat template")
+        return chat
+
+    @staticmethod
+    def _chat_body(messages, tools, enable_thinking, add_generation_prompt, template_kwargs) -> bytes:
+        body = {"messages": list(messages), "add_generation_prompt": add_generation_prompt,
+                "chat_template_kwargs": {**(template_kwargs or {}), "enable_thinking": enable_thinking}}
+        if tools:
+            body["tools"] = list(tools)
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+    def render_chat(self, messages: Sequence[dict], tools: Optional[Sequence[dict]] = None, *,
+                    enable_thinking: bool = True, add_generation_prompt: bool = True,
+                    template_kwargs: Optional[dict] = None) -> str:
+        """The prompt the checkpoint's chat template renders for OpenAI-style messages (and tools)."""
+        prompt = _ChatPrompt()
+        data = self._chat_body(messages, tools, enable_thinking, add_generation_prompt, template_kwargs)
+        _check(self._lib.kite_chat_render(self._chat_handle(), data, len(data), ctypes.byref(prompt)))
+        try:
+            return ctypes.string_at(prompt.text, prompt.length).decode("utf-8")
+        finally:
+            self._lib.kite_chat_prompt_free(ctypes.byref(prompt))
+
+    _SAMPLING_NAMES = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+    _CHAT_OPTIONS = set(_SAMPLING_NAMES) | {"max_tokens", "seed", "stop"}
+
+    def _chat_events(self, messages, tools, enable_thinking, template_kwargs, options):
+        """Submits the chat answer and yields (ChatDelta, prompt text) as the engine produces them."""
+        unknown = set(options) - self._CHAT_OPTIONS
+        if unknown:
+            raise KiteError("kite: unknown chat option(s) " + ", ".join(sorted(unknown)))
+        chat = self._chat_handle()
+        prompt = _ChatPrompt()
+        data = self._chat_body(messages, tools, enable_thinking, True, template_kwargs)
+        _check(self._lib.kite_chat_render(chat, data, len(data), ctypes.byref(prompt)))
+        text = ctypes.string_at(prompt.text, prompt.length).decode("utf-8")
+        request = self._lib.kite_request_default()
+        # Sampling the request leaves unset follows generation_config.json; no seed draws a fresh one.
+        request.sampling = self._lib.kite_chat_sampling_defaults(chat)
+        for name in self._SAMPLING_NAMES:
+            if options.get(name) is not None:
+                setattr(request.sampling, name, options[name])
+        seed = options.get("seed")
+        request.sampling.seed = int.from_bytes(os.urandom(8), "little") if seed is None else seed
+        request.max_tokens = options.get("max_tokens") or 0
+        keep = []
+        stop = options.get("stop") or ()
+        if stop:
+            encoded = [x.encode("utf-8") for x in stop]
+            strings = (ctypes.c_char_p * len(encoded))(*encoded)
+            request.stop_strings, request.n_stop_strings = strings, len(encoded)
+            keep.extend([encoded, strings])
+        deltas = []
+
+        def on_event(event_pointer, _user_data):
+            e = event_pointer.contents
+            d = e.delta
+            calls = [ToolCall(d.tool_calls[i].id.decode(), d.tool_calls[i].name.decode("utf-8"),
+                              d.tool_calls[i].arguments.decode("utf-8")) for i in range(d.n_tool_calls)]
+            deltas.append(ChatDelta(
+                content=ctypes.string_at(d.content, d.content_length).decode("utf-8") if d.content_length else "",
+                reasoning=(ctypes.string_at(d.reasoning, d.reasoning_length).decode("utf-8")
+                           if d.reasoning_length else ""),
+                tool_calls=calls, finish_reason=_FINISH.get(e.finish, str(e.finish)) if e.finish else None))
+
+        callback = _ChatCallback(on_event)
+        engine = self._engine_handle()
+        request_id = c_int64()
+        try:
+            _check(self._lib.kite_chat_submit(engine, chat, ctypes.byref(prompt), ctypes.byref(request),
+                                              callback, None, ctypes.byref(request_id)))
+        finally:
+            self._lib.kite_chat_prompt_free(ctypes.byref(prompt))
+        finished = False
+        try:
+            while not finished:
+                while deltas:
+                    delta = deltas.pop(0)
+                    finished = finished or delta.finish_reason is not None
+                    yield delta, text
+                if finished or self._lib.kite_engine_idle(engine):
+                    return
+                _check(self._lib.kite_engine_step(engine))
+        finally:  # a consumer that stops early cancels the answer, so the engine is left idle
+            if not finished:
+                self._lib.kite_engine_cancel(engine, request_id.value)
+                _check(self._lib.kite_engine_run(engine))
+
+    def chat(self, messages: Sequence[dict], tools: Optional[Sequence[dict]] = None, *, enable_thinking: bool = True,
+             stream: bool = False, template_kwargs: Optional[dict] = None, **options):
+        """Answers OpenAI-style messages through the checkpoint's chat template. Returns a ChatCompletion
+        (content, reasoning, tool_calls), or with stream=True yields ChatDelta pieces as they are generated.
+        Options: max_tokens (default: until the turn ends), temperature, top_k, top_p, min_p,
+        repetition_penalty (unset ones follow generation_config.json), seed (default: a fresh one), stop."""
+        events = self._chat_events(messages, tools, enable_thinking, template_kwargs, options)
+        if stream:
+            return (delta for delta, _ in events)
+        result = ChatCompletion()
+        for delta, text in events:
+            result.prompt = text
+            result.content += delta.content
+            result.reasoning += delta.reasoning
+            result.tool_calls.extend(delta.tool_calls)
+            if delta.finish_reason:
+                result.finish_reason = delta.finish_reason
+        return result

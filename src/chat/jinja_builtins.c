@@ -850,9 +850,9 @@ bool jinja_apply_test(jinja_render_context *ctx, int test, jinja_value v, const 
     case TEST_BOOLEAN: return v.kind == JINJA_BOOL;
     case TEST_TRUE: return v.kind == JINJA_BOOL && v.as.boolean;
     case TEST_FALSE: return v.kind == JINJA_BOOL && !v.as.boolean;
-    case TEST_INTEGER: return v.kind == JINJA_INT;
+    case TEST_INTEGER: return v.kind == JINJA_INT || v.kind == JINJA_BIG_INT;
     case TEST_FLOAT: return v.kind == JINJA_FLOAT;
-    case TEST_NUMBER: return is_number(v);
+    case TEST_NUMBER: return is_number(v) || v.kind == JINJA_BIG_INT;
     case TEST_STRING: return v.kind == JINJA_STRING;
     case TEST_MAPPING: return v.kind == JINJA_DICT;
     case TEST_ITERABLE:
@@ -1256,7 +1256,8 @@ static jinja_value filter_int(jinja_render_context *ctx, jinja_value input, cons
     int64_t base = given[1] ? need_int(ctx, "int base", v[1]) : 10;
     if (base < 2 || base > 36) jinja_runtime_error(ctx, "int() base must be >= 2 and <= 36");
     switch (input.kind) {
-    case JINJA_INT: return input;
+    case JINJA_INT:
+    case JINJA_BIG_INT: return input;
     case JINJA_BOOL: return jinja_int(input.as.boolean);
     case JINJA_FLOAT:
         if (!isfinite(input.as.number)) jinja_runtime_error(ctx, "cannot convert float infinity or NaN to integer");
@@ -1285,6 +1286,7 @@ static jinja_value filter_float(jinja_render_context *ctx, jinja_value input, co
     jinja_check_defined(ctx, input); /* float(Undefined) raises */
     jinja_value fallback = given[0] ? v[0] : jinja_float(0.0);
     if (is_number(input)) return jinja_float(float_of(input));
+    if (input.kind == JINJA_BIG_INT) return jinja_float(strtod(input.as.string.data, NULL)); /* digits end in NUL */
     double d;
     if (input.kind == JINJA_STRING && parse_python_float(ctx, input, &d)) return jinja_float(d);
     return fallback;

@@ -96,6 +96,9 @@ typedef enum jinja_kind {
     JINJA_FUNCTION, /* a global function: range, namespace, raise_exception, ... */
     JINJA_ITERATOR, /* what map/select/reject/unique/batch/items/reverse return: a Python generator, iterable once,
                      * always true, without len() */
+    JINJA_BIG_INT,  /* an integer beyond int64 from the variables' JSON (a tool call's argument, say): Python keeps
+                     * every digit, so it prints and goes through tojson as written (as.string holds the digits);
+                     * arithmetic and ordering on it are refused, as kite's integers are 64-bit */
 } jinja_kind;
 
 typedef struct jinja_list jinja_list;
@@ -117,7 +120,7 @@ typedef struct jinja_value {
         struct {
             const char *data; /* UTF-8 bytes; not necessarily NUL-terminated */
             size_t length;    /* bytes */
-        } string;             /* STRING; UNDEFINED: the message an error about it gives ("'x' is undefined") */
+        } string;             /* STRING; BIG_INT: its digits; UNDEFINED: the message an error about it gives */
         jinja_list *list;     /* LIST, TUPLE */
         jinja_dict *dict;     /* DICT, NAMESPACE */
         jinja_macro *macro;

@@ -256,7 +256,11 @@ jinja_value jinja_from_json(jinja_render_context *ctx, const json_value *json, i
     case JSON_TYPE_NULL: return jinja_none();
     case JSON_TYPE_FALSE: return jinja_bool(false);
     case JSON_TYPE_TRUE: return jinja_bool(true);
-    case JSON_TYPE_NUMBER: return json->is_integer ? jinja_int(json->as.num.integer) : jinja_float(json->as.num.number);
+    case JSON_TYPE_NUMBER:
+        if (json->is_big_integer)
+            return (jinja_value){.kind = JINJA_BIG_INT,
+                                 .as.string = {json->as.num.digits, strlen(json->as.num.digits)}};
+        return json->is_integer ? jinja_int(json->as.num.integer) : jinja_float(json->as.num.number);
     case JSON_TYPE_STRING: return jinja_string(json->as.string, json->length);
     case JSON_TYPE_ARRAY: {
         jinja_value list = jinja_new_list(ctx, JINJA_LIST, json->length);
@@ -284,7 +288,8 @@ const char *jinja_type_name(jinja_value v) {
     case JINJA_UNDEFINED: return "Undefined";
     case JINJA_NONE: return "NoneType";
     case JINJA_BOOL: return "bool";
-    case JINJA_INT: return "int";
+    case JINJA_INT:
+    case JINJA_BIG_INT: return "int";
     case JINJA_FLOAT: return "float";
     case JINJA_STRING: return "str";
     case JINJA_LIST: return "list";
@@ -354,6 +359,9 @@ static bool equal_at(jinja_render_context *ctx, jinja_value a, jinja_value b, in
     case JINJA_UNDEFINED:
     case JINJA_NONE: return true;
     case JINJA_STRING: return keys_equal(a, b);
+    case JINJA_BIG_INT: /* equal integers are written alike in JSON (no leading zeros, no "+") */
+        return a.as.string.length == b.as.string.length &&
+               memcmp(a.as.string.data, b.as.string.data, a.as.string.length) == 0;
     case JINJA_LIST:
     case JINJA_TUPLE:
         if (a.as.list->count != b.as.list->count) return false;
@@ -513,6 +521,7 @@ void jinja_write_str(jinja_render_context *ctx, text_builder *b, jinja_value v) 
     case JINJA_NONE: text_builder_puts(b, "None"); return;
     case JINJA_BOOL: text_builder_puts(b, v.as.boolean ? "True" : "False"); return;
     case JINJA_INT: python_json_int(b, v.as.integer); return;
+    case JINJA_BIG_INT: text_builder_append(b, v.as.string.data, v.as.string.length); return;
     case JINJA_FLOAT: write_float(b, v.as.number); return;
     case JINJA_STRING: text_builder_append(b, v.as.string.data, v.as.string.length); return;
     case JINJA_LIST:
@@ -621,6 +630,7 @@ void jinja_write_json(jinja_render_context *ctx, text_builder *b, jinja_value v,
     case JINJA_NONE: text_builder_puts(b, "null"); return;
     case JINJA_BOOL: text_builder_puts(b, v.as.boolean ? "true" : "false"); return;
     case JINJA_INT: python_json_int(b, v.as.integer); return;
+    case JINJA_BIG_INT: text_builder_append(b, v.as.string.data, v.as.string.length); return;
     case JINJA_FLOAT: python_json_float(b, v.as.number); return;
     case JINJA_STRING: python_json_string(b, v.as.string.data, v.as.string.length); return;
     case JINJA_LIST:

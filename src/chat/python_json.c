@@ -101,6 +101,8 @@ static void write_value(text_builder *b, const json_value *v, int indent, bool c
     case JSON_TYPE_NUMBER:
         if (v->is_integer)
             python_json_int(b, v->as.num.integer);
+        else if (v->is_big_integer)
+            text_builder_puts(b, v->as.num.digits);
         else
             python_json_float(b, v->as.num.number);
         return;

@@ -30,6 +30,13 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
                          KITE_MAX_LOGPROBS);
     if (desc->n_stop_strings < 0 || (desc->n_stop_strings > 0 && !desc->stop_strings))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: bad stop strings");
+    if (desc->n_stop_ids < 0 || desc->n_stop_ids > KITE_MAX_STOP_IDS || (desc->n_stop_ids > 0 && !desc->stop_ids))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: %d stop ids, at most %d", desc->n_stop_ids,
+                         KITE_MAX_STOP_IDS);
+    for (int32_t i = 0; i < desc->n_stop_ids; i++)
+        if (desc->stop_ids[i] < 0 || desc->stop_ids[i] >= vocab_size)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: stop id %d is outside the vocabulary [0, %d)",
+                             desc->stop_ids[i], vocab_size);
     if (desc->n_stop_strings > 0 && !tok)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: stop strings need a model with a tokenizer");
 
@@ -44,6 +51,8 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     r->n_tokens = r->n_prompt = n_prompt;
     r->max_tokens = desc->max_tokens;
     r->ignore_eos = desc->ignore_eos;
+    if (desc->n_stop_ids > 0) memcpy(r->stop_ids, desc->stop_ids, (size_t)desc->n_stop_ids * sizeof(int32_t));
+    r->n_stop_ids = desc->n_stop_ids;
     r->n_logprobs = desc->n_logprobs;
     r->on_token = desc->on_token;
     r->user_data = desc->user_data;
@@ -139,7 +148,9 @@ kite_status request_append_token(engine_request *r, int32_t token, const int32_t
 
     bool is_eos = false, stop_string_hit = false;
     for (int32_t i = 0; i < n_eos_ids; i++) is_eos |= token == eos_ids[i];
-    if (is_eos && !r->ignore_eos) {
+    bool is_stop_id = false;
+    for (int32_t i = 0; i < r->n_stop_ids; i++) is_stop_id |= token == r->stop_ids[i];
+    if ((is_eos && !r->ignore_eos) || is_stop_id) {
         r->finish = KITE_FINISH_STOP; /* the eos token's text is not part of the output */
     } else if (r->detokenizer && token < r->text_vocab_size) {
         /* Ids past the tokenizer's vocabulary (config.json's vocab_size pads the lm_head, 151,936 rows against

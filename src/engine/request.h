@@ -37,6 +37,8 @@ typedef struct engine_request {
     bool greedy;          /* temperature 0 and no penalty: the backend's argmax is enough */
     int32_t max_tokens;   /* 0 = no limit but the context */
     bool ignore_eos;
+    int32_t stop_ids[KITE_MAX_STOP_IDS]; /* end the request like eos, ignore_eos or not */
+    int32_t n_stop_ids;
     int32_t n_logprobs;
     kite_token_callback on_token;
     void *user_data;

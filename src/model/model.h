@@ -16,6 +16,7 @@ struct kite_model {
     dummy_model *dummy;        /* random weights, or NULL */
     const qwen3_weights *weights;
     tokenizer *tokenizer;      /* NULL for a dummy model */
+    kite_chat *chat;           /* the checkpoint's chat format; NULL without a chat template */
     backend *backend;
     bool engine_attached;      /* one engine at a time owns the backend's KV cache */
 };

@@ -366,6 +366,7 @@ static bool parse_number(parser *p, json_value *out) {
         int64_t value = negative ? -magnitude : magnitude;
         out->type = JSON_TYPE_NUMBER;
         out->is_integer = true;
+        out->is_big_integer = false;
         out->as.num.integer = value;
         out->as.num.number = (double)value;
         if (negative && magnitude == 0) out->as.num.number = -0.0;
@@ -387,6 +388,7 @@ static bool parse_number(parser *p, json_value *out) {
     }
     out->type = JSON_TYPE_NUMBER;
     out->is_integer = false;
+    out->is_big_integer = false;
     out->as.num.integer = 0;
     if (integral) {
         /* Exact int64 from the digits, refusing overflow rather than rounding through double. */
@@ -404,6 +406,13 @@ static bool parse_number(parser *p, json_value *out) {
         if (!overflow && magnitude <= limit) {
             out->is_integer = true;
             out->as.num.integer = negative ? (int64_t)(0 - magnitude) : (int64_t)magnitude;
+        } else {
+            char *digits = arena_alloc(p->doc, literal_length + 1);
+            if (!digits) return parse_fail(p, "out of memory");
+            memcpy(digits, t + start, literal_length);
+            digits[literal_length] = '\0';
+            out->is_big_integer = true;
+            out->as.num.digits = digits;
         }
     }
     return true;
@@ -444,6 +453,7 @@ static bool parse_array(parser *p, json_value *out, int depth) {
     p->value_count = base;
     out->type = JSON_TYPE_ARRAY;
     out->is_integer = false;
+    out->is_big_integer = false;
     out->length = count;
     out->as.items = items;
     return true;
@@ -488,6 +498,7 @@ static bool parse_object(parser *p, json_value *out, int depth) {
     p->member_count = base;
     out->type = JSON_TYPE_OBJECT;
     out->is_integer = false;
+    out->is_big_integer = false;
     out->length = count;
     out->as.members = members;
     return true;

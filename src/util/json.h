@@ -32,12 +32,18 @@ struct json_value {
     json_type type;
     /* NUMBER: true when the literal has no fraction or exponent and fits in int64 (then `integer` holds it). */
     bool is_integer;
+    /* NUMBER: an integer literal beyond int64 (no fraction or exponent): `digits` holds it as written, since
+     * Python reads it as an int and writes every digit back. `number` is its nearest double either way. */
+    bool is_big_integer;
     /* STRING: bytes (without the terminating NUL); ARRAY: items; OBJECT: members. */
     size_t length;
     union {
         struct {
             double number;
-            int64_t integer;
+            union {
+                int64_t integer;    /* is_integer */
+                const char *digits; /* is_big_integer: the literal, NUL-terminated ("-" then digits) */
+            };
         } num;
         const char *string;        /* STRING */
         const json_value *items;   /* ARRAY, `length` of them */

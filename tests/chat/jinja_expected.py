@@ -385,6 +385,12 @@ CASES = [
     ("compare_sequences", "{{ 'a' < 'ab' }} {{ [1] < [1, 0] }} {{ (1, 2) < (1, 3) }} {{ 1 == 1 == 2 }} {{ 1 < 2 > 1 }}", {}),
     ("contains_corners", "{{ 'a' in ['a'] }} {{ ['a'] in [['a']] }} {{ 1.0 in [1] }} {{ true in [1] }}", {}),
     ("bool_index", "{{ b[true] }} {{ b[false] }} {{ {none: 1}[none] }}", D),
+# ---- integers beyond int64 from JSON (Python keeps every digit) ----
+    ("big_int_printed_and_tojson",
+     "{{ x }} {{ x | tojson }} {{ x is integer }} {{ x is number }} {{ x == x }} {{ [x] }} {{ {'k': x} | tojson }} "
+     "{{ x | int }} {{ x | float }} {{ x | string }} {{ x ~ '' }}",
+     {"x": 12345678901234567890}),
+    ("big_int_negative_in_a_list", "{{ v | tojson }} {{ v[1] }}", {"v": [1, -98765432109876543210]}),
 # ---- runtime errors ----
     ("error_raise_exception", "a{{ raise_exception('System message must be first') }}", {},
      "System message must be first"),

@@ -178,6 +178,20 @@ static void test_bounds_are_clean_errors(void) {
                         "t.jinja:3: 'undefined_function' is undefined");
 }
 
+/* An integer beyond int64 from the variables prints as written (the table checks that against jinja2) but
+ * takes part in no arithmetic or ordering: refused, where Python would compute with it exactly. */
+static void test_big_integers_refuse_arithmetic(void) {
+    static const char *const templates[] = {"{{ x + 1 }}", "{{ x < 5 }}", "{{ -x }}", "{{ x * 2 }}"};
+    for (size_t i = 0; i < sizeof templates / sizeof templates[0]; i++) {
+        char *result = NULL;
+        size_t length = 0;
+        const kite_status s = run("big", templates[i], strlen(templates[i]), "{\"x\": 12345678901234567890}",
+                                  &result, &length);
+        CHECK_MSG(s == KITE_ERROR_INVALID_INPUT, "%s: status %d, [%s]", templates[i], (int)s, result ? result : "");
+        free(result);
+    }
+}
+
 /* Deeply nested brackets or blocks fail to parse instead of exhausting the stack. */
 static void test_deep_nesting_refused(void) {
     char source[4096];
@@ -257,6 +271,7 @@ int main(void) {
     TEST_RUN(test_template_renders_repeatedly);
     TEST_RUN(test_unsupported_constructs_refused_with_line);
     TEST_RUN(test_bounds_are_clean_errors);
+    TEST_RUN(test_big_integers_refuse_arithmetic);
     TEST_RUN(test_deep_nesting_refused);
     TEST_RUN(test_strftime_now);
     TEST_RUN(test_bad_arguments);

@@ -219,6 +219,49 @@ def bench_sampled_decode_rows():
 
 
 @case
+def template_renders_as_transformers():
+    chat = os.path.join(DATA, "chat")
+    qwen3 = os.path.join(chat, "templates", "qwen3.jinja")
+    for name in ("01-single-user", "33-tools-basic", "43-multi-step-tool-use", "27-unicode"):
+        request = os.path.join(chat, "conversations", name + ".json")
+        golden = open(os.path.join(chat, "goldens", "qwen3", name + ".txt"), "rb").read()
+        ids = json.load(open(os.path.join(chat, "goldens", "qwen3", name + ".ids.json")))
+        out = run("template", "--model", os.path.join(DATA, "tokenizer"), "--chat-template", qwen3, "--request",
+                  request, check_exit=0).stdout
+        assert out == golden, (name, out[-60:], golden[-60:])
+        # the checkpoint's own template (tiny carries Qwen3's) and --json with the ids
+        j = json.loads(run("template", "--model", os.path.join(DATA, "tiny"), "--request", request, "--json",
+                           check_exit=0).stdout)
+        assert j["text"].encode("utf-8") == golden and j["ids"] == ids, name
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "bad.json")
+        open(bad, "w").write('{"messages": [{"role": "user"}], "tool_choice": "required"}')
+        p = run("template", "--model", os.path.join(DATA, "tiny"), "--request", bad)
+        assert p.returncode == 1 and p.stderr.decode().count("\n") == 1 and b"tool_choice" in p.stderr, p.stderr
+        broken = os.path.join(d, "broken.jinja")
+        open(broken, "w").write("ok\n{% for x in y %}\n{{ x }")
+        p = run("template", "--model", os.path.join(DATA, "tiny"), "--chat-template", broken, "--request", bad)
+        assert p.returncode == 1 and b"broken.jinja" in p.stderr, p.stderr
+    assert run("template", "--model", os.path.join(DATA, "tiny")).returncode == 2
+
+
+@case
+def chat_reads_a_conversation_from_a_pipe():
+    argv = [KITE, "chat", "--model", os.path.join(DATA, "tiny"), "--backend", "cpu", "--threads", "2",
+            "--max-tokens", "5", "--seed", "3", "--show-thinking"]
+    turns = b"Hello\n/no_think\nAnd now?\n/bogus\n/reset\nThird\n"
+    first = subprocess.run(argv, input=turns, capture_output=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert b"unknown command /bogus" in first.stderr, first.stderr
+    assert first.stdout.count(b"\n") >= 3 and b"\x1b[" not in first.stdout, first.stdout  # no escapes into a pipe
+    again = subprocess.run(argv, input=turns, capture_output=True, timeout=600)
+    assert again.stdout == first.stdout  # the same seeds, the same answers
+    none = subprocess.run([KITE, "chat", "--model", os.path.join(DATA, "tiny"), "--backend", "cpu"], input=b"",
+                          capture_output=True, timeout=600)
+    assert none.returncode == 0 and none.stdout == b"", none
+
+
+@case
 def info_names_the_backends():
     out = run("info", check_exit=0).stdout.decode()
     assert "cpu" in out and "cuda" in out

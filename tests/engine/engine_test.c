@@ -397,6 +397,37 @@ static void test_stop_while_running_ahead(void) {
     kite_model_free(m);
 }
 
+/* A request's stop ids end it like eos, ignore_eos or not, at the first of them it generates (the token is
+ * reported with the final event); ids outside the vocabulary, or too many, are refused. */
+static void test_stop_ids(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    const reference_prompt *p = &prompts[1];
+    int first = 5; /* the stop id is the reference's 6th token: the request ends at its first occurrence */
+    for (int k = 0; k < first; k++)
+        if (p->greedy[k] == p->greedy[first]) first = k;
+    const int32_t stop_ids[2] = {p->greedy[5], 151644};
+    token_record c = {0};
+    kite_request r = greedy_request(p, 20, &c);
+    r.stop_ids = stop_ids;
+    r.n_stop_ids = 2;
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+    CHECK(kite_engine_run(e) == KITE_OK);
+    CHECK_MSG(c.finish == KITE_FINISH_STOP && c.n == first + 1, "finish %d after %d tokens (expected %d)", c.finish,
+              c.n, first + 1);
+    for (int k = 0; k < c.n; k++) CHECK(c.tokens[k] == p->greedy[k]);
+    const int32_t outside[1] = {1 << 30};
+    r.stop_ids = outside;
+    r.n_stop_ids = 1;
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_ERROR_INVALID_ARGUMENT);
+    r.n_stop_ids = KITE_MAX_STOP_IDS + 1;
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_ERROR_INVALID_ARGUMENT);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
 /* The engine tests that schedule most (staggered arrivals, preemption, cancel) with the overlap off. */
 static void test_without_overlap(void) {
     setenv("KITE_ENGINE_OVERLAP", "0", 1);
@@ -422,6 +453,7 @@ int main(void) {
     TEST_RUN(test_reduced_sampling_matches_full_rows);
     TEST_RUN(test_overlap_runs_ahead);
     TEST_RUN(test_stop_while_running_ahead);
+    TEST_RUN(test_stop_ids);
     TEST_RUN(test_without_overlap);
     return test_finish();
 }

@@ -103,6 +103,39 @@ def stop_strings_end_the_text_before_them():
 
 
 @case
+def chat_renders_as_transformers_and_answers():
+    chat = os.path.join(DATA, "chat")
+    with model() as m:
+        for name, thinking in (("03-multi-turn-system", True), ("18-enable-thinking-false", False),
+                               ("41-several-tool-calls", True)):
+            body = json.load(open(os.path.join(chat, "conversations", name + ".json"), encoding="utf-8"))
+            golden = open(os.path.join(chat, "goldens", "qwen3", name + ".txt"), "rb").read().decode("utf-8")
+            text = m.render_chat(body["messages"], body.get("tools"), enable_thinking=thinking,
+                                 add_generation_prompt=body.get("add_generation_prompt", True))
+            assert text == golden, (name, text[-80:], golden[-80:])
+        messages = [{"role": "user", "content": "Hello there"}]
+        options = dict(max_tokens=12, temperature=0.8, seed=5)
+        whole = m.chat(messages, **options)
+        assert whole.finish_reason in ("length", "stop") and whole.prompt.endswith("<|im_start|>assistant\n"), whole
+        pieces = list(m.chat(messages, stream=True, **options))
+        assert "".join(d.content for d in pieces) == whole.content, (pieces, whole)
+        assert "".join(d.reasoning for d in pieces) == whole.reasoning
+        assert pieces[-1].finish_reason == whole.finish_reason
+        assert m.chat(messages, **options) == whole  # the same seed, the same answer
+        off = m.chat(messages, enable_thinking=False, max_tokens=4, seed=1)
+        assert off.reasoning == "" and "<think>\n\n</think>" in off.prompt, off
+        for bad, needle in ((lambda: m.chat([]), "messages"), (lambda: m.chat(messages, temperature=-1), "temperature"),
+                            (lambda: m.chat(messages, colour=1), "colour")):
+            try:
+                bad()
+                raise AssertionError("no error for " + needle)
+            except kite.KiteError as e:
+                assert needle in str(e), (needle, str(e))
+        stats = m.engine_stats()
+        assert stats["running"] == 0 and stats["kv_blocks_free"] == stats["kv_blocks_total"], stats
+
+
+@case
 def errors_raise_kite_error_with_kites_message():
     for call, needle in [
         (lambda: kite.Model(os.path.join(DATA, "does-not-exist"), backend="cpu", library=args.library), "does-not-exist"),

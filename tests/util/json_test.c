@@ -1,6 +1,7 @@
 /* The JSON reader: valid documents, every kind of malformed input, and the speed-relevant big file. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "test_util.h"
 #include "util/json.h"
@@ -41,6 +42,16 @@ static void test_integers_are_exact(void) {
     CHECK(json_get_int64(&r->as.items[1], &v) && v == INT64_MIN);
     CHECK(!json_get_int64(&r->as.items[2], &v)); /* out of range: not an integer, still a number */
     CHECK(json_get_int64(&r->as.items[3], &v) && v == 0);
+    /* Beyond int64, an integer literal keeps its digits (Python reads it as an int); floats do not. */
+    CHECK(r->as.items[2].is_big_integer && strcmp(r->as.items[2].as.num.digits, "9223372036854775808") == 0);
+    CHECK(!r->as.items[0].is_big_integer && !r->as.items[3].is_big_integer);
+    json_free(d);
+    d = parse("[-123456789012345678901234567890, 1.5e300, 12345678901234567890.0]");
+    CHECK(d != NULL);
+    if (!d) return;
+    r = json_root(d);
+    CHECK(r->as.items[0].is_big_integer && strcmp(r->as.items[0].as.num.digits, "-123456789012345678901234567890") == 0);
+    CHECK(!r->as.items[1].is_big_integer && !r->as.items[2].is_big_integer && !r->as.items[2].is_integer);
     json_free(d);
 }
 
