@@ -1,4 +1,5 @@
-/* kite serve: an OpenAI-compatible HTTP server (POST /v1/completions, GET /v1/models, GET /health).
+/* kite serve: an OpenAI-compatible HTTP server (POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
+ * GET /health).
  *
  * Threads: the main thread accepts connections and gives each its own thread; one engine thread owns the
  * kite_engine (an engine is used by one thread) and runs continuous batching over every open request.
@@ -7,6 +8,9 @@
  * variable for text and writes it out: as server-sent events with "stream": true, else as one JSON object.
  * A client that goes away has its request cancelled. Every response closes its connection.
  * Request bodies are read with jansson; every response is written with the text buffer's JSON writer.
+ * A chat request is rendered with the checkpoint's chat template (kite_chat_render, on the connection thread) and
+ * its answer runs through kite_chat_submit, whose events arrive already split into reasoning, content and tool
+ * calls; they go out as OpenAI's chat.completion (or its chunks), with vLLM's reasoning_content.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -46,7 +51,9 @@ static const cli_option serve_options[] = {
 static const cli_command serve_command = {
     "serve", "--model DIR [--host 127.0.0.1] [--port 8080] [options]",
     "  POST /v1/completions (OpenAI-compatible: prompt as text or token ids, max_tokens, temperature, top_p,\n"
-    "  top_k, min_p, repetition_penalty, seed, stop, stream, logprobs), GET /v1/models, GET /health.\n"
+    "  top_k, min_p, repetition_penalty, seed, stop, stream, logprobs), POST /v1/chat/completions (messages,\n"
+    "  tools, tool_choice auto|none, chat_template_kwargs such as enable_thinking; the answer's reasoning_content\n"
+    "  and tool_calls parsed; sampling not given follows generation_config.json), GET /v1/models, GET /health.\n"
     "  The port is printed on stdout as \"listening on HOST:PORT\" once the model is loaded.\n",
     serve_options, sizeof serve_options / sizeof serve_options[0]};
 
@@ -74,6 +81,15 @@ typedef struct server_request {
     bool done;
     bool failed;
     char error[256];
+
+    /* /v1/chat/completions: `text` above holds the content; the engine thread submits through kite_chat_submit. */
+    bool chat;
+    kite_chat_prompt prompt;
+    text_buffer reasoning;
+    size_t reasoning_taken;
+    text_buffer calls; /* completed tool calls, each a JSON object followed by '\n' */
+    size_t calls_taken;
+    int n_calls;
 
     kite_request_id id;             /* set by the engine thread once submitted */
     struct server_request *next;    /* inbox / cancel list link */
@@ -109,6 +125,9 @@ static void request_release(server_request *r) {
     free(r->prompt_ids);
     for (int i = 0; i < MAX_STOP_STRINGS; i++) free(r->stop_storage[i]);
     text_buffer_free(&r->text);
+    text_buffer_free(&r->reasoning);
+    text_buffer_free(&r->calls);
+    kite_chat_prompt_free(&r->prompt);
     free(r);
 }
 
@@ -132,6 +151,40 @@ static void on_token(const kite_token_event *event, void *user_data) {
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->mutex);
     if (last) request_release(r); /* the engine will not call back for this request again */
+}
+
+/* The engine thread's chat callback: the parsed pieces, each into its buffer. */
+static void on_chat_event(const kite_chat_event *event, void *user_data) {
+    server_request *r = user_data;
+    const kite_chat_delta *d = &event->delta;
+    pthread_mutex_lock(&r->mutex);
+    if (!r->failed) {
+        text_buffer_append(&r->text, d->content, d->content_length);
+        text_buffer_append(&r->reasoning, d->reasoning, d->reasoning_length);
+        for (size_t i = 0; i < d->n_tool_calls; i++) {
+            const kite_tool_call *c = &d->tool_calls[i];
+            text_buffer_printf(&r->calls, "{\"index\":%d,\"id\":", r->n_calls++);
+            text_buffer_json_string(&r->calls, c->id, strlen(c->id));
+            text_buffer_puts(&r->calls, ",\"type\":\"function\",\"function\":{\"name\":");
+            text_buffer_json_string(&r->calls, c->name, strlen(c->name));
+            text_buffer_puts(&r->calls, ",\"arguments\":");
+            text_buffer_json_string(&r->calls, c->arguments, strlen(c->arguments));
+            text_buffer_puts(&r->calls, "}}\n");
+        }
+        if (r->text.failed || r->reasoning.failed || r->calls.failed) {
+            r->failed = true;
+            snprintf(r->error, sizeof r->error, "out of memory collecting the output");
+        }
+    }
+    if (event->token && event->token->token >= 0) r->n_generated++;
+    bool last = event->finish != KITE_FINISH_NONE;
+    if (last) {
+        r->finish = event->finish;
+        r->done = true;
+    }
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->mutex);
+    if (last) request_release(r);
 }
 
 /* ---- the engine thread ---------------------------------------------------------------------------- */
@@ -168,7 +221,10 @@ static void *engine_thread(void *argument) {
         for (server_request *r = ordered, *next; r; r = next) {
             next = r->next;
             kite_request_id id = 0;
-            kite_status status = stopping ? KITE_ERROR_INVALID_ARGUMENT : kite_engine_submit(s->engine, &r->request, &id);
+            kite_status status = stopping ? KITE_ERROR_INVALID_ARGUMENT
+                                 : r->chat    ? kite_chat_submit(s->engine, kite_model_chat(s->model), &r->prompt,
+                                                                 &r->request, on_chat_event, r, &id)
+                                              : kite_engine_submit(s->engine, &r->request, &id);
             if (status != KITE_OK) {
                 fail_request(r, stopping ? "the server is stopping" : kite_last_error());
                 continue;
@@ -617,6 +673,295 @@ static void serve_completion(server *s, int fd, const char *body, size_t length)
     request_release(r);
 }
 
+/* ---- /v1/chat/completions ------------------------------------------------------------------------ */
+
+static uint64_t fresh_seed(void) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+    return seed;
+}
+
+/* A chat request: the template renders the body (messages, tools, tool_choice, chat_template_kwargs), the
+ * sampling and length fields are read as for completions, each one not given taken from generation_config.json,
+ * and a request without a seed draws a fresh one. */
+static server_request *parse_chat(server *s, const char *body, size_t length, bool *stream, char *why,
+                                  size_t why_size) {
+    const kite_chat *chat = kite_model_chat(s->model);
+    if (!chat) {
+        snprintf(why, why_size, "this model has no chat template (use /v1/completions)");
+        return NULL;
+    }
+    json_error_t error;
+    json_t *root = json_loadb(body, length, JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
+    if (!root) {
+        snprintf(why, why_size, "the body is not JSON: %s at line %d column %d", error.text, error.line,
+                 error.column);
+        return NULL;
+    }
+    server_request *r = json_is_object(root) ? calloc(1, sizeof *r) : NULL;
+    if (!r) {
+        snprintf(why, why_size, json_is_object(root) ? "out of memory" : "the body must be a JSON object");
+        json_decref(root);
+        return NULL;
+    }
+    pthread_mutex_init(&r->mutex, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    r->references = 2;
+    r->chat = true;
+    r->request = kite_request_default();
+    r->request.sampling = kite_chat_sampling_defaults(chat);
+    r->request.max_tokens = 0; /* until the turn ends (or the context does), as OpenAI's chat default */
+    *stream = false;
+    bool ok = true;
+    const json_t *logprobs = json_object_get(root, "logprobs"), *top = json_object_get(root, "top_logprobs");
+    if ((logprobs && !json_is_null(logprobs) && !json_is_false(logprobs)) || (top && !json_is_null(top))) {
+        snprintf(why, why_size, "'logprobs' is not implemented for chat completions");
+        ok = false;
+    }
+    json_t *max_completion = json_object_get(root, "max_completion_tokens");
+    if (ok && max_completion && !json_is_null(max_completion)) {
+        const json_t *max_tokens = json_object_get(root, "max_tokens");
+        if (max_tokens && !json_is_null(max_tokens)) {
+            snprintf(why, why_size, "give 'max_tokens' or 'max_completion_tokens', not both");
+            ok = false;
+        } else {
+            json_object_set(root, "max_tokens", max_completion); /* the same limit under its newer name */
+        }
+    }
+    if (ok) {
+        json_object_del(root, "logprobs"); /* false or null: nothing asked */
+        const json_t *seed = json_object_get(root, "seed");
+        const bool seeded = seed && !json_is_null(seed);
+        ok = parse_numbers(root, &r->request, why, why_size) &&
+             parse_stop(json_object_get(root, "stop"), r, why, why_size) &&
+             optional_bool(root, "stream", stream, why, why_size) &&
+             optional_bool(root, "ignore_eos", &r->request.ignore_eos, why, why_size);
+        if (!seeded) r->request.sampling.seed = fresh_seed();
+    }
+    json_decref(root);
+    if (ok && kite_chat_render(chat, body, length, &r->prompt) != KITE_OK) {
+        snprintf(why, why_size, "%s", kite_last_error());
+        ok = false;
+    }
+    if (!ok) {
+        r->references = 1;
+        request_release(r);
+        return NULL;
+    }
+    r->n_prompt = r->prompt.n_ids;
+    return r;
+}
+
+/* What arrived since the last call: content, reasoning and complete tool calls (each malloc'd, NUL-ended). */
+typedef struct chat_piece {
+    char *content, *reasoning, *calls;
+    size_t content_length, reasoning_length, calls_length;
+} chat_piece;
+
+static char *take_new(const text_buffer *b, size_t *taken, size_t *length) {
+    *length = b->length - *taken;
+    char *copy = malloc(*length + 1);
+    if (!copy) return NULL;
+    if (*length) memcpy(copy, b->data + *taken, *length);
+    copy[*length] = '\0';
+    *taken = b->length;
+    return copy;
+}
+
+static void chat_piece_free(chat_piece *p) {
+    free(p->content);
+    free(p->reasoning);
+    free(p->calls);
+    *p = (chat_piece){0};
+}
+
+static bool wait_for_chat(server_request *r, chat_piece *p, bool *done) {
+    pthread_mutex_lock(&r->mutex);
+    while (!r->done && r->text_taken == r->text.length && r->reasoning_taken == r->reasoning.length &&
+           r->calls_taken == r->calls.length)
+        pthread_cond_wait(&r->changed, &r->mutex);
+    p->content = take_new(&r->text, &r->text_taken, &p->content_length);
+    p->reasoning = take_new(&r->reasoning, &r->reasoning_taken, &p->reasoning_length);
+    p->calls = take_new(&r->calls, &r->calls_taken, &p->calls_length);
+    *done = r->done;
+    pthread_mutex_unlock(&r->mutex);
+    return p->content && p->reasoning && p->calls;
+}
+
+/* The calls buffer's objects ("{...}\n{...}\n") as a JSON array's items. */
+static void append_calls(text_buffer *b, const char *calls, size_t length) {
+    text_buffer_puts(b, "[");
+    bool first = true;
+    for (size_t start = 0; start < length;) {
+        const char *end = memchr(calls + start, '\n', length - start);
+        const size_t n = end ? (size_t)(end - (calls + start)) : length - start;
+        if (!first) text_buffer_puts(b, ",");
+        text_buffer_append(b, calls + start, n);
+        first = false;
+        start += n + 1;
+    }
+    text_buffer_puts(b, "]");
+}
+
+/* finish_reason as OpenAI's chat API says it: "tool_calls" when the answer called tools. */
+static const char *chat_finish_reason(const server_request *r) {
+    return r->n_calls > 0 && r->finish == KITE_FINISH_STOP ? "tool_calls" : kite_finish_reason_string(r->finish);
+}
+
+static void chat_head(server *s, text_buffer *b, long id, bool chunk) {
+    text_buffer_printf(b, "{\"id\":\"chatcmpl-%ld\",\"object\":\"%s\",\"created\":%lld,\"model\":", id,
+                       chunk ? "chat.completion.chunk" : "chat.completion", (long long)time(NULL));
+    text_buffer_json_string(b, s->model_name, strlen(s->model_name));
+}
+
+static void chat_usage(text_buffer *b, const server_request *r) {
+    text_buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}",
+                       r->n_prompt, r->n_generated, r->n_prompt + (size_t)r->n_generated);
+}
+
+/* One streamed chunk: the piece's delta (role in the first), finish_reason and usage in the last. */
+static void chat_chunk(server *s, text_buffer *b, long id, const server_request *r, const chat_piece *p, bool first,
+                       bool last) {
+    chat_head(s, b, id, true);
+    text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+    bool any = false;
+    if (first) {
+        text_buffer_puts(b, "\"role\":\"assistant\"");
+        any = true;
+    }
+    if (p->reasoning_length) {
+        text_buffer_puts(b, any ? ",\"reasoning_content\":" : "\"reasoning_content\":");
+        text_buffer_json_string(b, p->reasoning, p->reasoning_length);
+        any = true;
+    }
+    if (p->content_length) {
+        text_buffer_puts(b, any ? ",\"content\":" : "\"content\":");
+        text_buffer_json_string(b, p->content, p->content_length);
+        any = true;
+    }
+    if (p->calls_length) {
+        text_buffer_puts(b, any ? ",\"tool_calls\":" : "\"tool_calls\":");
+        append_calls(b, p->calls, p->calls_length);
+    }
+    text_buffer_puts(b, "},\"logprobs\":null,\"finish_reason\":");
+    if (last)
+        text_buffer_printf(b, "\"%s\"", chat_finish_reason(r));
+    else
+        text_buffer_puts(b, "null");
+    text_buffer_puts(b, "}]");
+    if (last) chat_usage(b, r);
+    text_buffer_puts(b, "}");
+}
+
+static void chat_completion_json(server *s, text_buffer *b, long id, const server_request *r, const text_buffer *content,
+                                 const text_buffer *reasoning, const text_buffer *calls) {
+    chat_head(s, b, id, false);
+    text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    if (content->length || r->n_calls == 0)
+        text_buffer_json_string(b, content->data ? content->data : "", content->length);
+    else
+        text_buffer_puts(b, "null"); /* tool calls and nothing else, as vLLM answers */
+    if (reasoning->length) {
+        text_buffer_puts(b, ",\"reasoning_content\":");
+        text_buffer_json_string(b, reasoning->data, reasoning->length);
+    }
+    if (calls->length) {
+        text_buffer_puts(b, ",\"tool_calls\":");
+        append_calls(b, calls->data, calls->length);
+    }
+    text_buffer_printf(b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}]", chat_finish_reason(r));
+    chat_usage(b, r);
+    text_buffer_puts(b, "}");
+}
+
+static void serve_chat(server *s, int fd, const char *body, size_t length) {
+    char why[512] = "";
+    bool stream = false;
+    server_request *r = parse_chat(s, body, length, &stream, why, sizeof why);
+    if (!r) {
+        respond_error(fd, 400, "Bad Request", why);
+        return;
+    }
+    long id;
+    pthread_mutex_lock(&s->mutex);
+    id = ++s->next_completion;
+    bool stopping = s->stopping;
+    if (!stopping) {
+        r->next = s->inbox;
+        s->inbox = r;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mutex);
+    if (stopping) {
+        respond_error(fd, 503, "Service Unavailable", "the server is stopping");
+        r->references = 1;
+        request_release(r);
+        return;
+    }
+    bool client_gone = false;
+    if (stream) {
+        const char *header = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                             "Connection: close\r\n\r\n";
+        client_gone = !write_all(fd, header, strlen(header));
+    }
+    text_buffer content = {0}, reasoning = {0}, calls = {0};
+    bool first = true;
+    for (bool done = false; !done;) {
+        chat_piece p = {0};
+        if (!wait_for_chat(r, &p, &done)) {
+            chat_piece_free(&p);
+            client_gone = true;
+            break;
+        }
+        if (r->failed) {
+            chat_piece_free(&p);
+            break;
+        }
+        const bool news = p.content_length || p.reasoning_length || p.calls_length;
+        if (stream && !client_gone && (news || done || first)) {
+            text_buffer event = {0};
+            text_buffer_puts(&event, "data: ");
+            chat_chunk(s, &event, id, r, &p, first, done);
+            text_buffer_puts(&event, "\n\n");
+            if (done) text_buffer_puts(&event, "data: [DONE]\n\n");
+            client_gone = event.failed || !write_all(fd, event.data, event.length);
+            text_buffer_free(&event);
+            first = false;
+        } else if (!stream) {
+            text_buffer_append(&content, p.content, p.content_length);
+            text_buffer_append(&reasoning, p.reasoning, p.reasoning_length);
+            text_buffer_append(&calls, p.calls, p.calls_length);
+        }
+        chat_piece_free(&p);
+        if (client_gone) break;
+    }
+    if (client_gone && !r->done) cancel_request(s, r);
+    if (r->failed) {
+        if (!stream) {
+            respond_error(fd, 400, "Bad Request", r->error);
+        } else if (!client_gone) {
+            text_buffer event = {0};
+            text_buffer_puts(&event, "data: {\"error\":{\"message\":");
+            text_buffer_json_string(&event, r->error, strlen(r->error));
+            text_buffer_puts(&event, "}}\n\ndata: [DONE]\n\n");
+            if (!event.failed) (void)write_all(fd, event.data, event.length);
+            text_buffer_free(&event);
+        }
+    } else if (!stream && !client_gone) {
+        text_buffer out = {0};
+        chat_completion_json(s, &out, id, r, &content, &reasoning, &calls);
+        if (out.failed || content.failed || reasoning.failed || calls.failed)
+            respond_error(fd, 500, "Internal Server Error", "out of memory");
+        else
+            respond(fd, 200, "OK", "application/json", out.data, out.length);
+        text_buffer_free(&out);
+    }
+    text_buffer_free(&content);
+    text_buffer_free(&reasoning);
+    text_buffer_free(&calls);
+    request_release(r);
+}
+
 typedef struct connection {
     server *server;
     int fd;
@@ -640,6 +985,11 @@ static void *connection_thread(void *argument) {
             else
                 respond(c->fd, 200, "OK", "application/json", b.data, b.length);
             text_buffer_free(&b);
+        } else if (strcmp(path, "/v1/chat/completions") == 0) {
+            if (strcmp(method, "POST") != 0)
+                respond_error(c->fd, 405, "Method Not Allowed", "use POST");
+            else
+                serve_chat(c->server, c->fd, body, body_length);
         } else if (strcmp(path, "/v1/completions") == 0) {
             if (strcmp(method, "POST") != 0)
                 respond_error(c->fd, 405, "Method Not Allowed", "use POST");

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""`kite serve` on the tiny checkpoint (CPU backend), over loopback only: OpenAI-style completions, streamed
-and not, concurrent requests against their solo results (continuous batching on the CPU is exact),
+"""`kite serve` on the tiny checkpoint (CPU backend), over loopback only: OpenAI-style completions and chat
+completions, streamed and not, concurrent requests against their solo results (continuous batching on the CPU is exact),
 stop strings, errors, a client that hangs up mid-stream, and a clean stop on SIGTERM."""
-import argparse, http.client, json, os, signal, socket, subprocess, sys, threading, time
+import argparse, http.client, json, os, signal, socket, subprocess, sys, tempfile, threading, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kite", required=True)
@@ -143,6 +143,70 @@ def every_field_is_checked():
     # A NUL inside the prompt text is text like any other.
     out = complete({"prompt": "a\u0000b", "max_tokens": 1})
     assert out["usage"]["prompt_tokens"] == 3, out
+
+
+def chat(body, stream_it=False):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(dict(body, stream=True) if stream_it else body))
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    assert r.status == 200, (r.status, data)
+    if not stream_it:
+        return json.loads(data)
+    assert r.getheader("Content-Type") == "text/event-stream"
+    return [e[len("data: "):] for e in data.decode().split("\n\n") if e.startswith("data: ")]
+
+
+@case
+def chat_completions_render_the_template_and_parse_the_answer():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello!"}]
+    body = {"messages": messages, "max_tokens": 6, "seed": 4, "temperature": 0.7}
+    whole = chat(body)
+    choice = whole["choices"][0]
+    assert whole["object"] == "chat.completion" and choice["message"]["role"] == "assistant", whole
+    assert choice["finish_reason"] in ("length", "stop") and whole["usage"]["completion_tokens"] <= 6, whole
+    # the prompt is the template's: its token count equals kite template's ids
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(body, f)
+        f.flush()
+        rendered = subprocess.run([args.kite, "template", "--model", os.path.join(args.data, "tiny"), "--request",
+                                   f.name, "--json"], capture_output=True, timeout=60)
+    assert whole["usage"]["prompt_tokens"] == len(json.loads(rendered.stdout)["ids"]), (whole, rendered.stderr)
+    # streamed: role first, the deltas concatenate to the whole answer, finish and usage last, then [DONE]
+    events = chat(body, stream_it=True)
+    assert events[-1] == "[DONE]", events
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"].get("role") == "assistant", chunks[0]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    thought = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
+    assert text == choice["message"]["content"], (text, choice)
+    assert thought == choice["message"].get("reasoning_content", ""), (thought, choice)
+    assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"] and "usage" in chunks[-1]
+    # tools and thinking off are the template's business; the answer is parsed either way
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    out = chat({"messages": messages, "tools": [weather], "max_tokens": 4,
+                "chat_template_kwargs": {"enable_thinking": False}})
+    assert out["choices"][0]["message"]["role"] == "assistant", out
+
+
+@case
+def chat_requests_are_checked():
+    bad = [({"messages": []}, "messages"), ({"max_tokens": 2}, "messages"),
+           ({"messages": [{"content": "x"}]}, "role"),
+           ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice"),
+           ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+           ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "max_completion_tokens": 2}, "both"),
+           ({"messages": [{"role": "user", "content": "x"}], "temperature": -1}, "temperature"),
+           ("[1]", "JSON object")]
+    for body, word in bad:
+        status, data = request("POST", "/v1/chat/completions", body)
+        assert status == 400, (body, status, data)
+        message = json.loads(data)["error"]["message"]
+        assert word in message, (body, message)
+    assert request("GET", "/v1/chat/completions")[0] == 405
+    out = chat({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 2, "logprobs": False})
+    assert out["usage"]["completion_tokens"] <= 2, out
 
 
 @case
