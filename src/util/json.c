@@ -428,13 +428,26 @@ static bool parse_number(parser *p, json_value *out) {
  * n members costs O(n), not O(n^2) (tokenizer.json's vocab has ~151k). */
 enum { DUPLICATE_SCAN_MAX = 8 };
 
+/* Eight bytes at a time (keys are short: the hash is a visible share of reading tokenizer.json), then
+ * splitmix64's finalizer, so both the low bits (the slot) and the high ones (the tag) are well mixed. */
 static uint64_t key_hash(const char *key, size_t length) {
-    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-    for (size_t i = 0; i < length; i++) {
-        h ^= (unsigned char)key[i];
-        h *= 0x100000001b3u;
+    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)length;
+    size_t i = 0;
+    for (; i + 8 <= length; i += 8) {
+        uint64_t word;
+        memcpy(&word, key + i, 8);
+        h = (h ^ word) * 0xbf58476d1ce4e5b9u;
+        h ^= h >> 31;
     }
-    return h;
+    if (i < length) {
+        uint64_t word = 0; /* the last 1..7 bytes, little end first; a byte loop beats a memcpy call here */
+        for (unsigned shift = 0; i < length; i++, shift += 8) word |= (uint64_t)(unsigned char)key[i] << shift;
+        h = (h ^ word) * 0xbf58476d1ce4e5b9u;
+        h ^= h >> 31;
+    }
+    h ^= h >> 29;
+    h *= 0x94d049bb133111ebu;
+    return h ^ (h >> 32);
 }
 
 static bool keys_equal(const json_member *a, const json_member *b) {
@@ -488,7 +501,7 @@ static bool place_key(parser *p, json_member *members, size_t i, uint64_t h, siz
     for (;;) {
         const uint64_t slot = p->key_slots[s];
         if (slot == 0) {
-            members[*kept] = members[i];
+            if (*kept != i) members[*kept] = members[i];
             p->key_slots[s] = tag | (uint64_t)(*kept + 1);
             (*kept)++;
             return true;
