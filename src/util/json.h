@@ -5,8 +5,8 @@
  * NUL-terminated; `length` gives the byte count, so strings holding "\u0000" stay intact.
  * Limits that keep hostile input from exhausting the stack: nesting depth at most JSON_MAX_DEPTH.
  * A key repeated within one object fails the parse ("duplicate key \"K\"" at the repeat), since Python's json
- * (and so transformers, tokenizers' serde maps, vLLM) keeps the last value where a first-match lookup would see
- * the first: the file would mean two things. A caller that must read such input as Python does asks for
+ * (and so transformers and vLLM) keeps the last value where a first-match lookup would see the first: the
+ * file would mean two things. A caller that must read such input as Python does asks for
  * JSON_DUPLICATE_KEYS_LAST_WINS instead. Either way every object's keys are distinct after parsing.
  */
 #ifndef KITE_UTIL_JSON_H
