@@ -136,16 +136,6 @@ static char *make_call_id(uint64_t *state) {
     return id;
 }
 
-/* The value of the last member named key (a Python dict keeps the last of repeated keys), or NULL. */
-static const json_value *last_member(const json_value *object, const char *key) {
-    const size_t key_length = strlen(key);
-    for (size_t i = object->length; i > 0; i--) {
-        const json_member *m = &object->as.members[i - 1];
-        if (m->key_length == key_length && memcmp(m->key, key, key_length) == 0) return &m->value;
-    }
-    return NULL;
-}
-
 static void free_call(chat_tool_call *call) {
     free(call->id);
     free(call->name);
@@ -156,16 +146,18 @@ static void free_call(chat_tool_call *call) {
  * out. */
 static kite_status parse_call(chat_output_parser *p, const char *body, size_t length, bool *valid) {
     *valid = false;
+    /* json.loads keeps the last value of a repeated key (T2), so this body is read that way, not refused. */
+    const json_parse_options options = {.duplicate_keys = JSON_DUPLICATE_KEYS_LAST_WINS};
     json_error error;
-    json_document *doc = json_parse(length ? body : "", length, &error);
+    json_document *doc = json_parse_with_options(length ? body : "", length, &options, &error);
     if (!doc) {
         if (strcmp(error.message, "out of memory") == 0)
             return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "chat output: out of memory reading a tool call");
         return KITE_OK;
     }
     const json_value *root = json_root(doc);
-    const json_value *name = json_is_object(root) ? last_member(root, "name") : NULL;
-    const json_value *arguments = json_is_object(root) ? last_member(root, "arguments") : NULL;
+    const json_value *name = json_is_object(root) ? json_object_member(root, "name") : NULL;
+    const json_value *arguments = json_is_object(root) ? json_object_member(root, "arguments") : NULL;
     if (!json_is_string(name) || !arguments) {
         json_free(doc);
         return KITE_OK;

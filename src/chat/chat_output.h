@@ -31,8 +31,9 @@
  *  T1. The content is the text before the first `<tool_call>`. A call is `<tool_call>` BODY `</tool_call>`,
  *      or `<tool_call>` BODY running to the end of the text (vLLM's `<tool_call>(.*)` alternative).
  *  T2. BODY, with its surrounding whitespace, is one JSON object (json.loads) with a string "name" and an
- *      "arguments" member of any JSON type; other members are ignored; for a key given twice the last one
- *      counts, as in a Python dict. The call: id "chatcmpl-tool-" + 32 lower-case hex digits of a version-4
+ *      "arguments" member of any JSON type; other members are ignored; for a key given twice the last value
+ *      counts, at any depth, as in a Python dict (the body is read with JSON_DUPLICATE_KEYS_LAST_WINS, so the
+ *      arguments keep one member per key, in the order of their first appearance). The call: id "chatcmpl-tool-" + 32 lower-case hex digits of a version-4
  *      UUID (vLLM's make_tool_call_id; drawn here from params.id_seed so tests are deterministic), type
  *      "function", name as given, arguments = json.dumps(arguments, ensure_ascii=False) (python_json_value).
  *      Arguments given as a JSON string come out as that string re-serialized, quotes and escapes included,
@@ -51,8 +52,7 @@
  *  JSON differences left (kite's reader is strict RFC 8259, Python's is not): NaN, Infinity and -Infinity
  *  make a call malformed here while json.loads reads them; so do invalid UTF-8 inside a string (vLLM's
  *  detokenizer would have made it U+FFFD first) and nesting deeper than JSON_MAX_DEPTH; integers beyond int64
- *  are re-serialized as floats (Python keeps every digit); a key repeated inside the arguments is written
- *  twice (a Python dict keeps one).
+ *  are re-serialized as floats (Python keeps every digit).
  *
  * Streaming: chat_output_feed takes pieces split at any byte (inside a tag, inside a UTF-8 sequence) and
  * returns what each piece adds. Held back are only bytes that could still begin a tag (a suffix such as

@@ -13,6 +13,9 @@
 /* A real config.json is a few kilobytes; anything this large is not one. */
 #define CONFIG_MAX_BYTES (16u << 20)
 
+/* transformers' Qwen3Config(head_dim=128): what a config.json without head_dim means. */
+#define QWEN3_DEFAULT_HEAD_DIM 128
+
 /* How a JSON value reads in a message: its type, or the integer itself. */
 static const char *describe_type(const json_value *value) {
     if (value->type == JSON_TYPE_NUMBER && !value->is_integer) return "a non-integer number";
@@ -122,25 +125,11 @@ static kite_status check_unsupported_features(const json_value *root, const char
         if (!json_is_string(act))
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field hidden_act must be a string, found %s", path,
                              json_type_name(act->type));
-        if (strcmp(act->as.string, "silu") != 0)
-            return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field hidden_act is \"%.64s\"; kite supports only \"silu\"",
-                             path, act->as.string);
-    }
-
-    /* rope_scaling {"rope_type": "default"} is how some exporters spell "no scaling". */
-    const json_value *scaling = json_object_member(root, "rope_scaling");
-    if (scaling && !json_is_null(scaling)) {
-        if (!json_is_object(scaling))
-            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
-                             "%s: field rope_scaling must be an object or null, found %s", path,
-                             json_type_name(scaling->type));
-        const json_value *type = json_object_member(scaling, "rope_type");
-        if (!type) type = json_object_member(scaling, "type");
-        if (!json_is_string(type) || strcmp(type->as.string, "default") != 0)
+        /* transformers' ACT2FN maps both "silu" and "swish" to SiLU */
+        if (strcmp(act->as.string, "silu") != 0 && strcmp(act->as.string, "swish") != 0)
             return kite_fail(KITE_ERROR_UNSUPPORTED,
-                             "%s: field rope_scaling (type \"%.64s\") is not supported; "
-                             "kite supports only null",
-                             path, json_is_string(type) ? type->as.string : "?");
+                             "%s: field hidden_act is \"%.64s\"; kite supports only \"silu\" (or \"swish\")", path,
+                             act->as.string);
     }
 
     const json_value *quantization = json_object_member(root, "quantization_config");
@@ -172,43 +161,96 @@ static kite_status check_unsupported_features(const json_value *root, const char
     return KITE_OK;
 }
 
-/* rope_theta: top level (hub), or rope_parameters.rope_theta (transformers 5). Both present must agree. */
-static kite_status read_rope(const json_value *root, const char *path, double *theta) {
-    const json_value *top = json_object_member(root, "rope_theta");
-    const json_value *parameters = json_object_member(root, "rope_parameters");
-    bool have_top = top && !json_is_null(top);
-    bool have_nested = false;
-    double top_theta = 0.0, nested_theta = 0.0;
-    if (have_top) KITE_TRY(read_positive_double(top, path, "rope_theta", &top_theta));
-    if (parameters && !json_is_null(parameters)) {
-        if (!json_is_object(parameters))
-            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field rope_parameters must be an object, found %s",
-                             path, json_type_name(parameters->type));
-        const json_value *type = json_object_member(parameters, "rope_type");
-        if (type && !json_is_null(type)) {
-            if (!json_is_string(type))
-                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
-                                 "%s: field rope_parameters.rope_type must be a string, found %s", path,
-                                 json_type_name(type->type));
-            if (strcmp(type->as.string, "default") != 0)
-                return kite_fail(KITE_ERROR_UNSUPPORTED,
-                                 "%s: field rope_parameters.rope_type is \"%.64s\"; kite supports only \"default\"",
-                                 path, type->as.string);
-        }
-        const json_value *nested = json_object_member(parameters, "rope_theta");
-        if (nested && !json_is_null(nested)) {
-            KITE_TRY(read_positive_double(nested, path, "rope_parameters.rope_theta", &nested_theta));
-            have_nested = true;
+/* partial_rotary_factor (top level, or inside the RoPE object, where transformers 5 reads it): kite rotates
+ * every dimension of a head, so only 1 (or absent) is accepted. */
+static kite_status check_full_rotation(const json_value *value, const char *path, const char *label) {
+    if (!value || json_is_null(value)) return KITE_OK;
+    double factor;
+    if (!json_get_double(value, &factor))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be a number, found %s", path, label,
+                         json_type_name(value->type));
+    if (factor != 1.0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field %s is %g; kite rotates whole heads (only 1 is supported)",
+                         path, label, factor);
+    return KITE_OK;
+}
+
+/* One RoPE object, `rope_scaling` (transformers 4's name, which transformers 5 still reads first) or
+ * `rope_parameters` (transformers 5). Its type is `rope_type` or the legacy `type`: transformers 4 copies
+ * `type` over `rope_type`, transformers 5 keeps `rope_type`, so the two must agree. kite implements only the
+ * default rotation; every scaling type (linear, dynamic, yarn, longrope, llama3, ...) is refused. A
+ * rope_scaling without a type is refused (transformers 4 fails on it); rope_parameters without one is
+ * "default", as transformers 5 reads it. A rope_theta inside counts (transformers 5 reads it there). */
+static kite_status read_rope_object(const json_value *root, const char *path, const char *field, bool type_required,
+                                    bool *have_theta, double *theta) {
+    *have_theta = false;
+    const json_value *object = json_object_member(root, field);
+    if (!object || json_is_null(object)) return KITE_OK;
+    if (!json_is_object(object))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s must be an object or null, found %s", path,
+                         field, json_type_name(object->type));
+    static const char *const type_keys[] = {"rope_type", "type"};
+    const char *type = NULL, *type_key = NULL;
+    for (size_t i = 0; i < 2; i++) {
+        const json_value *value = json_object_member(object, type_keys[i]);
+        if (!value || json_is_null(value)) continue;
+        if (!json_is_string(value))
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s.%s must be a string, found %s", path, field,
+                             type_keys[i], json_type_name(value->type));
+        if (type && strcmp(type, value->as.string) != 0)
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: field %s.rope_type is \"%.64s\" but %s.type is \"%.64s\"", path, field, type, field,
+                             value->as.string);
+        if (!type) {
+            type = value->as.string;
+            type_key = type_keys[i];
         }
     }
-    if (have_top && have_nested && top_theta != nested_theta)
-        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
-                         "%s: field rope_theta is %g but rope_parameters.rope_theta is %g", path, top_theta,
-                         nested_theta);
-    if (!have_top && !have_nested)
+    if (!type && type_required)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s names no rope_type (or type)", path, field);
+    if (type && strcmp(type, "default") != 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "%s: field %s.%s is \"%.64s\"; kite implements only \"default\" (unscaled) RoPE", path, field,
+                         type_key, type);
+    char label[64];
+    snprintf(label, sizeof label, "%s.partial_rotary_factor", field);
+    KITE_TRY(check_full_rotation(json_object_member(object, "partial_rotary_factor"), path, label));
+    const json_value *nested = json_object_member(object, "rope_theta");
+    if (nested && !json_is_null(nested)) {
+        snprintf(label, sizeof label, "%s.rope_theta", field);
+        KITE_TRY(read_positive_double(nested, path, label, theta));
+        *have_theta = true;
+    }
+    return KITE_OK;
+}
+
+/* rope_theta: top level (hub), rope_parameters.rope_theta (transformers 5) or rope_scaling.rope_theta
+ * (transformers 5 reads rope_scaling as rope_parameters). Any that are present must agree. */
+static kite_status read_rope(const json_value *root, const char *path, double *theta) {
+    KITE_TRY(check_full_rotation(json_object_member(root, "partial_rotary_factor"), path, "partial_rotary_factor"));
+    static const char *const labels[] = {"rope_theta", "rope_parameters.rope_theta", "rope_scaling.rope_theta"};
+    double thetas[3] = {0.0, 0.0, 0.0};
+    bool have[3] = {false, false, false};
+    const json_value *top = json_object_member(root, "rope_theta");
+    if (top && !json_is_null(top)) {
+        KITE_TRY(read_positive_double(top, path, "rope_theta", &thetas[0]));
+        have[0] = true;
+    }
+    KITE_TRY(read_rope_object(root, path, "rope_parameters", false, &have[1], &thetas[1]));
+    KITE_TRY(read_rope_object(root, path, "rope_scaling", true, &have[2], &thetas[2]));
+    int first = -1;
+    for (int i = 0; i < 3; i++) {
+        if (!have[i]) continue;
+        if (first < 0)
+            first = i;
+        else if (thetas[i] != thetas[first])
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field %s is %g but %s is %g", path, labels[first],
+                             thetas[first], labels[i], thetas[i]);
+    }
+    if (first < 0)
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
                          "%s: field rope_theta is missing (neither top level nor in rope_parameters)", path);
-    *theta = have_nested ? nested_theta : top_theta;
+    *theta = thetas[first];
     return KITE_OK;
 }
 
@@ -299,17 +341,14 @@ static kite_status config_from_json(const json_value *root, const char *path, qw
                          "%s: field num_attention_heads %d is not divisible by num_key_value_heads %d", path,
                          config->n_heads, config->n_kv_heads);
 
-    /* Qwen3 gives head_dim explicitly (0.6B: 16 heads x 128 != hidden 1024), so it need not divide hidden;
-     * only the derived value must. */
+    /* Qwen3 gives head_dim explicitly (0.6B: 16 heads x 128 != hidden 1024), so it need not divide hidden.
+     * Absent, it is Qwen3Config's default 128 (the attention reads config.head_dim, never hidden / heads);
+     * null fails in transformers (4: arithmetic on None; 5: not an int), so it is refused here. */
+    const json_value *head_dim = json_object_member(root, "head_dim");
+    if (json_is_null(head_dim))
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field head_dim is null; it must be an integer", path);
+    config->head_dim = QWEN3_DEFAULT_HEAD_DIM;
     KITE_TRY(read_int32(root, path, "head_dim", false, 1, &config->head_dim, &present));
-    if (!present) {
-        if (config->hidden_size % config->n_heads != 0)
-            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
-                             "%s: field head_dim is absent and hidden_size %d is not divisible by "
-                             "num_attention_heads %d",
-                             path, config->hidden_size, config->n_heads);
-        config->head_dim = config->hidden_size / config->n_heads;
-    }
     if ((int64_t)config->n_heads * config->head_dim > INT32_MAX)
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
                          "%s: field num_attention_heads %d x head_dim %d overflows a 32-bit size", path,

@@ -1,7 +1,10 @@
 /* config.json of a Hugging Face Qwen3 checkpoint -> qwen3_config.
  *
- * Both published layouts are read: the hub's (top-level `rope_theta`, `torch_dtype`) and the newer
- * transformers one (`rope_parameters: {rope_theta, rope_type}`, `dtype`). Every field kite depends on is
+ * Every field is read as transformers reads it, in each spelling it accepts: the hub's layout (top-level
+ * `rope_theta`, `rope_scaling`, `torch_dtype`) and transformers 5's (`rope_parameters: {rope_theta,
+ * rope_type}`, `dtype`), the RoPE type as `rope_type` or the legacy `type`, defaults as Qwen3Config's
+ * (head_dim 128, num_key_value_heads = num_attention_heads, untied embeddings). Where the spellings disagree
+ * the file is refused rather than read as one transformers version would. Every field kite depends on is
  * checked; a damaged or inconsistent file gives KITE_ERROR_INVALID_CHECKPOINT, a well-formed one asking for
  * a feature kite lacks (attention bias, rope scaling, sliding windows, another architecture) gives
  * KITE_ERROR_UNSUPPORTED. Messages name the file and the field.

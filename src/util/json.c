@@ -96,6 +96,10 @@ typedef struct parser {
     size_t value_count, value_capacity;
     json_member *member_stack;
     size_t member_count, member_capacity;
+    /* Scratch hash table for finding repeated keys in large objects (tokenizer.json's vocab). */
+    uint64_t *key_slots;
+    size_t key_slot_capacity;
+    json_duplicate_keys duplicate_keys;
     /* Scratch for decoding one string before it is copied into the arena. */
     char *string_buffer;
     size_t string_capacity;
@@ -418,6 +422,148 @@ static bool parse_number(parser *p, json_value *out) {
     return true;
 }
 
+/* ---- repeated keys ------------------------------------------------------------------------------ */
+
+/* Objects up to this many members are checked pairwise; larger ones through a hash table, so an object of
+ * n members costs O(n), not O(n^2) (tokenizer.json's vocab has ~151k). */
+enum { DUPLICATE_SCAN_MAX = 8 };
+
+/* Eight bytes at a time (keys are short: the hash is a visible share of reading tokenizer.json), then
+ * splitmix64's finalizer, so both the low bits (the slot) and the high ones (the tag) are well mixed. */
+static uint64_t key_hash(const char *key, size_t length) {
+    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)length;
+    size_t i = 0;
+    for (; i + 8 <= length; i += 8) {
+        uint64_t word;
+        memcpy(&word, key + i, 8);
+        h = (h ^ word) * 0xbf58476d1ce4e5b9u;
+        h ^= h >> 31;
+    }
+    if (i < length) {
+        uint64_t word = 0; /* the last 1..7 bytes, little end first; a byte loop beats a memcpy call here */
+        for (unsigned shift = 0; i < length; i++, shift += 8) word |= (uint64_t)(unsigned char)key[i] << shift;
+        h = (h ^ word) * 0xbf58476d1ce4e5b9u;
+        h ^= h >> 31;
+    }
+    h ^= h >> 29;
+    h *= 0x94d049bb133111ebu;
+    return h ^ (h >> 32);
+}
+
+static bool keys_equal(const json_member *a, const json_member *b) {
+    return a->key_length == b->key_length && memcmp(a->key, b->key, a->key_length) == 0;
+}
+
+/* Where member `index` of the object at text[object_start] has its key: the object is read again, so only a
+ * parse that fails pays for positions. Its members parsed once already, so reading them again succeeds. */
+static size_t locate_key(parser *p, size_t object_start, size_t index, int depth) {
+    p->pos = object_start + 1; /* { */
+    for (size_t i = 0;; i++) {
+        skip_whitespace(p);
+        const size_t key_start = p->pos;
+        const char *key;
+        size_t key_length;
+        json_value value;
+        if (i == index || !parse_string(p, &key, &key_length)) return key_start;
+        skip_whitespace(p);
+        p->pos++; /* : */
+        if (!parse_value(p, &value, depth + 1)) return key_start;
+        skip_whitespace(p);
+        p->pos++; /* , */
+    }
+}
+
+/* Fails at the repeated key with `duplicate key "K"`; K is escaped and cut at 64 bytes with "..." said. */
+static bool fail_duplicate_key(parser *p, const json_member *member, size_t object_start, size_t index, int depth) {
+    char shown[64 * 4 + 4];
+    size_t n = 0;
+    for (size_t i = 0; i < member->key_length && i < 64; i++) {
+        const unsigned char c = (unsigned char)member->key[i];
+        if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
+            n += (size_t)snprintf(shown + n, sizeof shown - n, "\\x%02x", c);
+        else
+            shown[n++] = (char)c;
+    }
+    shown[n] = '\0';
+    char message[sizeof shown + 32];
+    snprintf(message, sizeof message, "duplicate key \"%s\"%s", shown, member->key_length > 64 ? "..." : "");
+    const size_t key_offset = locate_key(p, object_start, index, depth);
+    if (p->failed) return false;
+    p->pos = key_offset;
+    return parse_fail(p, message);
+}
+
+/* Adds members[i] (hash h) to the key table, or resolves it against the earlier member with its key. */
+static bool place_key(parser *p, json_member *members, size_t i, uint64_t h, size_t slots, size_t *kept,
+                      size_t object_start, int depth) {
+    const uint64_t tag = h & 0xffffffff00000000u;
+    size_t s = (size_t)h & (slots - 1);
+    for (;;) {
+        const uint64_t slot = p->key_slots[s];
+        if (slot == 0) {
+            if (*kept != i) members[*kept] = members[i];
+            p->key_slots[s] = tag | (uint64_t)(*kept + 1);
+            (*kept)++;
+            return true;
+        }
+        const size_t j = (size_t)(slot & 0xffffffffu) - 1;
+        if ((slot & 0xffffffff00000000u) == tag && keys_equal(&members[j], &members[i])) {
+            if (p->duplicate_keys == JSON_DUPLICATE_KEYS_REFUSE)
+                return fail_duplicate_key(p, &members[i], object_start, i, depth);
+            members[j].value = members[i].value;
+            return true;
+        }
+        s = (s + 1) & (slots - 1);
+    }
+}
+
+/* Checks the `*count` members of the object that starts at member_stack[base] (text[object_start]). A
+ * repeated key fails the parse, or under JSON_DUPLICATE_KEYS_LAST_WINS its value replaces the earlier one
+ * in place and the repeat is dropped, as in a Python dict, so *count may shrink. */
+static bool resolve_duplicate_keys(parser *p, size_t base, size_t *count, size_t object_start, int depth) {
+    json_member *members = p->member_stack + base;
+    const size_t n = *count;
+    size_t kept = 0;
+    if (n <= DUPLICATE_SCAN_MAX) {
+        for (size_t i = 0; i < n; i++) {
+            size_t j = 0;
+            while (j < kept && !keys_equal(&members[j], &members[i])) j++;
+            if (j == kept) {
+                members[kept++] = members[i];
+            } else if (p->duplicate_keys == JSON_DUPLICATE_KEYS_REFUSE) {
+                return fail_duplicate_key(p, &members[i], object_start, i, depth);
+            } else {
+                members[j].value = members[i].value;
+            }
+        }
+        *count = kept;
+        return true;
+    }
+    if (n >= UINT32_MAX) return parse_fail(p, "object has too many members");
+    size_t slots = 16;
+    while (slots < n + n / 2) slots *= 2; /* at most two thirds full, so probes stay short */
+    if (!grow((void **)&p->key_slots, &p->key_slot_capacity, slots, sizeof(uint64_t)))
+        return parse_fail(p, "out of memory");
+    memset(p->key_slots, 0, slots * sizeof(uint64_t));
+    /* A slot holds the hash's top 32 bits and 1 + the kept member's index; 0 is empty. The table outgrows
+     * the caches for large objects, so hashes are computed PREFETCH_AHEAD keys early and their slots fetched
+     * while earlier keys are placed. */
+    enum { PREFETCH_AHEAD = 16 };
+    uint64_t ahead[PREFETCH_AHEAD]; /* the hashes of members i - PREFETCH_AHEAD .. i - 1, by index modulo */
+    for (size_t i = 0; i < n + PREFETCH_AHEAD; i++) {
+        if (i >= PREFETCH_AHEAD) {
+            const size_t k = i - PREFETCH_AHEAD;
+            if (!place_key(p, members, k, ahead[k % PREFETCH_AHEAD], slots, &kept, object_start, depth)) return false;
+        }
+        if (i < n) {
+            ahead[i % PREFETCH_AHEAD] = key_hash(members[i].key, members[i].key_length);
+            __builtin_prefetch(&p->key_slots[(size_t)ahead[i % PREFETCH_AHEAD] & (slots - 1)]);
+        }
+    }
+    *count = kept;
+    return true;
+}
+
 /* ---- containers --------------------------------------------------------------------------------- */
 
 static bool parse_array(parser *p, json_value *out, int depth) {
@@ -460,6 +606,7 @@ static bool parse_array(parser *p, json_value *out, int depth) {
 }
 
 static bool parse_object(parser *p, json_value *out, int depth) {
+    const size_t object_start = p->pos;
     p->pos++; /* { */
     size_t base = p->member_count;
     skip_whitespace(p);
@@ -489,6 +636,7 @@ static bool parse_object(parser *p, json_value *out, int depth) {
         }
     }
     size_t count = p->member_count - base;
+    if (!resolve_duplicate_keys(p, base, &count, object_start, depth)) return false;
     json_member *members = NULL;
     if (count) {
         members = arena_alloc(p->doc, count * sizeof(json_member));
@@ -533,6 +681,12 @@ static bool parse_value(parser *p, json_value *out, int depth) {
 }
 
 json_document *json_parse(const char *text, size_t length, json_error *error) {
+    const json_parse_options options = {.duplicate_keys = JSON_DUPLICATE_KEYS_REFUSE};
+    return json_parse_with_options(text, length, &options, error);
+}
+
+json_document *json_parse_with_options(const char *text, size_t length, const json_parse_options *options,
+                                       json_error *error) {
     if (error) memset(error, 0, sizeof *error);
     json_document *doc = calloc(1, sizeof *doc);
     if (!doc) {
@@ -541,7 +695,11 @@ json_document *json_parse(const char *text, size_t length, json_error *error) {
     }
     /* Values take a few times the bytes of their text: size the first arena block from the input. */
     doc->next_chunk_size = length * 2;
-    parser p = {.text = text, .length = length, .doc = doc, .error = error};
+    parser p = {.text = text,
+                .length = length,
+                .doc = doc,
+                .error = error,
+                .duplicate_keys = options ? options->duplicate_keys : JSON_DUPLICATE_KEYS_REFUSE};
     bool ok = text != NULL && parse_value(&p, &doc->root, 0);
     if (!text) parse_fail(&p, "no input");
     if (ok) {
@@ -550,6 +708,7 @@ json_document *json_parse(const char *text, size_t length, json_error *error) {
     }
     block_unmap(p.value_stack, p.value_capacity * sizeof(json_value));
     block_unmap(p.member_stack, p.member_capacity * sizeof(json_member));
+    block_unmap(p.key_slots, p.key_slot_capacity * sizeof(uint64_t));
     block_unmap(p.string_buffer, p.string_capacity);
     if (!ok) {
         json_free(doc);

@@ -4,7 +4,10 @@
  * are freed together by json_free(). Strings are decoded (escapes, \u surrogate pairs -> UTF-8) and
  * NUL-terminated; `length` gives the byte count, so strings holding "\u0000" stay intact.
  * Limits that keep hostile input from exhausting the stack: nesting depth at most JSON_MAX_DEPTH.
- * Duplicate object keys are kept in order; json_object_member() returns the first.
+ * A key repeated within one object fails the parse ("duplicate key \"K\"" at the repeat), since Python's json
+ * (and so transformers and vLLM) keeps the last value where a first-match lookup would see the first: the
+ * file would mean two things. A caller that must read such input as Python does asks for
+ * JSON_DUPLICATE_KEYS_LAST_WINS instead. Either way every object's keys are distinct after parsing.
  */
 #ifndef KITE_UTIL_JSON_H
 #define KITE_UTIL_JSON_H
@@ -61,14 +64,26 @@ typedef struct json_error {
     size_t offset; /* byte offset of the problem in the input */
     int line;      /* 1-based */
     int column;    /* 1-based, in bytes */
-    char message[96];
+    char message[320]; /* room for a 64-byte key escaped in full */
 } json_error;
 
 typedef struct json_document json_document;
 
+typedef enum json_duplicate_keys {
+    JSON_DUPLICATE_KEYS_REFUSE,    /* a key twice in one object is an error (json_parse) */
+    JSON_DUPLICATE_KEYS_LAST_WINS, /* as a Python dict: one member, at the key's first place, with its last value */
+} json_duplicate_keys;
+
+typedef struct json_parse_options {
+    json_duplicate_keys duplicate_keys;
+} json_parse_options;
+
 /* Parses text[0..length). Returns NULL on failure and fills *error (error may be NULL).
- * Trailing non-whitespace after the root value is an error. */
+ * Trailing non-whitespace after the root value is an error; so is a repeated key (JSON_DUPLICATE_KEYS_REFUSE). */
 json_document *json_parse(const char *text, size_t length, json_error *error);
+/* The same with options; NULL options means json_parse's. */
+json_document *json_parse_with_options(const char *text, size_t length, const json_parse_options *options,
+                                       json_error *error);
 void json_free(json_document *document);
 const json_value *json_root(const json_document *document);
 

@@ -129,7 +129,10 @@ static void test_malformed_requests(void) {
         {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
          KITE_ERROR_UNSUPPORTED, "messages[0].content[0]"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"content\": \"b\"}]}", KITE_ERROR_INVALID_INPUT,
-         "\"content\" appears twice"},
+         "chat request:1:48: duplicate key \"content\""},
+        {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": "
+         "\"{\\\"a\\\": 1, \\\"a\\\": 2}\"}}]}]}",
+         KITE_ERROR_INVALID_INPUT, "messages[0].tool_calls[0].function.arguments: not JSON (duplicate key \"a\")"},
         {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": "
          "\"{nope\"}}]}]}",
          KITE_ERROR_INVALID_INPUT, "messages[0].tool_calls[0].function.arguments: not JSON"},
@@ -218,6 +221,10 @@ static void test_bad_files_refused(void) {
         {"tokenizer_config.json", "{\"chat_template\": \"x\", \"eos_token\": 7}", KITE_ERROR_INVALID_TOKENIZER,
          "eos_token"},
         {"tokenizer_config.json", "{nope", KITE_ERROR_INVALID_TOKENIZER, "tokenizer_config.json:1:"},
+        {"tokenizer_config.json", "{\"chat_template\": \"x\",\n \"chat_template\": \"y\"}", KITE_ERROR_INVALID_TOKENIZER,
+         "tokenizer_config.json:2:2: duplicate key \"chat_template\""},
+        {"generation_config.json", "{\"temperature\": 0.6, \"temperature\": 1.0}", KITE_ERROR_INVALID_CHECKPOINT,
+         "generation_config.json:1:22: duplicate key \"temperature\""},
         {"generation_config.json", "{\"temperature\": \"hot\"}", KITE_ERROR_INVALID_CHECKPOINT, "temperature"},
         {"generation_config.json", "{\"eos_token_id\": [1, 99999999]}", KITE_ERROR_INVALID_CHECKPOINT,
          "eos_token_id"},

@@ -441,7 +441,11 @@ static void test_shard_damage(void) {
     write_index("{\"metadata\": {}}");
     EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT, "weight_map");
     write_index("{\"weight_map\": {\"a\": \"x\", \"a\": \"x\"}}");
-    EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT, "lists tensor a twice");
+    EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT,
+                      "model.safetensors.index.json: not valid JSON at line 1 column 27: duplicate key \"a\"");
+    write_index("{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}, "
+                "\"metadata\": {}}");
+    EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT, "duplicate key \"metadata\"");
     write_index("weight_map");
     EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT, "model.safetensors.index.json: not valid JSON");
 

@@ -133,12 +133,12 @@ static void test_transformers5_format(void) {
 
 static void test_derived_and_defaults(void) {
     qwen3_config config;
+    /* head_dim absent is Qwen3Config's default 128, not hidden_size / heads (1024 / 16 = 64); null is refused. */
     CHECK(PARSE(&config, {"head_dim", NULL}) == KITE_OK);
-    CHECK(config.head_dim == 64);
-    CHECK(PARSE(&config, {"head_dim", "null"}) == KITE_OK);
-    CHECK(config.head_dim == 64);
-    EXPECT_FAIL(PARSE(&config, {"head_dim", NULL}, {"hidden_size", "1000"}, {"num_attention_heads", "16"}),
-                KITE_ERROR_INVALID_CHECKPOINT, "head_dim");
+    CHECK(config.head_dim == 128);
+    CHECK(PARSE(&config, {"head_dim", NULL}, {"hidden_size", "1000"}) == KITE_OK);
+    CHECK(config.head_dim == 128);
+    EXPECT_FAIL(PARSE(&config, {"head_dim", "null"}), KITE_ERROR_INVALID_CHECKPOINT, "field head_dim is null");
     /* transformers' Qwen3Config defaults: untied, kv heads = heads, no bos/eos. */
     CHECK(PARSE(&config, {"tie_word_embeddings", NULL}, {"num_key_value_heads", NULL}, {"bos_token_id", NULL},
                 {"eos_token_id", NULL}) == KITE_OK);
@@ -156,6 +156,68 @@ static void test_derived_and_defaults(void) {
     CHECK(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"default\"}"}) == KITE_OK);
     CHECK(PARSE(&config, {"num_hidden_layers", "2"}, {"layer_types", "[\"full_attention\", \"full_attention\"]"}) ==
           KITE_OK);
+}
+
+/* RoPE as transformers reads it: rope_scaling (4) or rope_parameters (5), the type as rope_type or the legacy
+ * type, rope_theta at the top or inside either; only unscaled, whole-head RoPE is implemented. */
+static void test_rope_spellings(void) {
+    qwen3_config config;
+    static const char *const fields[] = {"rope_scaling", "rope_parameters"};
+    static const char *const types[] = {"yarn", "dynamic", "linear", "longrope", "llama3", "mrope"};
+    for (size_t f = 0; f < 2; f++) {
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            char value[128], needle[128];
+            /* the legacy key: this is the YaRN config that used to run unscaled */
+            snprintf(value, sizeof value, "{\"type\": \"%s\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
+                     types[t]);
+            snprintf(needle, sizeof needle, "field %s.type is \"%s\"", fields[f], types[t]);
+            EXPECT_FAIL(PARSE(&config, {fields[f], value}), KITE_ERROR_UNSUPPORTED, needle);
+            snprintf(value, sizeof value, "{\"rope_type\": \"%s\", \"factor\": 4.0}", types[t]);
+            snprintf(needle, sizeof needle, "field %s.rope_type is \"%s\"", fields[f], types[t]);
+            EXPECT_FAIL(PARSE(&config, {fields[f], value}), KITE_ERROR_UNSUPPORTED, needle);
+        }
+        char needle[128];
+        /* both spellings: agreeing is fine, disagreeing is damage (transformers 4 and 5 would differ) */
+        CHECK(PARSE(&config, {fields[f], "{\"type\": \"default\", \"rope_type\": \"default\"}"}) == KITE_OK);
+        CHECK(PARSE(&config, {fields[f], "{\"type\": \"default\"}"}) == KITE_OK);
+        snprintf(needle, sizeof needle, "field %s.rope_type is \"default\" but %s.type is \"yarn\"", fields[f], fields[f]);
+        EXPECT_FAIL(PARSE(&config, {fields[f], "{\"rope_type\": \"default\", \"type\": \"yarn\"}"}),
+                    KITE_ERROR_INVALID_CHECKPOINT, needle);
+        snprintf(needle, sizeof needle, "field %s.type must be a string", fields[f]);
+        EXPECT_FAIL(PARSE(&config, {fields[f], "{\"type\": 3}"}), KITE_ERROR_INVALID_CHECKPOINT, needle);
+        snprintf(needle, sizeof needle, "field %s must be an object", fields[f]);
+        EXPECT_FAIL(PARSE(&config, {fields[f], "\"default\""}), KITE_ERROR_INVALID_CHECKPOINT, needle);
+        /* rope_theta inside either one, alone or agreeing with the top level */
+        CHECK(PARSE(&config, {"rope_theta", NULL}, {fields[f], "{\"type\": \"default\", \"rope_theta\": 500000}"}) ==
+              KITE_OK);
+        CHECK(config.rope_theta == 500000.0);
+        CHECK(PARSE(&config, {fields[f], "{\"rope_type\": \"default\", \"rope_theta\": 1000000.0}"}) == KITE_OK);
+        CHECK(config.rope_theta == 1000000.0);
+        snprintf(needle, sizeof needle, "field rope_theta is 1e+06 but %s.rope_theta is 10000", fields[f]);
+        EXPECT_FAIL(PARSE(&config, {fields[f], "{\"rope_type\": \"default\", \"rope_theta\": 10000}"}),
+                    KITE_ERROR_INVALID_CHECKPOINT, needle);
+        snprintf(needle, sizeof needle, "field %s.partial_rotary_factor is 0.5", fields[f]);
+        EXPECT_FAIL(PARSE(&config, {fields[f], "{\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}"}),
+                    KITE_ERROR_UNSUPPORTED, needle);
+    }
+    /* transformers 5 defaults a rope_parameters without a type to "default"; transformers 4 fails on a
+     * rope_scaling without one. */
+    CHECK(PARSE(&config, {"rope_parameters", "{}"}) == KITE_OK);
+    CHECK(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000}"}) == KITE_OK);
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"factor\": 4.0}"}), KITE_ERROR_INVALID_CHECKPOINT,
+                "field rope_scaling names no rope_type");
+    /* both objects: each is checked, so a scaled one is refused whichever transformers would pick */
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_type\": \"default\"}"},
+                      {"rope_scaling", "{\"type\": \"yarn\", \"factor\": 4.0}"}),
+                KITE_ERROR_UNSUPPORTED, "rope_scaling.type");
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000, \"rope_type\": \"default\"}"},
+                      {"rope_scaling", "{\"type\": \"default\", \"rope_theta\": 5}"}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.rope_theta is 5");
+    /* partial_rotary_factor at the top level too */
+    CHECK(PARSE(&config, {"partial_rotary_factor", "1.0"}) == KITE_OK);
+    EXPECT_FAIL(PARSE(&config, {"partial_rotary_factor", "0.5"}), KITE_ERROR_UNSUPPORTED, "partial_rotary_factor is 0.5");
+    EXPECT_FAIL(PARSE(&config, {"partial_rotary_factor", "\"half\""}), KITE_ERROR_INVALID_CHECKPOINT,
+                "partial_rotary_factor must be a number");
 }
 
 static void test_eos_list(void) {
@@ -210,6 +272,8 @@ static void test_unsupported(void) {
     EXPECT_FAIL(PARSE(&config, {"rope_scaling", "[]"}), KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling");
     EXPECT_FAIL(PARSE(&config, {"use_sliding_window", "true"}), KITE_ERROR_UNSUPPORTED, "use_sliding_window");
     EXPECT_FAIL(PARSE(&config, {"hidden_act", "\"gelu\""}), KITE_ERROR_UNSUPPORTED, "hidden_act");
+    CHECK(PARSE(&config, {"hidden_act", "\"swish\""}) == KITE_OK); /* transformers' other name for SiLU */
+    EXPECT_FAIL(PARSE(&config, {"hidden_act", "\"SiLU\""}), KITE_ERROR_UNSUPPORTED, "hidden_act");
     EXPECT_FAIL(PARSE(&config, {"model_type", "\"qwen3_moe\""}), KITE_ERROR_UNSUPPORTED, "model_type");
     EXPECT_FAIL(PARSE(&config, {"architectures", "[\"LlamaForCausalLM\"]"}), KITE_ERROR_UNSUPPORTED, "architectures");
     EXPECT_FAIL(PARSE(&config, {"quantization_config", "{\"quant_method\": \"fp8\"}"}), KITE_ERROR_UNSUPPORTED,
@@ -227,6 +291,20 @@ static void test_not_json(void) {
         CHECK_MSG(status == KITE_ERROR_INVALID_CHECKPOINT, "text %zu", i);
         CHECK(strstr(kite_last_error(), "m/config.json") != NULL);
     }
+}
+
+/* The example: silu then gelu. Python's json (so transformers) reads gelu; kite refuses the file. */
+static void test_duplicate_keys(void) {
+    qwen3_config config;
+    char text[4096];
+    build_config(text, sizeof text, (const char *const[][2]){{"hidden_act", NULL}}, 1);
+    char doubled[4200];
+    snprintf(doubled, sizeof doubled, "{\"hidden_act\": \"silu\",\n\"hidden_act\": \"gelu\", %s", text + 1);
+    EXPECT_FAIL(qwen3_config_parse(doubled, strlen(doubled), "m/config.json", &config), KITE_ERROR_INVALID_CHECKPOINT,
+                "m/config.json: not valid JSON at line 2 column 1: duplicate key \"hidden_act\"");
+    /* nested: rope_scaling's type twice */
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"default\", \"rope_type\": \"yarn\"}"}),
+                KITE_ERROR_INVALID_CHECKPOINT, "duplicate key \"rope_type\"");
 }
 
 static void test_load_from_directory(void) {
@@ -256,10 +334,12 @@ int main(void) {
     TEST_RUN(test_hub_format);
     TEST_RUN(test_transformers5_format);
     TEST_RUN(test_derived_and_defaults);
+    TEST_RUN(test_rope_spellings);
     TEST_RUN(test_eos_list);
     TEST_RUN(test_bad_sizes);
     TEST_RUN(test_unsupported);
     TEST_RUN(test_not_json);
+    TEST_RUN(test_duplicate_keys);
     TEST_RUN(test_load_from_directory);
     return test_finish();
 }

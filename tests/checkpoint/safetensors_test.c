@@ -115,11 +115,14 @@ static void test_header_json(void) {
     EXPECT_DAMAGED("{\"a\":5}", 0, "tensor a: entry must be an object");
     EXPECT_DAMAGED("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__");
     EXPECT_DAMAGED("{\"__metadata__\":[]}", 0, "__metadata__");
-    EXPECT_DAMAGED("{\"__metadata__\":{},\"__metadata__\":{}}", 0, "__metadata__ twice");
+    EXPECT_DAMAGED("{\"__metadata__\":{},\"__metadata__\":{}}", 0, "byte 19: duplicate key \"__metadata__\"");
+    /* a field twice in one entry: Python's json (safetensors' own reader keeps the last too) would read F16 */
+    EXPECT_DAMAGED("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"dtype\":\"F16\",\"data_offsets\":[0,4]}}", 4,
+                   "duplicate key \"dtype\"");
     EXPECT_DAMAGED("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4, "control character");
     EXPECT_DAMAGED("{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
                    "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[4,8]}}",
-                   8, "tensor a appears twice");
+                   8, "duplicate key \"a\"");
 }
 
 static void test_fields(void) {

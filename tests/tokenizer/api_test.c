@@ -111,6 +111,12 @@ static void test_missing_and_damaged(void) {
     write_file("tokenizer_config.json", "[1, 2", 5);
     CHECK(kite_tokenizer_load(temp_dir, &t) != KITE_OK && t == NULL);
     CHECK_MSG(strstr(kite_last_error(), "tokenizer_config.json") != NULL, "%s", kite_last_error());
+    /* A key twice: Python (transformers) would read the second eos_token; kite refuses, naming file and key. */
+    const char *doubled = "{\"eos_token\": \"<|im_end|>\",\n \"eos_token\": \"<|endoftext|>\"}";
+    write_file("tokenizer_config.json", doubled, strlen(doubled));
+    CHECK(kite_tokenizer_load(temp_dir, &t) == KITE_ERROR_INVALID_TOKENIZER && t == NULL);
+    CHECK_MSG(strstr(kite_last_error(), "tokenizer_config.json:2:2: duplicate key \"eos_token\"") != NULL, "%s",
+              kite_last_error());
     write_file("tokenizer_config.json", "{}", 2);
     CHECK_MSG(kite_tokenizer_load(temp_dir, &t) == KITE_OK && t, "%s", kite_last_error());
     kite_tokenizer_free(t);

@@ -491,7 +491,12 @@ static void test_damaged(void) {
     expect_failure(&(mini_options){.merges = "[\"h e x\"]"}, KITE_ERROR_INVALID_TOKENIZER, "merges[0]");
     expect_failure(&(mini_options){.merges = "[[\"h\"]]"}, KITE_ERROR_INVALID_TOKENIZER, "merges[0]");
     expect_failure(&(mini_options){.vocab_extra = ",\"dup\":256"}, KITE_ERROR_INVALID_TOKENIZER, "id 256 is given to both");
-    expect_failure(&(mini_options){.vocab_extra = ",\"he\":300"}, KITE_ERROR_INVALID_TOKENIZER, "listed twice");
+    expect_failure(&(mini_options){.vocab_extra = ",\"he\":300"}, KITE_ERROR_INVALID_TOKENIZER,
+                   "mini/tokenizer.json:1:");
+    expect_failure(&(mini_options){.vocab_extra = ",\"he\":300"}, KITE_ERROR_INVALID_TOKENIZER, ": duplicate key \"he\"");
+    /* a small object too: the model's type given twice, the second one what tokenizers would read */
+    expect_failure(&(mini_options){.model_extra = "\"type\":\"WordPiece\","}, KITE_ERROR_INVALID_TOKENIZER,
+                   ": duplicate key \"type\"");
     expect_failure(&(mini_options){.vocab_extra = ",\"neg\":-1"}, KITE_ERROR_INVALID_TOKENIZER, "model.vocab[\"neg\"]");
     expect_failure(&(mini_options){.pre_tokenizer = "{\"type\":\"Whitespace\"}"}, KITE_ERROR_UNSUPPORTED, "\"Whitespace\"");
     expect_failure(&(mini_options){.pre_tokenizer = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Metaspace\"}]}"},

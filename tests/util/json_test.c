@@ -1,6 +1,8 @@
 /* The JSON reader: valid documents, every kind of malformed input, and the speed-relevant big file. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -93,6 +95,114 @@ static void test_error_position(void) {
     CHECK_MSG(err.line == 3 && err.column == 4, "line %d column %d", err.line, err.column);
 }
 
+/* A key twice in one object is refused at the repeat, small objects and hashed large ones alike, nested too. */
+static void test_duplicate_keys_refused(void) {
+    static const struct {
+        const char *text;
+        const char *message;
+        int line, column;
+    } cases[] = {
+        {"{\"hidden_act\": \"silu\",\n \"hidden_act\": \"gelu\"}", "duplicate key \"hidden_act\"", 2, 2},
+        {"[{\"a\": 1}, {\"b\": {\"x\": 1, \"y\": 2, \"x\": 3}}]", "duplicate key \"x\"", 1, 35},
+        {"{\"a\\u0000b\": 1, \"a\\u0000b\": 2}", "duplicate key \"a\\x00b\"", 1, 17},
+        {"{\"\": 1, \"\": 2}", "duplicate key \"\"", 1, 9},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error err;
+        json_document *d = json_parse(cases[i].text, strlen(cases[i].text), &err);
+        CHECK_MSG(d == NULL, "case %zu accepted", i);
+        json_free(d);
+        CHECK_MSG(strcmp(err.message, cases[i].message) == 0, "case %zu: message '%s'", i, err.message);
+        CHECK_MSG(err.line == cases[i].line && err.column == cases[i].column, "case %zu: line %d column %d", i,
+                  err.line, err.column);
+    }
+    /* The same key spelled differently ("a" and "\u0061") is the same key once decoded. */
+    json_error err;
+    const char *spelled = "{\"a\": 1, \"\\u0061\": 2}";
+    CHECK(json_parse(spelled, strlen(spelled), &err) == NULL && strcmp(err.message, "duplicate key \"a\"") == 0);
+    /* Keys that differ only in length or a last byte are distinct. */
+    json_document *d = parse("{\"a\": 1, \"ab\": 2, \"b\": 3, \"A\": 4}");
+    CHECK(d && json_root(d)->length == 4);
+    json_free(d);
+}
+
+/* Builds {"k0": 0, "k1": 1, ..., "k<n-1>": n-1}, with key `repeat` written again last when repeat < n. */
+static char *make_object(size_t n, size_t repeat, size_t *length) {
+    char *text = malloc(n * 24 + 64);
+    if (!text) return NULL;
+    size_t used = 0;
+    text[used++] = '{';
+    for (size_t i = 0; i < n; i++) used += (size_t)sprintf(text + used, "%s\"k%zu\": %zu", i ? ", " : "", i, i);
+    if (repeat < n) used += (size_t)sprintf(text + used, ", \"k%zu\": -1", repeat);
+    text[used++] = '}';
+    text[used] = '\0';
+    *length = used;
+    return text;
+}
+
+static void test_duplicate_keys_in_large_objects(void) {
+    const size_t sizes[] = {9, 100, 200000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const size_t n = sizes[s];
+        size_t length = 0;
+        char *text = make_object(n, n, &length);
+        CHECK(text != NULL);
+        if (!text) return;
+        json_document *d = json_parse(text, length, NULL);
+        CHECK_MSG(d && json_root(d)->length == n, "distinct keys refused at n=%zu", n);
+        json_free(d);
+        free(text);
+        const size_t repeats[] = {0, n / 2, n - 1};
+        for (size_t r = 0; r < 3; r++) {
+            text = make_object(n, repeats[r], &length);
+            CHECK(text != NULL);
+            if (!text) return;
+            json_error err;
+            d = json_parse(text, length, &err);
+            char expected[64];
+            snprintf(expected, sizeof expected, "duplicate key \"k%zu\"", repeats[r]);
+            CHECK_MSG(d == NULL && strcmp(err.message, expected) == 0, "n=%zu repeat %zu: '%s'", n, repeats[r],
+                      err.message);
+            /* the repeat is the last member: its key sits after the last ", " */
+            const char *last = strrchr(text, ',');
+            CHECK_MSG(err.offset == (size_t)(last - text) + 2, "n=%zu: offset %zu", n, err.offset);
+            json_free(d);
+            free(text);
+        }
+    }
+}
+
+/* JSON_DUPLICATE_KEYS_LAST_WINS reads as json.loads: one member per key, at its first place, last value. */
+static void test_duplicate_keys_last_wins(void) {
+    const json_parse_options options = {.duplicate_keys = JSON_DUPLICATE_KEYS_LAST_WINS};
+    const char *text = "{\"a\": 1, \"b\": {\"x\": 1, \"x\": [2]}, \"a\": 3, \"c\": 4, \"a\": 5}";
+    json_error err;
+    json_document *d = json_parse_with_options(text, strlen(text), &options, &err);
+    CHECK(d != NULL);
+    if (!d) return;
+    const json_value *root = json_root(d);
+    CHECK(root->length == 3);
+    CHECK(strcmp(root->as.members[0].key, "a") == 0 && strcmp(root->as.members[1].key, "b") == 0 &&
+          strcmp(root->as.members[2].key, "c") == 0);
+    int64_t a = 0;
+    CHECK(json_get_int64(json_object_member(root, "a"), &a) && a == 5);
+    const json_value *b = json_object_member(root, "b");
+    CHECK(json_is_object(b) && b->length == 1 && json_is_array(json_object_member(b, "x")));
+    json_free(d);
+    size_t length = 0;
+    char *big = make_object(1000, 500, &length);
+    CHECK(big != NULL);
+    if (!big) return;
+    d = json_parse_with_options(big, length, &options, &err);
+    CHECK(d && json_root(d)->length == 1000);
+    int64_t v = 0;
+    CHECK(d && json_get_int64(json_object_member(json_root(d), "k500"), &v) && v == -1);
+    CHECK(d && strcmp(json_root(d)->as.members[500].key, "k500") == 0);
+    CHECK(d && json_get_int64(json_object_member(json_root(d), "k999"), &v) && v == 999);
+    json_free(d);
+    free(big);
+}
+
 static void test_tokenizer_json_parses(void) {
     size_t length = 0;
     char *text = test_read_file(KITE_TEST_DATA_DIR "/tokenizer/tokenizer.json", &length);
@@ -116,6 +226,9 @@ int main(void) {
     TEST_RUN(test_rejects_malformed);
     TEST_RUN(test_depth_limit);
     TEST_RUN(test_error_position);
+    TEST_RUN(test_duplicate_keys_refused);
+    TEST_RUN(test_duplicate_keys_in_large_objects);
+    TEST_RUN(test_duplicate_keys_last_wins);
     TEST_RUN(test_tokenizer_json_parses);
     return test_finish();
 }
