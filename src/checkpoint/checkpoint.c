@@ -13,8 +13,9 @@
 #include "util/error.h"
 #include "util/json.h"
 
-/* The index of an 8B model is ~30 KB; this bound only keeps a hostile file from exhausting memory. */
-#define INDEX_MAX_BYTES (64u << 20)
+/* The index of an 8B model is ~30 KB (one line per tensor); this bound keeps a hostile file from costing
+ * memory in proportion to its size while leaving room for checkpoints of many thousand tensors. */
+#define INDEX_MAX_BYTES ((size_t)16 << 20)
 #define SINGLE_FILE_NAME "model.safetensors"
 #define INDEX_FILE_NAME "model.safetensors.index.json"
 

@@ -10,8 +10,8 @@
 #include "util/error.h"
 #include "util/json.h"
 
-/* A real config.json is a few kilobytes; anything this large is not one. */
-#define CONFIG_MAX_BYTES (16u << 20)
+/* A real config.json is a few kilobytes; anything this large is not one (and would cost memory to parse). */
+#define CONFIG_MAX_BYTES ((size_t)1 << 20)
 
 /* How a JSON value reads in a message: its type, or the integer itself. */
 static const char *describe_type(const json_value *value) {
