@@ -549,6 +549,22 @@ static void test_damaged(void) {
         CHECK(strstr(kite_last_error(), "half/tokenizer.json:") != NULL);
         free(text);
     }
+    /* Valid JSON of too many values is refused by a count before it is parsed (60 MB of "0," cost 2 GB). */
+    size_t n_values = (size_t)TOKENIZER_JSON_MAX_SEPARATORS + 1;
+    char *values = malloc(2 * n_values + 2);
+    CHECK(values != NULL);
+    if (values) {
+        values[0] = '[';
+        for (size_t i = 0; i < n_values; i++) {
+            values[1 + 2 * i] = '0';
+            values[2 + 2 * i] = i + 1 < n_values ? ',' : ']';
+        }
+        CHECK(tokenizer_load_json(values, 2 * n_values + 1, "many/tokenizer.json", &t) == KITE_ERROR_INVALID_TOKENIZER);
+        CHECK_MSG(strstr(kite_last_error(), "many/tokenizer.json: byte ") &&
+                      strstr(kite_last_error(), "more than 4000000 commas and brackets"),
+                  "%s", kite_last_error());
+        free(values);
+    }
     CHECK(tokenizer_load("/nonexistent/dir", &t) == KITE_ERROR_IO);
     CHECK(strstr(kite_last_error(), "/nonexistent/dir/tokenizer.json") != NULL);
 }
