@@ -12,6 +12,7 @@
 #include "util/error.h"
 #include "util/file.h"
 #include "util/json.h"
+#include "util/json_scan.h"
 
 /* GPT-2's split pattern, which Hugging Face's ByteLevel pre-tokenizer applies when use_regex is true. */
 static const char gpt2_split_pattern[] =
@@ -813,35 +814,15 @@ static kite_status load_decoder_and_post(const json_value *root, const char *pat
     return KITE_OK;
 }
 
-/* The JSON reader spends ~32 bytes per value, so 60 MB of "0,0,0,..." would cost 2 GB before the loader
- * saw that it is no tokenizer. Counting the commas and opening brackets outside strings first (a bound on
- * the values) costs a read of the text; Qwen3's tokenizer.json has 606053 of them. */
-static kite_status check_value_count(const char *json, size_t length, const char *path) {
-    size_t separators = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < length; i++) {
-        char c = json[i];
-        if (in_string) {
-            if (c == '\\')
-                i++; /* the escaped byte cannot end the string */
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if ((c == ',' || c == '[' || c == '{') && ++separators > TOKENIZER_JSON_MAX_SEPARATORS) {
-            return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
-                             "%s: byte %zu: more than %d commas and brackets (Qwen3's tokenizer.json has 606053)",
-                             path, i, TOKENIZER_JSON_MAX_SEPARATORS);
-        }
-    }
-    return KITE_OK;
-}
-
 kite_status tokenizer_load_json(const char *json, size_t length, const char *path, tokenizer **out) {
     if (!json || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tokenizer_load_json: NULL argument");
     *out = NULL;
     if (!path) path = "tokenizer.json";
-    KITE_TRY(check_value_count(json, length, path));
+    size_t offset = 0;
+    if (!json_scan_separators_within(json, length, TOKENIZER_JSON_MAX_SEPARATORS, &offset))
+        return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
+                         "%s: byte %zu: more than %d commas and brackets (Qwen3's tokenizer.json has 606053)", path,
+                         offset, TOKENIZER_JSON_MAX_SEPARATORS);
     json_error error;
     json_document *doc = json_parse(json, length, &error);
     if (!doc)

@@ -1,8 +1,9 @@
 /* Files in a model directory that are not what they claim: every file kite opens (config.json, the
  * safetensors shards and their index, tokenizer.json, tokenizer_config.json, chat_template.jinja,
  * generation_config.json) replaced by a FIFO, a directory or a character device is refused quickly with
- * its path named, and files far over their size limit are refused before they are read. Each load runs
- * under alarm(), so an open() that blocks (a FIFO without a writer) fails the test instead of hanging it. */
+ * its path named, and files far over their size limit (or holding too many values) are refused before they
+ * are read (or parsed). Each load runs under alarm(), so an open() that blocks (a FIFO without a writer)
+ * fails the test instead of hanging it. */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -223,6 +224,23 @@ static void test_oversized_files(void) {
     CHECK_MSG(status == KITE_ERROR_INVALID_CHECKPOINT && strstr(kite_last_error(), "model.safetensors.index.json") &&
                   strstr(kite_last_error(), "allowed"),
               "index of 1 GiB: status %d: %s", status, kite_last_error());
+    /* Small enough, but a million values: refused by a count before it is parsed (~32 bytes a value). */
+    size_t n_values = 1000 * 1000 + 1;
+    char *values = malloc(2 * n_values + 1);
+    CHECK(values != NULL);
+    if (index && values) {
+        values[0] = '[';
+        for (size_t i = 0; i < n_values; i++) {
+            values[1 + 2 * i] = '0';
+            values[2 + 2 * i] = i + 1 < n_values ? ',' : ']';
+        }
+        CHECK(checkpoint_writer_write_file(index, values, 2 * n_values + 1));
+        status = open_checkpoint(dir);
+        CHECK_MSG(status == KITE_ERROR_INVALID_CHECKPOINT && strstr(kite_last_error(), "model.safetensors.index.json") &&
+                      strstr(kite_last_error(), "more than 1000000 commas and brackets"),
+                  "index of a million values: status %d: %s", status, kite_last_error());
+    }
+    free(values);
     free(index);
     CHECK(checkpoint_writer_remove_dir(dir));
     free(dir);
