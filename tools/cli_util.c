@@ -1,8 +1,11 @@
 #include "cli_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 
 bool cli_parse_backend(const char *text, kite_backend_kind *out) {
@@ -28,7 +31,11 @@ static cli_option_result engine_option_set(int id, const char *name, const char 
         return CLI_OPTION_TAKEN;
     case CLI_ID_KV_CACHE_MB:
         if (!cli_parse_int(name, value, 1, 1 << 30, &v)) return CLI_OPTION_BAD;
-        engine->kv_cache_bytes = (size_t)v << 20;
+        if ((uint64_t)v > SIZE_MAX >> 20) { /* a 32-bit size_t holds less than the range above */
+            fprintf(stderr, "kite: %s: %lld MiB does not fit in this machine's address space\n", name, v);
+            return CLI_OPTION_BAD;
+        }
+        engine->kv_cache_bytes = (size_t)v << 20; /* whether memory holds it is the engine's check */
         return CLI_OPTION_TAKEN;
     case CLI_ID_MAX_BATCH:
         if (!cli_parse_int(name, value, 1, 4096, &v)) return CLI_OPTION_BAD;
@@ -94,15 +101,46 @@ int cli_report(const char *what, kite_status status) {
     return 1;
 }
 
+static const char *file_kind_name(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a plain file";
+}
+
+FILE *cli_open_regular(const char *what, const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        fprintf(stderr, "kite: %s: cannot open %s: %s\n", what, path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    int flags = -1;
+    const char *problem = NULL;
+    if (fstat(fd, &st) != 0)
+        problem = "cannot stat";
+    else if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "kite: %s: %s is not a regular file (%s)\n", what, path, file_kind_name(st.st_mode));
+        close(fd);
+        return NULL;
+    } else if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+        problem = "cannot clear O_NONBLOCK on";
+    FILE *f = problem ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        fprintf(stderr, "kite: %s: %s %s: %s\n", what, problem ? problem : "cannot open", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 bool cli_read_file(const char *what, const char *path, size_t max_bytes, char **text, size_t *length) {
     *text = NULL;
     *length = 0;
     const bool from_stdin = strcmp(path, "-") == 0;
-    FILE *f = from_stdin ? stdin : fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "kite: %s: cannot open %s: %s\n", what, path, strerror(errno));
-        return false;
-    }
+    FILE *f = from_stdin ? stdin : cli_open_regular(what, path);
+    if (!f) return false;
     size_t capacity = 1 << 16, n = 0;
     char *buffer = malloc(capacity + 1);
     bool ok = buffer != NULL;

@@ -60,6 +60,11 @@ cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *s
 /* Parses --backend auto|cpu|cuda. */
 bool cli_parse_backend(const char *text, kite_backend_kind *out);
 
+/* Opens PATH for reading as kite's library does: without blocking (a FIFO would wait for a writer forever),
+ * then refuses anything but a regular file ("kite: WHAT: PATH is not a regular file (a FIFO)"). NULL after
+ * one line on stderr. */
+FILE *cli_open_regular(const char *what, const char *path);
+
 /* Reads a whole file (PATH "-": standard input) into a malloc'd NUL-terminated buffer; false after one line on
  * stderr ("kite: WHAT: cannot open PATH: ...") when it cannot be read or is larger than max_bytes. */
 bool cli_read_file(const char *what, const char *path, size_t max_bytes, char **text, size_t *length);

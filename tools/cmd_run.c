@@ -161,11 +161,8 @@ static double seconds_now(void) {
 static bool read_prompt_lines(const char *path, char ***lines, size_t *n_lines) {
     *lines = NULL;
     *n_lines = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "kite: --prompt-file: cannot open %s\n", path);
-        return false;
-    }
+    FILE *f = cli_open_regular("--prompt-file", path);
+    if (!f) return false;
     char *line = NULL;
     size_t line_capacity = 0, capacity = 0;
     ssize_t got;

@@ -13,7 +13,6 @@
 
 /* Real templates are a few KB; tokenizer_config.json holds the whole added-token table (~20 KB for Qwen3). */
 #define CHAT_TEMPLATE_MAX_BYTES ((size_t)4 << 20)
-#define TOKENIZER_CONFIG_MAX_BYTES ((size_t)64 << 20)
 #define GENERATION_CONFIG_MAX_BYTES ((size_t)1 << 20)
 /* A request body: the server's limit is lower; this one only keeps a library caller from rendering gigabytes. */
 #define CHAT_REQUEST_MAX_BYTES ((size_t)256 << 20)

@@ -12,9 +12,13 @@
 #include "checkpoint/safetensors.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/json_scan.h"
 
-/* The index of an 8B model is ~30 KB; this bound only keeps a hostile file from exhausting memory. */
-#define INDEX_MAX_BYTES (64u << 20)
+/* The index of an 8B model is ~30 KB (one line per tensor); this bound keeps a hostile file from costing
+ * memory in proportion to its size while leaving room for checkpoints of many thousand tensors. */
+#define INDEX_MAX_BYTES ((size_t)16 << 20)
+/* The index has about one comma per tensor; the bound keeps its parse (~32 bytes a value) in proportion. */
+#define INDEX_MAX_SEPARATORS (1000 * 1000)
 #define SINGLE_FILE_NAME "model.safetensors"
 #define INDEX_FILE_NAME "model.safetensors.index.json"
 
@@ -410,6 +414,12 @@ static kite_status open_indexed(checkpoint *c, const char *dir, const char *inde
     char *text = NULL;
     size_t length = 0;
     KITE_TRY(file_read_all(index_path, INDEX_MAX_BYTES, KITE_ERROR_INVALID_CHECKPOINT, &text, &length));
+    size_t offset = 0;
+    if (!json_scan_separators_within(text, length, INDEX_MAX_SEPARATORS, &offset)) {
+        free(text);
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: byte %zu: more than %d commas and brackets (one per tensor)",
+                         index_path, offset, INDEX_MAX_SEPARATORS);
+    }
     json_error error;
     memset(&error, 0, sizeof error);
     json_document *document = json_parse(text, length, &error);

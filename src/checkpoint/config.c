@@ -10,8 +10,8 @@
 #include "util/error.h"
 #include "util/json.h"
 
-/* A real config.json is a few kilobytes; anything this large is not one. */
-#define CONFIG_MAX_BYTES (16u << 20)
+/* A real config.json is a few kilobytes; anything this large is not one (and would cost memory to parse). */
+#define CONFIG_MAX_BYTES ((size_t)1 << 20)
 
 /* transformers' Qwen3Config(head_dim=128): what a config.json without head_dim means. */
 #define QWEN3_DEFAULT_HEAD_DIM 128

@@ -346,6 +346,65 @@ static kite_status parse_header(safetensors_file *file, const json_value *root, 
     return KITE_OK;
 }
 
+/* A pass over the header's bytes, before it is parsed, that bounds what parsing costs. The JSON reader
+ * spends ~32 bytes per value, so a 100 MB header of one shape of 50 million integers would cost gigabytes
+ * before parse_shape() refused it; this pass refuses such a header at the cost of reading it. A safetensors
+ * header nests three deep (the root, a tensor's entry, its shape or data_offsets), its arrays are shapes and
+ * offsets of a few items (a shape of 9 to SCAN_MAX_ARRAY_ITEMS dims passes, for parse_shape() to name the
+ * tensor it cannot read), and it has about eight separators (commas and brackets) per tensor. The pass
+ * only counts; whether the JSON is valid is the parser's to say. */
+static kite_status scan_header(const unsigned char *header, size_t length, const char *name) {
+    enum { MAX_NESTING = 3, SCAN_MAX_ARRAY_ITEMS = 64 };
+    bool is_array[MAX_NESTING + 1] = {false};
+    size_t items[MAX_NESTING + 1] = {0}; /* commas seen in the open container at each depth */
+    size_t depth = 0, separators = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < length; i++) {
+        unsigned char c = header[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped byte cannot end the string */
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        switch (c) {
+        case '"': in_string = true; continue;
+        case '[':
+        case '{':
+            if (depth == MAX_NESTING)
+                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                                 "%s: header byte %zu: nested deeper than the %d levels of a safetensors header", name,
+                                 i, MAX_NESTING);
+            depth++;
+            is_array[depth] = c == '[';
+            items[depth] = 0;
+            break;
+        case ']':
+        case '}':
+            if (depth == 0) return KITE_OK; /* unbalanced: the parser names the byte */
+            depth--;
+            break;
+        case ',':
+            if (depth > 0 && is_array[depth] && ++items[depth] >= SCAN_MAX_ARRAY_ITEMS)
+                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                                 "%s: header byte %zu: an array of more than %d items (shapes and data_offsets "
+                                 "have a few)", name, i, SCAN_MAX_ARRAY_ITEMS);
+            if (depth == 1 && ++items[1] > SAFETENSORS_MAX_TENSORS)
+                return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: header has more than %d tensors", name,
+                                 SAFETENSORS_MAX_TENSORS);
+            break;
+        default: continue;
+        }
+        if (++separators > SAFETENSORS_MAX_HEADER_SEPARATORS)
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: header byte %zu: more than %d commas and brackets (%d per tensor for %d tensors)",
+                             name, i, SAFETENSORS_MAX_HEADER_SEPARATORS, SAFETENSORS_MAX_HEADER_SEPARATORS /
+                             SAFETENSORS_MAX_TENSORS, SAFETENSORS_MAX_TENSORS);
+    }
+    return KITE_OK;
+}
+
 kite_status safetensors_parse_memory(const void *data, size_t size, const char *name, safetensors_file **out) {
     if (!out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "safetensors_parse_memory: NULL output");
     *out = NULL;
@@ -367,6 +426,8 @@ kite_status safetensors_parse_memory(const void *data, size_t size, const char *
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
                          "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)", name, header_length,
                          size);
+
+    KITE_TRY(scan_header(bytes + 8, (size_t)header_length, name));
 
     safetensors_file *file = calloc(1, sizeof *file);
     size_t name_length = strlen(name);
@@ -401,7 +462,8 @@ kite_status safetensors_open(const char *path, safetensors_file **out) {
     if (!path || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "safetensors_open: NULL argument");
     *out = NULL;
     file_mapping mapping;
-    KITE_TRY(file_map(path, false, &mapping));
+    /* Shards are as large as the weights; only their header is bounded (SAFETENSORS_MAX_HEADER_BYTES). */
+    KITE_TRY(file_map(path, false, SIZE_MAX, KITE_ERROR_INVALID_CHECKPOINT, &mapping));
     if (mapping.size < 8) {
         /* Too short to hold a header (an empty file maps to nothing): the parser's size check says so. */
         static const unsigned char empty[8];

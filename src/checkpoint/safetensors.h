@@ -7,6 +7,8 @@
  * - the header is valid UTF-8 and a JSON object; names are unique and free of control characters;
  * - dtype is a known safetensors dtype; BF16, F16 and F32 are supported, the other known ones give
  *   KITE_ERROR_UNSUPPORTED (after the whole file has been checked), unknown strings are damage;
+ * - before parsing: nesting at most 3 deep, no array of more than 64 items, at most
+ *   SAFETENSORS_MAX_TENSORS entries and SAFETENSORS_MAX_HEADER_SEPARATORS commas and brackets;
  * - shape is an array (at most SAFETENSORS_MAX_DIMS) of non-negative integers;
  * - begin <= end and product(shape) x dtype size == end - begin, with overflow checks;
  * - sorted by begin, the spans tile the data area exactly from 0: no overlap, no hole, no trailing bytes.
@@ -23,6 +25,10 @@
 
 #define SAFETENSORS_MAX_HEADER_BYTES ((uint64_t)100 * 1000 * 1000) /* the reference implementation's limit */
 #define SAFETENSORS_MAX_DIMS 8
+/* Qwen3-32B has 707 tensors; a file of more is not a checkpoint kite reads, and the bound keeps the cost
+ * of parsing a hostile header in proportion to the real ones (see scan_header). */
+#define SAFETENSORS_MAX_TENSORS 65536
+#define SAFETENSORS_MAX_HEADER_SEPARATORS (16 * SAFETENSORS_MAX_TENSORS)
 
 typedef struct safetensors_tensor {
     const char *name; /* NUL-terminated, owned by the file */

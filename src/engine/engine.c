@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/engine_internal.h"
 #include "engine/kv_cache.h"
@@ -104,15 +105,31 @@ kite_request kite_request_default(void) {
     return r;
 }
 
+/* Physical memory of this host, or 0 when the system does not say. */
+static size_t host_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_size <= 0) return 0;
+    if ((unsigned long)pages > SIZE_MAX / (unsigned long)page_size) return SIZE_MAX;
+    return (size_t)pages * (size_t)page_size;
+}
+
 /* How many KV blocks to make: an explicit byte budget, else a fraction of free device memory, else (the
- * host backend) room for four sequences of the full context, at most 4 GiB. */
+ * host backend) room for four sequences of the full context, at most 4 GiB. An explicit budget is checked
+ * against the memory that is to hold it before anything is sized by it, so a huge one (or a wrapped
+ * negative one) is refused at the cost of a comparison, not after building a free list of a billion ids. */
 static kite_status choose_kv_blocks(kite_engine *e, int32_t *n_blocks) {
     backend *b = e->model->backend;
     size_t block_bytes = engine_kv_block_bytes(e->model, e->params.kv_block_size);
     size_t budget = e->params.kv_cache_bytes;
-    if (budget == 0) {
-        size_t free_bytes = 0, total_bytes = 0;
-        KITE_TRY(b->ops->memory_info(b, &free_bytes, &total_bytes));
+    size_t free_bytes = 0, total_bytes = 0;
+    KITE_TRY(b->ops->memory_info(b, &free_bytes, &total_bytes));
+    if (budget > 0) {
+        size_t room = total_bytes > 0 ? free_bytes : host_memory_bytes();
+        if (room > 0 && budget > room)
+            return kite_fail(KITE_ERROR_CAPACITY,
+                             "engine params: kv_cache_bytes %zu is more than the %zu bytes of %s memory", budget, room,
+                             total_bytes > 0 ? "free device" : "host");
+    } else {
         if (total_bytes > 0) {
             budget = (size_t)((double)free_bytes * (double)e->params.kv_cache_fraction);
         } else {

@@ -12,6 +12,7 @@
 #include "util/error.h"
 #include "util/file.h"
 #include "util/json.h"
+#include "util/json_scan.h"
 
 /* GPT-2's split pattern, which Hugging Face's ByteLevel pre-tokenizer applies when use_regex is true. */
 static const char gpt2_split_pattern[] =
@@ -381,6 +382,15 @@ typedef struct added_spec {
     const json_value *content;
 } added_spec;
 
+/* The bound on token ids for a file of n_tokens tokens (vocab plus added). Real vocabularies are dense
+ * (ids 0 .. n-1, added tokens right after, a few reserved gaps): twice the tokens plus 65536 spare ids
+ * leaves room for any gaps they have while keeping the tables in proportion to the file. Below
+ * INT32_MAX - 1 always, since ids are int32 and n_ids + 1 must fit. */
+static int64_t tokenizer_id_limit(size_t n_tokens) {
+    uint64_t limit = 2 * (uint64_t)n_tokens + 65536;
+    return limit < (uint64_t)INT32_MAX - 1 ? (int64_t)limit : (int64_t)INT32_MAX - 1;
+}
+
 /* Vocab and added tokens: ids, what each decodes to, the byte-string map. */
 static kite_status load_vocab(tokenizer *t, const json_value *model, const json_value *added_tokens,
                               const char *path) {
@@ -398,14 +408,18 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
         n_added = added_tokens->length;
     }
 
-    /* Ids first, to size the tables. */
+    /* Ids first, to size the tables. The tables have one row per id up to the largest, so every id is held
+     * to a bound set by the number of tokens given before anything is sized by it: an id far past them
+     * (200000000 in a file of 151669 tokens) would cost gigabytes of rows that are all empty. */
+    const int64_t id_limit = tokenizer_id_limit(n_vocab + n_added);
     int64_t max_id = -1;
     for (size_t i = 0; i < n_vocab; i++) {
         const json_member *m = &vocab->as.members[i];
         int64_t id;
-        if (!json_get_int64(&m->value, &id) || id < 0 || id >= INT32_MAX - 1)
-            return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab[\"%s\"]: expected an id in [0, %d)", path,
-                             m->key, INT32_MAX - 1);
+        if (!json_get_int64(&m->value, &id) || id < 0 || id >= id_limit)
+            return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
+                             "%s: model.vocab[\"%s\"]: expected an id in [0, %lld) for %zu tokens", path, m->key,
+                             (long long)id_limit, n_vocab + n_added);
         if (id > max_id) max_id = id;
     }
     added_spec *specs = NULL;
@@ -420,8 +434,13 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
         const json_value *id_value = json_object_member(a, "id");
         const json_value *content = json_object_member(a, "content");
         int64_t id;
-        if (!json_is_object(a) || !json_get_int64(id_value, &id) || id < 0 || id >= INT32_MAX - 1) {
+        if (!json_is_object(a) || !json_get_int64(id_value, &id)) {
             status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: added_tokens[%zu]: expected an object with an id", path, i);
+            goto fail;
+        }
+        if (id < 0 || id >= id_limit) {
+            status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: added_tokens[%zu].id: %lld is not in [0, %lld) for %zu tokens",
+                               path, i, (long long)id, (long long)id_limit, n_vocab + n_added);
             goto fail;
         }
         if (!json_is_string(content) || content->length == 0) {
@@ -799,6 +818,11 @@ kite_status tokenizer_load_json(const char *json, size_t length, const char *pat
     if (!json || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tokenizer_load_json: NULL argument");
     *out = NULL;
     if (!path) path = "tokenizer.json";
+    size_t offset = 0;
+    if (!json_scan_separators_within(json, length, TOKENIZER_JSON_MAX_SEPARATORS, &offset))
+        return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
+                         "%s: byte %zu: more than %d commas and brackets (Qwen3's tokenizer.json has 606053)", path,
+                         offset, TOKENIZER_JSON_MAX_SEPARATORS);
     json_error error;
     json_document *doc = json_parse(json, length, &error);
     if (!doc)
@@ -889,9 +913,10 @@ kite_status tokenizer_load(const char *dir, tokenizer **out) {
     char *path = path_join(dir, "tokenizer.json");
     if (!path) return KITE_ERROR_OUT_OF_MEMORY;
     tokenizer *t = NULL;
-    /* tokenizer.json is 11 MB: map it (read in up front) instead of copying it into fresh heap pages. */
+    /* tokenizer.json is 11 MB: map it (read in up front) instead of copying it into fresh heap pages. The
+     * size is checked before the mapping, so an oversized (or sparse) file is refused without being read. */
     file_mapping mapping;
-    kite_status status = file_map(path, true, &mapping);
+    kite_status status = file_map(path, true, TOKENIZER_JSON_MAX_BYTES, KITE_ERROR_INVALID_TOKENIZER, &mapping);
     if (status == KITE_OK) {
         status = tokenizer_load_json(mapping.data ? mapping.data : "", mapping.size, path, &t);
         file_unmap(&mapping);
@@ -905,7 +930,7 @@ kite_status tokenizer_load(const char *dir, tokenizer **out) {
     if (status == KITE_OK && path_exists(path)) { /* optional: eos / bos / add_bos_token */
         char *text = NULL;
         size_t length = 0;
-        status = file_read_all(path, (size_t)64 << 20, KITE_ERROR_INVALID_TOKENIZER, &text, &length);
+        status = file_read_all(path, TOKENIZER_CONFIG_MAX_BYTES, KITE_ERROR_INVALID_TOKENIZER, &text, &length);
         if (status == KITE_OK) status = tokenizer_apply_config_json(t, text, length, path);
         free(text);
     }

@@ -38,6 +38,14 @@
 
 typedef struct tokenizer tokenizer;
 
+/* Size limits, checked before a file is read: Qwen3's tokenizer.json is 11 MB and its tokenizer_config.json
+ * 10 KB; files far beyond these are not tokenizers, and parsing them would cost memory in proportion. */
+#define TOKENIZER_JSON_MAX_BYTES ((size_t)64 << 20)
+#define TOKENIZER_CONFIG_MAX_BYTES ((size_t)4 << 20)
+/* Values in tokenizer.json, bounded before parsing (util/json_scan.h) by its commas and opening brackets:
+ * Qwen3's has 606053, and the limit leaves room for vocabularies several times its size. */
+#define TOKENIZER_JSON_MAX_SEPARATORS (4 * 1000 * 1000)
+
 /* Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (eos/bos tokens, add_bos_token). */
 kite_status tokenizer_load(const char *dir, tokenizer **out);
 

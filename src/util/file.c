@@ -33,9 +33,21 @@ bool path_exists(const char *path) {
     return errno != ENOENT && errno != ENOTDIR;
 }
 
-/* Opens a regular file and returns its descriptor and size; -1 after recording the failure. */
+/* What a non-regular file is, for the refusal message. */
+static const char *file_kind_name(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a plain file";
+}
+
+/* Opens a regular file and returns its descriptor and size; -1 after recording the failure. O_NONBLOCK
+ * keeps open() itself from waiting for a writer when the path is a FIFO (or a device that blocks), so
+ * the type check after fstat() is reached for every path; it is cleared again before the file is read. */
 static int open_regular(const char *path, size_t *size, kite_status *status) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         *status = kite_fail(KITE_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
         return -1;
@@ -47,7 +59,13 @@ static int open_regular(const char *path, size_t *size, kite_status *status) {
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        *status = kite_fail(KITE_ERROR_IO, "%s: not a regular file", path);
+        *status = kite_fail(KITE_ERROR_IO, "%s: is not a regular file (%s)", path, file_kind_name(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        *status = kite_fail(KITE_ERROR_IO, "%s: cannot clear O_NONBLOCK: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
@@ -104,13 +122,18 @@ kite_status file_read_all(const char *path, size_t max_size, kite_status too_lar
     return KITE_OK;
 }
 
-kite_status file_map(const char *path, bool prefault, file_mapping *out) {
+kite_status file_map(const char *path, bool prefault, size_t max_size, kite_status too_large_status,
+                     file_mapping *out) {
     out->data = NULL;
     out->size = 0;
     kite_status status = KITE_OK;
     size_t size = 0;
     int fd = open_regular(path, &size, &status);
     if (fd < 0) return status;
+    if (size > max_size) { /* checked before mapping, so a refusal reads nothing (a sparse file stays unread) */
+        close(fd);
+        return kite_fail(too_large_status, "%s: file is %zu bytes, more than the %zu allowed", path, size, max_size);
+    }
     if (size == 0) { /* mmap of an empty file fails; an empty mapping says the same */
         close(fd);
         return KITE_OK;

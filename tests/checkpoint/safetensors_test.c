@@ -1,8 +1,13 @@
 /* One safetensors file: a valid one reads back, and each rule of the format is enforced with a message
- * naming file, tensor and field. Also the dtype conversions of model/qwen3.h. */
+ * naming file, tensor and field; hostile headers are refused before they are parsed, in little memory. Also
+ * the dtype conversions of model/qwen3.h. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint_writer.h"
@@ -274,6 +279,101 @@ static void test_corruptions_never_crash(void) {
     }
 }
 
+/* A heap image of a header made of head, `count` copies of item joined by commas, then tail. */
+static unsigned char *hostile_image(const char *head, const char *item, size_t count, const char *tail,
+                                    size_t *size) {
+    size_t head_length = strlen(head), item_length = strlen(item), tail_length = strlen(tail);
+    size_t header_length = head_length + count * (item_length + 1) - 1 + tail_length;
+    unsigned char *bytes = malloc(8 + header_length);
+    if (!bytes) return NULL;
+    for (int i = 0; i < 8; i++) bytes[i] = (unsigned char)((uint64_t)header_length >> (8 * i));
+    unsigned char *cursor = bytes + 8;
+    memcpy(cursor, head, head_length);
+    cursor += head_length;
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0) *cursor++ = ',';
+        memcpy(cursor, item, item_length);
+        cursor += item_length;
+    }
+    memcpy(cursor, tail, tail_length);
+    *size = 8 + header_length;
+    return bytes;
+}
+
+/* Parses the image in a child process and returns how much the child's peak RSS grew (KiB), or -1 when the
+ * child did not report; *refused says whether the parse failed with `expected` and `substring`. */
+static long refusal_peak_kib(const unsigned char *bytes, size_t size, kite_status expected, const char *substring,
+                             bool *refused) {
+    *refused = false;
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        struct rusage before, after;
+        getrusage(RUSAGE_SELF, &before);
+        safetensors_file *file = NULL;
+        kite_status status = safetensors_parse_memory(bytes, size, "hostile.safetensors", &file);
+        getrusage(RUSAGE_SELF, &after);
+        long grown = after.ru_maxrss - before.ru_maxrss;
+        bool as_expected = status == expected && strstr(kite_last_error(), substring) != NULL;
+        if (!as_expected) fprintf(stderr, "  got status %d: %s\n", status, kite_last_error());
+        long report[2] = {grown, as_expected};
+        ssize_t written = write(fds[1], report, sizeof report);
+        _exit(written == (ssize_t)sizeof report ? 0 : 1);
+    }
+    close(fds[1]);
+    long report[2] = {-1, 0};
+    if (read(fds[0], report, sizeof report) != (ssize_t)sizeof report) report[0] = -1;
+    *refused = report[1] != 0;
+    close(fds[0]);
+    int wait_status = 0;
+    waitpid(pid, &wait_status, 0);
+    return report[0];
+}
+
+/* Headers that the JSON reader would spend ~32 bytes per value on are refused by a scan first, at the cost of
+ * reading them: a shape of ten million integers, a hundred thousand tensors, a metadata object of two
+ * million entries, nesting deeper than a header has. Each refusal grows the peak RSS by less than the header. */
+static void test_hostile_headers(void) {
+    static const struct {
+        const char *head, *item, *tail;
+        size_t count;
+        const char *message;
+    } cases[] = {
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[", "0", "],\"data_offsets\":[0,0]}}", 10 * 1000 * 1000,
+         "an array of more than 64 items"},
+        {"{", "\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}", "}", 100 * 1000,
+         "more than 65536 tensors"},
+        {"{\"__metadata__\":{", "\"k\":\"v\"", "}}", 2 * 1000 * 1000, "more than 1048576 commas and brackets"},
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[", "[0]", "],\"data_offsets\":[0,0]}}", 1, "nested deeper"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t size = 0;
+        unsigned char *bytes = hostile_image(cases[i].head, cases[i].item, cases[i].count, cases[i].tail, &size);
+        CHECK(bytes != NULL);
+        if (!bytes) continue;
+        bool refused = false;
+        long grown_kib = refusal_peak_kib(bytes, size, KITE_ERROR_INVALID_CHECKPOINT, cases[i].message, &refused);
+        CHECK_MSG(refused, "case %zu: not refused with \"%s\"", i, cases[i].message);
+        CHECK_MSG(grown_kib >= 0 && (size_t)grown_kib * 1024 < size + ((size_t)4 << 20),
+                  "case %zu (\"%s\"): header of %zu bytes, peak RSS grew by %ld KiB", i, cases[i].message, size,
+                  grown_kib);
+        free(bytes);
+    }
+    /* A shape of 9 to 64 dims passes the scan, so the parser names the tensor it cannot read. */
+    size_t size = 0;
+    unsigned char *bytes = hostile_image("{\"t\":{\"dtype\":\"F32\",\"shape\":[", "1", 64, "],\"data_offsets\":[0,4]}}",
+                                         &size);
+    CHECK(bytes != NULL);
+    if (bytes) {
+        safetensors_file *file = NULL;
+        EXPECT(safetensors_parse_memory(bytes, size, "x/model.safetensors", &file), KITE_ERROR_UNSUPPORTED,
+               "tensor t: field shape has 64 dimensions");
+        free(bytes);
+    }
+}
+
 static void test_dtype_conversions(void) {
     CHECK(f16_to_float(0x3c00) == 1.0f);
     CHECK(f16_to_float(0xc000) == -2.0f);
@@ -315,5 +415,6 @@ int main(void) {
     TEST_RUN(test_files);
     TEST_RUN(test_corruptions_never_crash);
     TEST_RUN(test_dtype_conversions);
+    TEST_RUN(test_hostile_headers);
     return test_finish();
 }

@@ -148,6 +148,76 @@ def damaged_checkpoints_fail_cleanly():
     damaged(lambda d: os.remove(os.path.join(d, "tokenizer.json")), ["tokenizer.json"])
 
 
+def refused_quickly(argv, expect, stdin=None):
+    """kite ARGV exits 1 within 30 s (a blocking open fails the case instead of hanging it) with one stderr line
+    holding every string of expect."""
+    p = subprocess.run([KITE, *argv], capture_output=True, timeout=30, input=stdin)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == 1, f"kite {' '.join(argv)}: exit {p.returncode}: {err}"
+    assert err.count("\n") == 1, f"not one line: {err!r}"
+    for word in expect:
+        assert word in err, f"{word!r} not in {err!r}"
+
+
+def remove_entry(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def replace_with(path, kind):
+    remove_entry(path)
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a directory":
+        os.mkdir(path)
+    else:
+        os.symlink("/dev/null", path)
+
+
+KINDS = ("a FIFO", "a directory", "a character device")
+
+
+@case
+def non_regular_files_are_refused_naming_them():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "ckpt")
+        shutil.copytree(os.path.join(DATA, "tiny"), d)
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                     "generation_config.json", "chat_template.jinja"):
+            path = os.path.join(d, name)
+            saved = os.path.join(tmp, "saved")
+            if os.path.exists(path):
+                shutil.copyfile(path, saved)
+            for kind in KINDS:
+                replace_with(path, kind)
+                refused_quickly(["run", "--model", d, "--prompt-ids", "1,2,3", "--max-tokens", "2", "--backend",
+                                 "cpu"], [f"{path}: is not a regular file ({kind})"])
+            remove_entry(path)
+            if os.path.exists(saved):
+                shutil.move(saved, path)
+        prompts = os.path.join(tmp, "prompts.txt")
+        request = os.path.join(tmp, "request.json")
+        for kind in KINDS:
+            replace_with(prompts, kind)
+            refused_quickly(["run", "--model", d, "--prompt-file", prompts, "--max-tokens", "2", "--backend", "cpu"],
+                            [f"--prompt-file: {prompts} is not a regular file ({kind})"])
+            replace_with(request, kind)
+            refused_quickly(["template", "--model", d, "--request", request],
+                            [f"--request: {request} is not a regular file ({kind})"])
+        # "-" still reads standard input, which is a pipe here.
+        p = subprocess.run([KITE, "template", "--model", d, "--request", "-"], capture_output=True, timeout=30,
+                           input=b'{"messages": [{"role": "user", "content": "hi"}]}')
+        assert p.returncode == 0 and b"hi" in p.stdout, p.stderr
+
+
+@case
+def kv_budgets_beyond_memory_are_refused():
+    refused_quickly(["run", "--model", os.path.join(DATA, "tiny"), "--prompt-ids", "1,2,3", "--max-tokens", "2",
+                     "--backend", "cpu", "--kv-cache-mb", str(1 << 30)], ["kv_cache_bytes", "host memory"])
+
+
 @case
 def usage_errors_exit_2():
     assert run("run", "--model", os.path.join(DATA, "tiny")).returncode == 2

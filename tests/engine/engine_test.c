@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "kite.h"
 #include "test_util.h"
@@ -176,6 +177,35 @@ static void test_capacity(void) {
     CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
     CHECK(kite_engine_run(e) == KITE_OK);
     CHECK(c.finish == KITE_FINISH_CAPACITY && c.n == 0);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
+/* A KV budget larger than the memory that is to hold it (SIZE_MAX is what a negative size wraps to) is refused
+ * by a comparison before the free list is built: it used to build a list of a billion ids (4 GB) first. */
+static void test_kv_budget_beyond_memory(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    const size_t budgets[] = {SIZE_MAX, (size_t)1 << 50};
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        kite_engine_params params = kite_engine_params_default();
+        params.kv_cache_bytes = budgets[i];
+        kite_engine *e = NULL;
+        struct timespec start, end;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        kite_status s = kite_engine_create(m, &params, &e);
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        double seconds = (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) * 1e-9;
+        CHECK_MSG(s == KITE_ERROR_CAPACITY && e == NULL && strstr(kite_last_error(), "kv_cache_bytes") &&
+                      strstr(kite_last_error(), "host memory"),
+                  "budget %zu: status %d: %s", budgets[i], s, kite_last_error());
+        CHECK_MSG(seconds < 0.5, "budget %zu took %.2f s to refuse", budgets[i], seconds);
+    }
+    /* The model is not left attached: a budget that fits makes an engine. */
+    kite_engine_params params = kite_engine_params_default();
+    params.kv_cache_bytes = (size_t)1 << 20;
+    kite_engine *e = NULL;
+    CHECK_MSG(kite_engine_create(m, &params, &e) == KITE_OK, "%s", kite_last_error());
     kite_engine_free(e);
     kite_model_free(m);
 }
@@ -455,5 +485,6 @@ int main(void) {
     TEST_RUN(test_stop_while_running_ahead);
     TEST_RUN(test_stop_ids);
     TEST_RUN(test_without_overlap);
+    TEST_RUN(test_kv_budget_beyond_memory);
     return test_finish();
 }

@@ -521,6 +521,21 @@ static void test_damaged(void) {
     expect_failure(&(mini_options){.added_tokens = "[{\"id\":300,\"content\":\"<a>\"},{\"id\":300,\"content\":\"<b>\"}]"},
                    KITE_ERROR_INVALID_TOKENIZER, "id 300 is used twice");
     expect_failure(&(mini_options){.added_tokens = "[{\"content\":\"<a>\"}]"}, KITE_ERROR_INVALID_TOKENIZER, "added_tokens[0]");
+    /* Ids far past the tokens given are refused before the tables are sized by them (id 200000000 cost 2.7 GB
+     * of tables before): the bound is twice the tokens plus 65536, here 2 * 261 + 65536. */
+    expect_failure(&(mini_options){.added_tokens = "[{\"id\":200000000,\"content\":\"<a>\"}]"},
+                   KITE_ERROR_INVALID_TOKENIZER, "added_tokens[0].id: 200000000 is not in [0, 66058) for 261 tokens");
+    expect_failure(&(mini_options){.added_tokens = "[{\"id\":300,\"content\":\"<a>\"},{\"id\":2147483646,\"content\":\"<b>\"}]"},
+                   KITE_ERROR_INVALID_TOKENIZER, "added_tokens[1].id: 2147483646");
+    expect_failure(&(mini_options){.vocab_extra = ",\"far\":66060"}, KITE_ERROR_INVALID_TOKENIZER,
+                   "model.vocab[\"far\"]: expected an id in [0, 66058) for 261 tokens");
+    {
+        mini_options gap = {.added_tokens = "[{\"id\":66057,\"content\":\"<a>\"}]"}; /* a gap within the bound */
+        CHECK_MSG(load_mini(&gap, &t) == KITE_OK, "%s", kite_last_error());
+        CHECK(tokenizer_vocab_size(t) == 66058);
+        tokenizer_free(t);
+        t = NULL;
+    }
 
     /* A model of another type, and no vocab. */
     const char *wordpiece = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}";
@@ -538,6 +553,22 @@ static void test_damaged(void) {
         CHECK(tokenizer_load_json(text, length / 2, "half/tokenizer.json", &t) == KITE_ERROR_INVALID_TOKENIZER);
         CHECK(strstr(kite_last_error(), "half/tokenizer.json:") != NULL);
         free(text);
+    }
+    /* Valid JSON of too many values is refused by a count before it is parsed (60 MB of "0," cost 2 GB). */
+    size_t n_values = (size_t)TOKENIZER_JSON_MAX_SEPARATORS + 1;
+    char *values = malloc(2 * n_values + 2);
+    CHECK(values != NULL);
+    if (values) {
+        values[0] = '[';
+        for (size_t i = 0; i < n_values; i++) {
+            values[1 + 2 * i] = '0';
+            values[2 + 2 * i] = i + 1 < n_values ? ',' : ']';
+        }
+        CHECK(tokenizer_load_json(values, 2 * n_values + 1, "many/tokenizer.json", &t) == KITE_ERROR_INVALID_TOKENIZER);
+        CHECK_MSG(strstr(kite_last_error(), "many/tokenizer.json: byte ") &&
+                      strstr(kite_last_error(), "more than 4000000 commas and brackets"),
+                  "%s", kite_last_error());
+        free(values);
     }
     CHECK(tokenizer_load("/nonexistent/dir", &t) == KITE_ERROR_IO);
     CHECK(strstr(kite_last_error(), "/nonexistent/dir/tokenizer.json") != NULL);
