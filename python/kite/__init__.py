@@ -9,7 +9,9 @@ dependencies beyond the standard library.
         results = model.generate_batch(["a prompt", "another"], max_tokens=8)   # one continuous batch
 
 The library is found through $KITE_LIBRARY, then build/libkite.so beside this package's checkout, then the
-system's library path. Errors raise kite.KiteError with kite's one-line message.
+system's library path. Errors raise kite.KiteError with kite's one-line message; arguments are checked before
+they reach C (an integer out of its C type's range, a bool for a number, a NUL in a C string is an error).
+A Model may be shared by threads (its calls take turns); a stream used after close() raises KiteError.
 """
 import ctypes
 import ctypes.util
@@ -196,9 +198,8 @@ def _stop_strings(stop):
 
 
 def _sampling_option(name, value):
-    if name in ("top_k",):
-        return _integer(name, value, 0, _INT32_MAX)
-    return _real(name, value)
+    """top_k is an int32 count; temperature, top_p, min_p and repetition_penalty are C floats."""
+    return _integer(name, value, 0, _INT32_MAX) if name == "top_k" else _real(name, value)
 
 
 # ---- the library --------------------------------------------------------------------------------------
@@ -359,11 +360,15 @@ class Model:
         params.n_threads = _integer("threads", threads, 0, _INT32_MAX)
         params.device = _integer("device", device, 0, _INT32_MAX)
         engine_params = lib.kite_engine_params_default()
-        if kv_cache_mb is not None and _integer("kv_cache_mb", kv_cache_mb, 0, _SIZE_MAX >> 20):
+        # 0 (or no kv_cache_mb) keeps the engine's default
+        kv_cache_mb = 0 if kv_cache_mb is None else _integer("kv_cache_mb", kv_cache_mb, 0, _SIZE_MAX >> 20)
+        if kv_cache_mb:
             engine_params.kv_cache_bytes = kv_cache_mb << 20
-        if _integer("max_context", max_context, 0, _INT32_MAX):
+        max_context = _integer("max_context", max_context, 0, _INT32_MAX)
+        if max_context:
             engine_params.max_context = max_context
-        if _integer("max_sequences", max_sequences, 0, _INT32_MAX):
+        max_sequences = _integer("max_sequences", max_sequences, 0, _INT32_MAX)
+        if max_sequences:
             engine_params.max_sequences = max_sequences
         handle = ctypes.c_void_p()
         if dummy is not None:
