@@ -4,8 +4,23 @@
  * - Every function that can fail returns a kite_status; kite_last_error() gives one line naming what is
  *   wrong and where (file, tensor, field). The message is kept per thread.
  * - Handles are opaque; parameter structs are filled by their *_default() function, then adjusted.
- * - Thread safety: a kite_model is read-only after kite_model_load() and may be shared by threads;
- *   a kite_engine must be used by one thread at a time.
+ * - Threads. kite runs work on OpenMP threads inside its calls but takes no locks around its handles:
+ *   - kite_last_error() is per thread: read it on the thread whose call failed, before that thread's next call.
+ *   - A kite_engine is single-threaded: all of its functions (submit, cancel, step, run, idle, stats, timings,
+ *     free, kite_chat_submit) must be called by one thread at a time; a caller that shares an engine holds a
+ *     lock around each call. Callbacks run inside kite_engine_submit/cancel/step/run, on the calling thread,
+ *     and must not call into that engine (cancel a request after the step returns). kite_engine_submit,
+ *     _cancel, _step and _run (and so kite_chat_submit) enforce this: one called while another of them is
+ *     running on the engine, from a callback or another thread, fails with KITE_ERROR_INVALID_ARGUMENT and
+ *     changes nothing; the other functions are not checked.
+ *   - A kite_model is read-only after it is loaded, but for its engine: kite_model_get_info, kite_tokenize,
+ *     kite_detokenize, kite_model_tokenizer, kite_model_chat and kite_chat_render may run on any threads at
+ *     once, also while another thread steps the model's engine. kite_engine_create, kite_engine_free and
+ *     kite_bench_run use the model's backend: one of them at a time per model. A model has at most one engine
+ *     (kite_engine_create refuses a second); kite_model_free comes after every other call on the model and
+ *     after kite_engine_free.
+ *   - A kite_tokenizer and a kite_chat are read-only once loaded: any number of threads may encode, decode and
+ *     render with one handle at once. The parameter structs and results are plain values.
  */
 #ifndef KITE_H
 #define KITE_H

@@ -157,7 +157,8 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Reads FILE's lines (without their newline; empty lines skipped) into a malloc'd array. */
+/* Reads FILE's lines (without their newline; empty lines skipped) into a malloc'd array. A line with a NUL
+ * byte is refused: the prompts are C strings, and a NUL would silently cut the prompt short. */
 static bool read_prompt_lines(const char *path, char ***lines, size_t *n_lines) {
     *lines = NULL;
     *n_lines = 0;
@@ -166,14 +167,24 @@ static bool read_prompt_lines(const char *path, char ***lines, size_t *n_lines) 
     char *line = NULL;
     size_t line_capacity = 0, capacity = 0;
     ssize_t got;
+    size_t line_number = 0;
     bool ok = true;
     while ((got = getline(&line, &line_capacity, f)) >= 0) {
+        line_number++;
+        const char *nul = memchr(line, '\0', (size_t)got);
+        if (nul) {
+            fprintf(stderr, "kite: --prompt-file: %s line %zu has a NUL byte (at byte %zu of the line)\n", path,
+                    line_number, (size_t)(nul - line) + 1);
+            ok = false;
+            break;
+        }
         while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
         if (got == 0) continue;
         if (*n_lines == capacity) {
             capacity = capacity ? capacity * 2 : 16;
             char **grown = realloc(*lines, capacity * sizeof(char *));
             if (!grown) {
+                fprintf(stderr, "kite: --prompt-file: out of memory reading %s\n", path);
                 ok = false;
                 break;
             }
@@ -181,6 +192,7 @@ static bool read_prompt_lines(const char *path, char ***lines, size_t *n_lines) 
         }
         (*lines)[*n_lines] = strdup(line);
         if (!(*lines)[*n_lines]) {
+            fprintf(stderr, "kite: --prompt-file: out of memory reading %s\n", path);
             ok = false;
             break;
         }
@@ -195,6 +207,12 @@ static bool read_prompt_lines(const char *path, char ***lines, size_t *n_lines) 
     if (ok && *n_lines == 0) {
         fprintf(stderr, "kite: --prompt-file: %s has no prompts\n", path);
         ok = false;
+    }
+    if (!ok) {
+        for (size_t i = 0; i < *n_lines; i++) free((*lines)[i]);
+        free(*lines);
+        *lines = NULL;
+        *n_lines = 0;
     }
     return ok;
 }

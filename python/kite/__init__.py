@@ -9,12 +9,18 @@ dependencies beyond the standard library.
         results = model.generate_batch(["a prompt", "another"], max_tokens=8)   # one continuous batch
 
 The library is found through $KITE_LIBRARY, then build/libkite.so beside this package's checkout, then the
-system's library path. Errors raise kite.KiteError with kite's one-line message.
+system's library path. Errors raise kite.KiteError with kite's one-line message; arguments are checked before
+they reach C (an integer out of its C type's range, a bool for a number, a NUL in a C string is an error).
+A Model may be shared by threads (its calls take turns); a stream used after close() raises KiteError.
 """
 import ctypes
 import ctypes.util
 import json
+import math
+import numbers
 import os
+import threading
+from collections import abc
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Union
 
@@ -109,6 +115,93 @@ class KiteError(RuntimeError):
     """A kite call failed; the message is kite's (it names the file, tensor, field or argument)."""
 
 
+# ---- arguments, checked before they reach ctypes (which wraps integers and cuts strings at NUL) --------------
+
+_INT32_MAX = 2**31 - 1
+_UINT64_MAX = 2**64 - 1
+_SIZE_MAX = 2**(8 * ctypes.sizeof(c_size_t)) - 1
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _integer(name, value, low, high):
+    """An int in [low, high]; a bool, a float or a string is refused (ctypes would take or wrap them)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise KiteError(f"kite: {name} must be an integer, not {type(value).__name__} {value!r}")
+    value = int(value)
+    if not low <= value <= high:
+        raise KiteError(f"kite: {name} {value} is outside [{low}, {high}]")
+    return value
+
+
+def _real(name, value):
+    """A finite number that a C float holds (a larger one would become inf); a bool is not a number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise KiteError(f"kite: {name} must be a number, not {type(value).__name__} {value!r}")
+    try:
+        value = float(value)
+    except OverflowError:
+        raise KiteError(f"kite: {name} {value} is too large for a 32-bit float") from None
+    if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
+        raise KiteError(f"kite: {name} {value!r} is not a finite 32-bit float")
+    return value
+
+
+def _flag(name, value):
+    if not isinstance(value, bool):
+        raise KiteError(f"kite: {name} must be True or False, not {type(value).__name__} {value!r}")
+    return value
+
+
+def _utf8(name, value):
+    if not isinstance(value, str):
+        raise KiteError(f"kite: {name} must be a str, not {type(value).__name__}")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise KiteError(f"kite: {name} is not valid Unicode ({e.reason} at character {e.start})") from None
+
+
+def _c_string(name, value):
+    """A NUL-terminated string for the C API: a NUL inside would silently end it there."""
+    data = _utf8(name, value)
+    if b"\0" in data:
+        raise KiteError(f"kite: {name} contains a NUL character")
+    return data
+
+
+def _token_ids(name, ids):
+    """A list or tuple (or any ordered iterable) of token ids as an int32 array; text and bytes are refused
+    (iterating them would give characters or byte values)."""
+    if isinstance(ids, (str, bytes, bytearray, memoryview, abc.Set, abc.Mapping)) or not isinstance(ids, abc.Iterable):
+        raise KiteError(f"kite: {name} must be a str or a sequence of token ids, not {type(ids).__name__}")
+    values = [_integer(f"{name}[{i}]", v, 0, _INT32_MAX) for i, v in enumerate(ids)]
+    return (c_int32 * len(values))(*values), len(values)
+
+
+def _stop_strings(stop):
+    """stop: None, a str (one stop string, as OpenAI's API takes it, not its characters) or a sequence of str."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    elif isinstance(stop, (bytes, bytearray, memoryview, abc.Set, abc.Mapping)) or not isinstance(stop, abc.Iterable):
+        raise KiteError(f"kite: stop must be a str or a sequence of str, not {type(stop).__name__}")
+    encoded = []
+    for i, x in enumerate(stop):
+        data = _c_string(f"stop[{i}]", x)
+        if not data:
+            raise KiteError(f"kite: stop[{i}] is empty")
+        encoded.append(data)
+    if len(encoded) > _INT32_MAX:
+        raise KiteError(f"kite: {len(encoded)} stop strings, at most {_INT32_MAX}")
+    return encoded
+
+
+def _sampling_option(name, value):
+    """top_k is an int32 count; temperature, top_p, min_p and repetition_penalty are C floats."""
+    return _integer(name, value, 0, _INT32_MAX) if name == "top_k" else _real(name, value)
+
+
 # ---- the library --------------------------------------------------------------------------------------
 
 _lib = None
@@ -178,9 +271,9 @@ def load_library(path: Optional[str] = None):
     raise KiteError("kite: libkite.so not found; set KITE_LIBRARY (tried: " + "; ".join(tried or ["nothing"]) + ")")
 
 
-def _check(status: int):
+def _check(status: int, lib=None):
     if status != 0:
-        message = _lib.kite_last_error()
+        message = (lib or _lib).kite_last_error()
         raise KiteError(message.decode("utf-8", "replace") if message else f"kite: status {status}")
 
 
@@ -228,32 +321,73 @@ class ChatCompletion:
 
 # ---- the model ----------------------------------------------------------------------------------------------
 
+class _Run:
+    """One submitted request as the binding follows it: what its events delivered so far."""
+
+    def __init__(self):
+        self.id = None
+        self.completion = Completion()
+        self.pieces = []     # text (or ChatDelta) not yet handed to the consumer
+        self.done = False    # its last event arrived
+        self.error = None    # an exception raised while reading one of its events
+
+
 class Model:
-    """A loaded Qwen3 checkpoint and the engine that generates with it (created on first use)."""
+    """A loaded Qwen3 checkpoint and the engine that generates with it (created on first use).
+
+    Lifetimes: stream() and chat(stream=True) generators keep their Model alive; after close() they raise
+    KiteError("the model is closed") when resumed and end quietly when closed or collected.
+    Threads: a Model may be shared by threads. The C engine is single-threaded, so every call into the library
+    holds the Model's lock; a stream holds it only while it steps the engine, so streams and generate calls
+    from several threads interleave, each getting the tokens it would get alone (batch-invariant)."""
 
     def __init__(self, path: Optional[str] = None, *, backend: str = "auto", threads: int = 0, device: int = 0,
                  dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
                  kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0):
+        # Set first: close() and __del__ see a half-made Model when a check below raises.
+        self._lock = threading.RLock()
+        self._handle, self._engine = None, None
+        self._runs = {}        # request id -> _Run, while the engine may still send it events
+        self._deferred = []    # request ids to cancel once the library call in progress returns
+        self._in_library = 0   # nesting of library calls that may call back into Python (on this lock's owner)
         lib = load_library(library)
-        if backend not in _BACKENDS:
+        if not isinstance(backend, str) or backend not in _BACKENDS:
             raise KiteError(f"kite: backend {backend!r} is not one of {', '.join(_BACKENDS)}")
         if (path is None) == (dummy is None):
             raise KiteError("kite: give a checkpoint directory or dummy=SHAPE, not both and not neither")
         params = lib.kite_load_params_default()
-        params.backend, params.n_threads, params.device = _BACKENDS[backend], threads, device
+        params.backend = _BACKENDS[backend]
+        params.n_threads = _integer("threads", threads, 0, _INT32_MAX)
+        params.device = _integer("device", device, 0, _INT32_MAX)
+        engine_params = lib.kite_engine_params_default()
+        # 0 (or no kv_cache_mb) keeps the engine's default
+        kv_cache_mb = 0 if kv_cache_mb is None else _integer("kv_cache_mb", kv_cache_mb, 0, _SIZE_MAX >> 20)
+        if kv_cache_mb:
+            engine_params.kv_cache_bytes = kv_cache_mb << 20
+        max_context = _integer("max_context", max_context, 0, _INT32_MAX)
+        if max_context:
+            engine_params.max_context = max_context
+        max_sequences = _integer("max_sequences", max_sequences, 0, _INT32_MAX)
+        if max_sequences:
+            engine_params.max_sequences = max_sequences
         handle = ctypes.c_void_p()
         if dummy is not None:
-            _check(lib.kite_model_load_dummy(dummy.encode(), seed, ctypes.byref(params), ctypes.byref(handle)))
+            shape = _c_string("dummy", dummy)
+            _check(lib.kite_model_load_dummy(shape, _integer("seed", seed, 0, _UINT64_MAX), ctypes.byref(params),
+                                             ctypes.byref(handle)), lib)
         else:
-            _check(lib.kite_model_load(os.fsencode(path), ctypes.byref(params), ctypes.byref(handle)))
-        self._lib, self._handle, self._engine = lib, handle, None
-        self._engine_params = lib.kite_engine_params_default()
-        if kv_cache_mb:
-            self._engine_params.kv_cache_bytes = int(kv_cache_mb) << 20
-        if max_context:
-            self._engine_params.max_context = max_context
-        if max_sequences:
-            self._engine_params.max_sequences = max_sequences
+            try:
+                encoded_path = os.fsencode(path)
+            except TypeError:
+                raise KiteError(f"kite: the checkpoint path must be a str or os.PathLike, not {type(path).__name__}") from None
+            if b"\0" in encoded_path:
+                raise KiteError("kite: the checkpoint path contains a NUL character")
+            _check(lib.kite_model_load(encoded_path, ctypes.byref(params), ctypes.byref(handle)), lib)
+        self._lib, self._handle, self._engine_params = lib, handle, engine_params
+        # The engine calls back through these two for every request; they live as long as the Model, so a
+        # request whose consumer is gone never calls freed code. _runs is captured, not self (no cycle).
+        self._on_token = _TokenCallback(self._token_dispatcher(self._runs))
+        self._on_chat = _ChatCallback(self._chat_dispatcher(self._runs))
         info = lib.kite_model_get_info(handle)
         self.info = {
             "vocab_size": info.vocab_size, "n_layers": info.n_layers, "hidden_size": info.hidden_size,
@@ -264,12 +398,26 @@ class Model:
 
     # lifetime
     def close(self):
-        if getattr(self, "_engine", None):
-            self._lib.kite_engine_free(self._engine)
-            self._engine = None
-        if getattr(self, "_handle", None):
-            self._lib.kite_model_free(self._handle)
-            self._handle = None
+        """Frees the engine and the model. Streams still open raise KiteError when resumed. Waits for a call
+        in progress on another thread to return."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if self._in_library:  # only a finalizer run inside a callback could get here
+                raise KiteError("kite: close() inside a call into the library")
+            engine, self._engine = self._engine, None
+            handle, self._handle = self._handle, None
+            self._runs.clear()
+            self._deferred.clear()
+            if engine:
+                self._lib.kite_engine_free(engine)  # before the model: the engine uses its backend
+            if handle:
+                self._lib.kite_model_free(handle)
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
 
     def __enter__(self):
         return self
@@ -278,130 +426,268 @@ class Model:
         self.close()
 
     def __del__(self):
-        self.close()
+        # Nothing else references this Model, so the lock is free; a thread frozen at interpreter exit while it
+        # held the lock is the exception, and then the memory is left to the process's end.
+        lock = getattr(self, "_lock", None)
+        if lock is None or not lock.acquire(blocking=False):
+            return
+        try:
+            self.close()
+        finally:
+            lock.release()
 
+    # every call that takes the model or the engine runs with the lock held and goes through these
     def _model(self):
         if not self._handle:
             raise KiteError("kite: the model is closed")
         return self._handle
 
+    def _engine_handle(self):
+        self._model()
+        if self._engine is None:
+            handle = ctypes.c_void_p()
+            _check(self._lib.kite_engine_create(self._handle, ctypes.byref(self._engine_params), ctypes.byref(handle)),
+                   self._lib)
+            self._engine = handle
+        return self._engine
+
+    def _call(self, function, *arguments):
+        """A library call that may call back into Python (submit, step, run, cancel). A stream collected by the
+        garbage collector during such a call (inside a callback) cannot re-enter the engine: its cancel waits
+        here until the call returns."""
+        self._in_library += 1
+        try:
+            status = function(*arguments)
+            message = self._lib.kite_last_error() if status != 0 else None  # before a deferred cancel resets it
+        finally:
+            self._in_library -= 1
+        if self._in_library == 0:
+            while self._deferred and self._engine:
+                request_id = self._deferred.pop()
+                self._in_library += 1
+                try:
+                    self._lib.kite_engine_cancel(self._engine, request_id)  # fails only for a request already gone
+                finally:
+                    self._in_library -= 1
+        if status != 0:
+            raise KiteError(message.decode("utf-8", "replace") if message else f"kite: status {status}")
+        return status
+
+    def _step(self, run: _Run):
+        """One engine step for `run` (the lock held); the engine going idle before the run ends is an error."""
+        engine = self._engine_handle()
+        if self._lib.kite_engine_idle(engine):
+            raise KiteError(f"kite: the engine is idle but request {run.id} has not finished")
+        self._call(self._lib.kite_engine_step, engine)
+
+    def _settle(self):
+        """With no request of this Model left, runs the engine dry (a decode step run ahead is resolved and
+        finished requests dropped), so its stats show it empty."""
+        if not self._runs and self._engine:
+            self._call(self._lib.kite_engine_run, self._engine)
+
+    def _abandon(self, run: _Run):
+        """A consumer stopped before its request ended: the request is cancelled (at once, or when the library
+        call in progress returns). Nothing to do once the model is closed: its engine and requests are gone."""
+        with self._lock:
+            if self._handle is None or run.id is None or run.done:
+                return
+            self._runs.pop(run.id, None)
+            if self._in_library:
+                self._deferred.append(run.id)
+                return
+            self._call(self._lib.kite_engine_cancel, self._engine, run.id)
+            self._settle()
+
     # tokenizer
     def tokenize(self, text: str) -> List[int]:
-        data = text.encode("utf-8")
+        data = _utf8("text", text)
         ids, n = ctypes.POINTER(c_int32)(), c_size_t()
-        _check(self._lib.kite_tokenize(self._model(), data, len(data), ctypes.byref(ids), ctypes.byref(n)))
+        with self._lock:
+            _check(self._lib.kite_tokenize(self._model(), data, len(data), ctypes.byref(ids), ctypes.byref(n)),
+                   self._lib)
         try:
             return ids[: n.value]
         finally:
             self._lib.kite_free(ids)
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        array = (c_int32 * len(ids))(*ids)
+        array, n_ids = _token_ids("ids", ids)
         text, n = ctypes.c_void_p(), c_size_t()
-        _check(self._lib.kite_detokenize(self._model(), array, len(ids), ctypes.byref(text), ctypes.byref(n)))
+        with self._lock:
+            _check(self._lib.kite_detokenize(self._model(), array, n_ids, ctypes.byref(text), ctypes.byref(n)),
+                   self._lib)
         try:
             return ctypes.string_at(text, n.value).decode("utf-8") if n.value else ""
         finally:
             self._lib.kite_free(text)
 
     # generation
-    def _engine_handle(self):
-        if self._engine is None:
-            handle = ctypes.c_void_p()
-            _check(self._lib.kite_engine_create(self._model(), ctypes.byref(self._engine_params), ctypes.byref(handle)))
-            self._engine = handle
-        return self._engine
-
     def engine_stats(self) -> dict:
-        stats = self._lib.kite_engine_get_stats(self._engine_handle())
+        with self._lock:
+            stats = self._lib.kite_engine_get_stats(self._engine_handle())
         return {name: getattr(stats, name) for name, _ in _EngineStats._fields_}
 
-    def _submit(self, prompt: Union[str, Sequence[int]], on_event, options: dict):
+    def _request(self, prompt: Union[str, Sequence[int]], options: dict):
+        """The kite_request for a prompt and generation options, every value checked; with what it points at."""
         unknown = set(options) - set(_DEFAULT_OPTIONS)
         if unknown:
             raise KiteError("kite: unknown generation option(s) " + ", ".join(sorted(unknown)))
         o = {**_DEFAULT_OPTIONS, **options}
-        logprobs, stop = o["logprobs"], o["stop"]
-        if not 0 <= logprobs <= _MAX_LOGPROBS:
-            raise KiteError(f"kite: logprobs {logprobs} is outside [0, {_MAX_LOGPROBS}]")
         request = self._lib.kite_request_default()
         keep = []  # everything the request points at stays alive until the submit has copied it
         if isinstance(prompt, str):
-            data = prompt.encode("utf-8")
+            data = _utf8("prompt", prompt)
             request.prompt_text, request.prompt_text_length = data, len(data)
             keep.append(data)
         else:
-            ids = (c_int32 * len(prompt))(*prompt)
-            request.prompt_ids, request.n_prompt_ids = ids, len(prompt)
+            ids, n = _token_ids("prompt", prompt)
+            request.prompt_ids, request.n_prompt_ids = ids, n
             keep.append(ids)
         s = request.sampling
-        s.temperature, s.top_k, s.top_p, s.min_p = o["temperature"], o["top_k"], o["top_p"], o["min_p"]
-        s.repetition_penalty, s.seed = o["repetition_penalty"], o["seed"]
-        request.max_tokens, request.ignore_eos, request.n_logprobs = o["max_tokens"], o["ignore_eos"], logprobs
-        if stop:
-            encoded = [x.encode("utf-8") for x in stop]
+        for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):
+            setattr(s, name, _sampling_option(name, o[name]))
+        s.seed = _integer("seed", o["seed"], 0, _UINT64_MAX)
+        request.max_tokens = _integer("max_tokens", o["max_tokens"], 0, _INT32_MAX)
+        request.ignore_eos = _flag("ignore_eos", o["ignore_eos"])
+        request.n_logprobs = _integer("logprobs", o["logprobs"], 0, _MAX_LOGPROBS)
+        encoded = _stop_strings(o["stop"])
+        if encoded:
             strings = (ctypes.c_char_p * len(encoded))(*encoded)
             request.stop_strings, request.n_stop_strings = strings, len(encoded)
             keep.extend([encoded, strings])
-        request.on_token = on_event
-        request_id = c_int64()
-        _check(self._lib.kite_engine_submit(self._engine_handle(), ctypes.byref(request), ctypes.byref(request_id)))
-        return request_id.value
+        request.on_token = self._on_token
+        return request, keep
+
+    def _submit(self, prepared) -> _Run:
+        """Queues a prepared request (the lock held); its events go to the returned _Run."""
+        request, _keep = prepared
+        run, request_id = _Run(), c_int64()
+        self._runs[None] = run  # an event during the submit itself (a prompt that can never fit) finds it
+        try:
+            self._call(self._lib.kite_engine_submit, self._engine_handle(), ctypes.byref(request),
+                       ctypes.byref(request_id))
+        finally:
+            self._runs.pop(None, None)
+        run.id = request_id.value
+        if not run.done:
+            self._runs[run.id] = run
+        return run
 
     @staticmethod
-    def _collector(results: dict):
-        """A C callback that appends each event to results[request id] (a Completion) and its text pieces."""
+    def _token_dispatcher(runs: dict):
+        """The engine's callback: each event goes to its request's _Run (none: the consumer is gone)."""
         def on_event(event_pointer, _user_data):
             e = event_pointer.contents
-            completion, pieces = results.setdefault(e.request, (Completion(), []))
-            piece = ctypes.string_at(e.text, e.text_length).decode("utf-8") if e.text_length else ""
-            if piece:
-                completion.text += piece
-                pieces.append(piece)
-            if e.token >= 0:
-                completion.tokens.append(e.token)
-                if e.n_top > 0:
-                    top = [(e.top_ids[i], e.top_logprobs[i]) for i in range(e.n_top)]
-                    completion.logprobs.append(TokenLogprob(e.token, e.logprob, top))
+            run = runs.get(e.request) or runs.get(None)
+            if run is None:
+                return
+            try:
+                completion = run.completion
+                piece = ctypes.string_at(e.text, e.text_length).decode("utf-8") if e.text_length else ""
+                if piece:
+                    completion.text += piece
+                    run.pieces.append(piece)
+                if e.token >= 0:
+                    completion.tokens.append(e.token)
+                    if e.n_top > 0:
+                        top = [(e.top_ids[i], e.top_logprobs[i]) for i in range(e.n_top)]
+                        completion.logprobs.append(TokenLogprob(e.token, e.logprob, top))
+            except Exception as error:  # raised to the consumer, not lost in ctypes' "exception ignored"
+                run.error = run.error or error
             if e.finish:
-                completion.finish_reason = _FINISH.get(e.finish, str(e.finish))
-        return _TokenCallback(on_event)
+                run.completion.finish_reason = _FINISH.get(e.finish, str(e.finish))
+                run.done = True
+                runs.pop(e.request, None)
+        return on_event
+
+    @staticmethod
+    def _chat_dispatcher(runs: dict):
+        def on_event(event_pointer, _user_data):
+            e = event_pointer.contents
+            run = runs.get(e.request) or runs.get(None)
+            if run is None:
+                return
+            try:
+                d = e.delta
+                calls = [ToolCall(d.tool_calls[i].id.decode(), d.tool_calls[i].name.decode("utf-8"),
+                                  d.tool_calls[i].arguments.decode("utf-8")) for i in range(d.n_tool_calls)]
+                run.pieces.append(ChatDelta(
+                    content=ctypes.string_at(d.content, d.content_length).decode("utf-8") if d.content_length else "",
+                    reasoning=(ctypes.string_at(d.reasoning, d.reasoning_length).decode("utf-8")
+                               if d.reasoning_length else ""),
+                    tool_calls=calls, finish_reason=_FINISH.get(e.finish, str(e.finish)) if e.finish else None))
+            except Exception as error:
+                run.error = run.error or error
+            if e.finish:
+                run.done = True
+                runs.pop(e.request, None)
+        return on_event
+
+    def _cancel_unfinished(self, runs):
+        for run in runs:
+            if run.id is not None and not run.done and self._handle is not None:
+                self._runs.pop(run.id, None)
+                self._call(self._lib.kite_engine_cancel, self._engine, run.id)
 
     def generate_batch(self, prompts: Sequence[Union[str, Sequence[int]]], **options) -> List[Completion]:
         """Runs every prompt as one continuous batch; returns their completions in order. Options (defaults
         in _DEFAULT_OPTIONS): max_tokens, temperature (0 = greedy), top_k, top_p, min_p, repetition_penalty,
-        seed, stop (strings), ignore_eos, logprobs (top-K per token, at most 20)."""
-        results = {}
-        callback = self._collector(results)
-        ids = [self._submit(p, callback, options) for p in prompts]
-        _check(self._lib.kite_engine_run(self._engine_handle()))
-        return [results.get(i, (Completion(), []))[0] for i in ids]
+        seed, stop (a string or strings), ignore_eos, logprobs (top-K per token, at most 20)."""
+        if isinstance(prompts, (str, bytes, bytearray)) or not isinstance(prompts, abc.Iterable):
+            raise KiteError(f"kite: prompts must be a sequence of prompts, not {type(prompts).__name__}")
+        prepared = [self._request(p, options) for p in prompts]
+        with self._lock:
+            runs = []
+            try:
+                for request in prepared:
+                    runs.append(self._submit(request))
+                for run in runs:
+                    while not run.done:
+                        self._step(run)
+            finally:  # an error (or an interrupt) leaves none of these requests in the engine
+                self._cancel_unfinished(runs)
+            self._settle()
+        for run in runs:
+            if run.error:
+                raise KiteError(f"kite: reading the events of request {run.id}: {run.error}") from run.error
+        return [run.completion for run in runs]
 
     def generate(self, prompt: Union[str, Sequence[int]], **options) -> Completion:
         """One prompt (text or token ids) to its completion; options as generate_batch."""
         return self.generate_batch([prompt], **options)[0]
 
     def stream(self, prompt: Union[str, Sequence[int]], **options) -> Iterator[str]:
-        """Yields the completion's text as it is produced (the pieces concatenate to generate()'s text)."""
-        results = {}
-        callback = self._collector(results)
-        request_id = self._submit(prompt, callback, options)
-        engine = self._engine_handle()
+        """Yields the completion's text as it is produced (the pieces concatenate to generate()'s text).
+        The options are checked now; the request is submitted when the first piece is asked for."""
+        return self._stream_pieces(self._request(prompt, options), None)
+
+    def _stream_pieces(self, prepared, render):
+        """Submits (render() gives the prepared request, for chat, at the first step) and yields the run's
+        pieces, holding the lock only while it submits and steps."""
+        run = None
         try:
             while True:
-                _check(self._lib.kite_engine_step(engine))
-                completion, pieces = results.get(request_id, (None, []))
-                while pieces:
-                    yield pieces.pop(0)
-                if completion is not None and completion.finish_reason is not None:
-                    return
-                if self._lib.kite_engine_idle(engine):
+                with self._lock:
+                    if run is None:
+                        self._model()
+                        run = self._submit(prepared) if render is None else render()
+                    elif self._handle is None:
+                        raise KiteError("kite: the model is closed")
+                    elif not run.pieces and not run.done:
+                        self._step(run)
+                    pieces, run.pieces = run.pieces, []
+                    if run.error:
+                        raise KiteError(f"kite: reading the events of request {run.id}: {run.error}") from run.error
+                    done = run.done
+                    if done:
+                        self._settle()
+                yield from pieces
+                if done:
                     return
         finally:  # a consumer that stops early cancels the request, so the engine is left idle
-            entry = results.get(request_id)
-            if entry is None or entry[0].finish_reason is None:
-                self._lib.kite_engine_cancel(engine, request_id)
-                _check(self._lib.kite_engine_run(engine))
+            if run is not None and not run.done:
+                self._abandon(run)
 
     # chat
     def _chat_handle(self):
@@ -412,11 +698,20 @@ class Model:
 
     @staticmethod
     def _chat_body(messages, tools, enable_thinking, add_generation_prompt, template_kwargs) -> bytes:
+        _flag("enable_thinking", enable_thinking)
+        _flag("add_generation_prompt", add_generation_prompt)
+        if isinstance(messages, (str, bytes, abc.Mapping)) or not isinstance(messages, abc.Iterable):
+            raise KiteError(f"kite: messages must be a sequence of message objects, not {type(messages).__name__}")
+        if template_kwargs is not None and not isinstance(template_kwargs, abc.Mapping):
+            raise KiteError(f"kite: template_kwargs must be a dict, not {type(template_kwargs).__name__}")
         body = {"messages": list(messages), "add_generation_prompt": add_generation_prompt,
                 "chat_template_kwargs": {**(template_kwargs or {}), "enable_thinking": enable_thinking}}
         if tools:
             body["tools"] = list(tools)
-        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError) as e:
+            raise KiteError(f"kite: the chat request is not JSON: {e}") from None
 
     def render_chat(self, messages: Sequence[dict], tools: Optional[Sequence[dict]] = None, *,
                     enable_thinking: bool = True, add_generation_prompt: bool = True,
@@ -424,7 +719,8 @@ class Model:
         """The prompt the checkpoint's chat template renders for OpenAI-style messages (and tools)."""
         prompt = _ChatPrompt()
         data = self._chat_body(messages, tools, enable_thinking, add_generation_prompt, template_kwargs)
-        _check(self._lib.kite_chat_render(self._chat_handle(), data, len(data), ctypes.byref(prompt)))
+        with self._lock:
+            _check(self._lib.kite_chat_render(self._chat_handle(), data, len(data), ctypes.byref(prompt)), self._lib)
         try:
             return ctypes.string_at(prompt.text, prompt.length).decode("utf-8")
         finally:
@@ -434,82 +730,70 @@ class Model:
     _CHAT_OPTIONS = set(_SAMPLING_NAMES) | {"max_tokens", "seed", "stop"}
 
     def _chat_events(self, messages, tools, enable_thinking, template_kwargs, options):
-        """Submits the chat answer and yields (ChatDelta, prompt text) as the engine produces them."""
+        """Checks the options now; returns (a generator of ChatDelta, a list that receives the prompt text when
+        the answer is submitted, at the first step)."""
         unknown = set(options) - self._CHAT_OPTIONS
         if unknown:
             raise KiteError("kite: unknown chat option(s) " + ", ".join(sorted(unknown)))
-        chat = self._chat_handle()
-        prompt = _ChatPrompt()
         data = self._chat_body(messages, tools, enable_thinking, True, template_kwargs)
-        _check(self._lib.kite_chat_render(chat, data, len(data), ctypes.byref(prompt)))
-        text = ctypes.string_at(prompt.text, prompt.length).decode("utf-8")
-        request = self._lib.kite_request_default()
-        # Sampling the request leaves unset follows generation_config.json; no seed draws a fresh one.
-        request.sampling = self._lib.kite_chat_sampling_defaults(chat)
-        for name in self._SAMPLING_NAMES:
-            if options.get(name) is not None:
-                setattr(request.sampling, name, options[name])
+        sampling = {name: _sampling_option(name, options[name])
+                    for name in self._SAMPLING_NAMES if options.get(name) is not None}
         seed = options.get("seed")
-        request.sampling.seed = int.from_bytes(os.urandom(8), "little") if seed is None else seed
-        request.max_tokens = options.get("max_tokens") or 0
-        keep = []
-        stop = options.get("stop") or ()
-        if stop:
-            encoded = [x.encode("utf-8") for x in stop]
-            strings = (ctypes.c_char_p * len(encoded))(*encoded)
-            request.stop_strings, request.n_stop_strings = strings, len(encoded)
-            keep.extend([encoded, strings])
-        deltas = []
+        seed = int.from_bytes(os.urandom(8), "little") if seed is None else _integer("seed", seed, 0, _UINT64_MAX)
+        max_tokens = options.get("max_tokens")
+        max_tokens = 0 if max_tokens is None else _integer("max_tokens", max_tokens, 0, _INT32_MAX)
+        encoded = _stop_strings(options.get("stop"))
+        strings = (ctypes.c_char_p * len(encoded))(*encoded) if encoded else None
+        rendered = []
 
-        def on_event(event_pointer, _user_data):
-            e = event_pointer.contents
-            d = e.delta
-            calls = [ToolCall(d.tool_calls[i].id.decode(), d.tool_calls[i].name.decode("utf-8"),
-                              d.tool_calls[i].arguments.decode("utf-8")) for i in range(d.n_tool_calls)]
-            deltas.append(ChatDelta(
-                content=ctypes.string_at(d.content, d.content_length).decode("utf-8") if d.content_length else "",
-                reasoning=(ctypes.string_at(d.reasoning, d.reasoning_length).decode("utf-8")
-                           if d.reasoning_length else ""),
-                tool_calls=calls, finish_reason=_FINISH.get(e.finish, str(e.finish)) if e.finish else None))
+        def submit():  # with the lock held
+            chat = self._chat_handle()
+            prompt = _ChatPrompt()
+            _check(self._lib.kite_chat_render(chat, data, len(data), ctypes.byref(prompt)), self._lib)
+            try:
+                rendered.append(ctypes.string_at(prompt.text, prompt.length).decode("utf-8"))
+                request = self._lib.kite_request_default()
+                # Sampling the request leaves unset follows generation_config.json; no seed draws a fresh one.
+                request.sampling = self._lib.kite_chat_sampling_defaults(chat)
+                for name, value in sampling.items():
+                    setattr(request.sampling, name, value)
+                request.sampling.seed = seed
+                request.max_tokens = max_tokens
+                if encoded:
+                    request.stop_strings, request.n_stop_strings = strings, len(encoded)
+                run, request_id = _Run(), c_int64()
+                self._runs[None] = run
+                try:
+                    self._call(self._lib.kite_chat_submit, self._engine_handle(), chat, ctypes.byref(prompt),
+                               ctypes.byref(request), self._on_chat, None, ctypes.byref(request_id))
+                finally:
+                    self._runs.pop(None, None)
+                run.id = request_id.value
+                if not run.done:
+                    self._runs[run.id] = run
+                return run
+            finally:
+                self._lib.kite_chat_prompt_free(ctypes.byref(prompt))
 
-        callback = _ChatCallback(on_event)
-        engine = self._engine_handle()
-        request_id = c_int64()
-        try:
-            _check(self._lib.kite_chat_submit(engine, chat, ctypes.byref(prompt), ctypes.byref(request),
-                                              callback, None, ctypes.byref(request_id)))
-        finally:
-            self._lib.kite_chat_prompt_free(ctypes.byref(prompt))
-        finished = False
-        try:
-            while not finished:
-                while deltas:
-                    delta = deltas.pop(0)
-                    finished = finished or delta.finish_reason is not None
-                    yield delta, text
-                if finished or self._lib.kite_engine_idle(engine):
-                    return
-                _check(self._lib.kite_engine_step(engine))
-        finally:  # a consumer that stops early cancels the answer, so the engine is left idle
-            if not finished:
-                self._lib.kite_engine_cancel(engine, request_id.value)
-                _check(self._lib.kite_engine_run(engine))
+        return self._stream_pieces(None, submit), rendered
 
     def chat(self, messages: Sequence[dict], tools: Optional[Sequence[dict]] = None, *, enable_thinking: bool = True,
              stream: bool = False, template_kwargs: Optional[dict] = None, **options):
         """Answers OpenAI-style messages through the checkpoint's chat template. Returns a ChatCompletion
         (content, reasoning, tool_calls), or with stream=True yields ChatDelta pieces as they are generated.
         Options: max_tokens (default: until the turn ends), temperature, top_k, top_p, min_p,
-        repetition_penalty (unset ones follow generation_config.json), seed (default: a fresh one), stop."""
-        events = self._chat_events(messages, tools, enable_thinking, template_kwargs, options)
+        repetition_penalty (unset ones follow generation_config.json), seed (default: a fresh one), stop (a
+        string or strings)."""
+        _flag("stream", stream)
+        events, rendered = self._chat_events(messages, tools, enable_thinking, template_kwargs, options)
         if stream:
-            return (delta for delta, _ in events)
+            return events
         result = ChatCompletion()
-        for delta, text in events:
-            result.prompt = text
+        for delta in events:
             result.content += delta.content
             result.reasoning += delta.reasoning
             result.tool_calls.extend(delta.tool_calls)
             if delta.finish_reason:
                 result.finish_reason = delta.finish_reason
+        result.prompt = rendered[0] if rendered else ""
         return result

@@ -19,6 +19,7 @@
  * argmax alone, and the CUDA backend then screens the lm_head instead of writing every logit (lm_head_screen.cu).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,8 @@ struct kite_engine {
     bool overlap;                    /* the backend offers it and KITE_ENGINE_OVERLAP is not 0 */
     int32_t ahead_rows;              /* > 0: a step is in flight, its argmax begun and not read */
     engine_request **ahead_requests; /* its rows' requests, in row order (not freed while it is in flight) */
+
+    atomic_bool in_call; /* kite_engine_submit, _cancel, _step or _run is running (engine_enter) */
 };
 
 static double now_seconds(void) {
@@ -164,6 +167,7 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
     KITE_TRY(options_read(&options));
     kite_engine *e = calloc(1, sizeof *e);
     if (!e) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
+    atomic_init(&e->in_call, false);
     e->model = model;
     e->params = p;
     int32_t model_max = model->config.max_position_embeddings;
@@ -270,7 +274,25 @@ static void finish_without_token(kite_engine *e, engine_request *r, kite_finish_
     emit_event(r, -1, 0.0f, 0, NULL, NULL);
 }
 
-kite_status kite_engine_submit(kite_engine *e, const kite_request *desc, kite_request_id *id) {
+/* One public call at a time on an engine (kite.h, Threads): a callback that calls into its own engine, or a
+ * second thread, is refused here instead of changing the requests and buffers of the step in progress. The
+ * flag is taken with an atomic exchange, so of two threads at most one is ever inside. */
+static kite_status engine_enter(kite_engine *e, const char *function) {
+    if (!e) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "%s: no engine", function);
+    if (atomic_exchange_explicit(&e->in_call, true, memory_order_acquire))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "%s: the engine is inside another call (from one of its callbacks, or on another thread); "
+                         "an engine takes one call at a time",
+                         function);
+    return KITE_OK;
+}
+
+static kite_status engine_leave(kite_engine *e, kite_status status) {
+    atomic_store_explicit(&e->in_call, false, memory_order_release);
+    return status;
+}
+
+static kite_status engine_submit(kite_engine *e, const kite_request *desc, kite_request_id *id) {
     if (id) *id = 0;
     if (!desc) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_submit: no request");
     if (e->lent_blocks > 0)
@@ -308,7 +330,13 @@ kite_status kite_engine_submit(kite_engine *e, const kite_request *desc, kite_re
     return KITE_OK;
 }
 
-kite_status kite_engine_cancel(kite_engine *e, kite_request_id id) {
+kite_status kite_engine_submit(kite_engine *e, const kite_request *desc, kite_request_id *id) {
+    if (id) *id = 0;
+    KITE_TRY(engine_enter(e, "kite_engine_submit"));
+    return engine_leave(e, engine_submit(e, desc, id));
+}
+
+static kite_status engine_cancel(kite_engine *e, kite_request_id id) {
     for (int32_t i = 0; i < e->n_requests; i++) {
         engine_request *r = e->requests[i];
         if (r->id != id) continue;
@@ -316,6 +344,11 @@ kite_status kite_engine_cancel(kite_engine *e, kite_request_id id) {
         return KITE_OK;
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_cancel: no active request %lld", (long long)id);
+}
+
+kite_status kite_engine_cancel(kite_engine *e, kite_request_id id) {
+    KITE_TRY(engine_enter(e, "kite_engine_cancel"));
+    return engine_leave(e, engine_cancel(e, id));
 }
 
 /* Drops finished requests, keeping the arrival order of the rest. */
@@ -577,7 +610,7 @@ static kite_status step_ahead(kite_engine *e) {
     return KITE_OK;
 }
 
-kite_status kite_engine_step(kite_engine *e) {
+static kite_status engine_step(kite_engine *e) {
     if (e->ahead_rows > 0) return step_ahead(e);
     remove_finished(e);
     int32_t n = 0;
@@ -658,10 +691,20 @@ kite_status kite_engine_step(kite_engine *e) {
     return KITE_OK;
 }
 
-kite_status kite_engine_run(kite_engine *e) {
-    while (!kite_engine_idle(e)) KITE_TRY(kite_engine_step(e));
+static kite_status engine_run(kite_engine *e) {
+    while (!kite_engine_idle(e)) KITE_TRY(engine_step(e));
     remove_finished(e);
     return KITE_OK;
+}
+
+kite_status kite_engine_step(kite_engine *e) {
+    KITE_TRY(engine_enter(e, "kite_engine_step"));
+    return engine_leave(e, engine_step(e));
+}
+
+kite_status kite_engine_run(kite_engine *e) {
+    KITE_TRY(engine_enter(e, "kite_engine_run"));
+    return engine_leave(e, engine_run(e));
 }
 
 kite_engine_stats kite_engine_get_stats(const kite_engine *e) {

@@ -105,6 +105,22 @@ def prompt_file_runs_as_one_batch_with_solo_tokens():
             assert o["tokens"] == r["greedy"][:20], (o["tokens"], r["greedy"][:20])
 
 
+@case
+def a_nul_byte_in_a_prompt_file_is_refused_with_its_line():
+    # a prompt is a C string: a NUL would cut it short, so the line is refused (not truncated)
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "prompts.txt")
+        open(f, "wb").write(b"first prompt\n\nsecond\x00hidden\nthird\n")
+        p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt-file", f, "--max-tokens", "2",
+                "--backend", "cpu")
+        err = p.stderr.decode()
+        assert p.returncode == 1 and p.stdout == b"", (p.returncode, p.stdout, err)
+        assert err.count("\n") == 1 and f in err and "line 3" in err and "NUL" in err, err
+        open(f, "wb").write(b"\x00\n")
+        p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt-file", f, "--backend", "cpu")
+        assert p.returncode == 1 and "line 1" in p.stderr.decode(), p.stderr
+
+
 def damaged(setup, expect):
     """Copies tiny, lets setup(dir) damage it, and checks exit code 1 with one stderr line naming it."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kite.h"
@@ -290,6 +291,54 @@ static void test_cancel(void) {
     kite_model_free(m);
 }
 
+/* A callback that calls into its own engine (step, run, submit, cancel) is refused with a message, and the
+ * request it belongs to goes on to the reference tokens: the call cannot change the step in progress. */
+typedef struct reentering {
+    kite_engine *engine;
+    kite_request_id other;
+    token_record record;
+    int refused, calls;
+    bool named;
+} reentering;
+
+static void reentering_collect(const kite_token_event *event, void *user_data) {
+    reentering *r = (reentering *)user_data;
+    token_record_collect(event, &r->record);
+    kite_request again = kite_request_default();
+    int32_t id = 1;
+    again.prompt_ids = &id;
+    again.n_prompt_ids = 1;
+    kite_status statuses[4] = {kite_engine_step(r->engine), kite_engine_run(r->engine),
+                               kite_engine_submit(r->engine, &again, NULL), kite_engine_cancel(r->engine, r->other)};
+    for (int i = 0; i < 4; i++) {
+        r->calls++;
+        r->refused += statuses[i] == KITE_ERROR_INVALID_ARGUMENT;
+    }
+    r->named = strstr(kite_last_error(), "kite_engine_cancel: the engine is inside another call") != NULL;
+}
+
+static void test_a_callback_cannot_reenter_its_engine(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    reentering r = {.engine = e};
+    token_record other = {0};
+    kite_request ra = greedy_request(&prompts[0], 8, NULL), rb = greedy_request(&prompts[1], 8, &other);
+    ra.on_token = reentering_collect;
+    ra.user_data = &r;
+    CHECK(kite_engine_submit(e, &rb, &r.other) == KITE_OK);
+    CHECK(kite_engine_submit(e, &ra, NULL) == KITE_OK);
+    CHECK_MSG(kite_engine_run(e) == KITE_OK, "%s", kite_last_error());
+    CHECK(r.calls > 0 && r.refused == r.calls && r.named);
+    CHECK(r.record.finish == KITE_FINISH_LENGTH && r.record.n == 8 && other.finish == KITE_FINISH_LENGTH);
+    for (int k = 0; k < r.record.n; k++) CHECK(r.record.tokens[k] == prompts[0].greedy[k]);
+    for (int k = 0; k < other.n; k++) CHECK(other.tokens[k] == prompts[1].greedy[k]);
+    CHECK(kite_engine_step(NULL) == KITE_ERROR_INVALID_ARGUMENT);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
 /* Tokens and logprobs a sampled request received. */
 typedef struct sampled_record {
     int32_t tokens[32];
@@ -478,6 +527,7 @@ int main(void) {
     TEST_RUN(test_preemption);
     TEST_RUN(test_capacity);
     TEST_RUN(test_cancel);
+    TEST_RUN(test_a_callback_cannot_reenter_its_engine);
     TEST_RUN(test_outgrowing_the_cache);
     TEST_RUN(test_long_prompt_does_not_stall_decoding);
     TEST_RUN(test_reduced_sampling_matches_full_rows);

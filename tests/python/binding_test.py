@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The Python binding (python/kite) on the tiny checkpoints of tests/data, against the transformers
 references there and against itself: tokenizer round trip, greedy tokens and logprobs, a batch equal to
-its requests run alone, streaming equal to the whole, stop strings, and errors raised as KiteError."""
-import argparse, json, os, sys
+its requests run alone, streaming equal to the whole, stop strings, and errors raised as KiteError; streams that
+outlive their model, one model shared by threads, and arguments that ctypes would wrap or cut refused."""
+import argparse, gc, json, os, sys, threading, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--library", required=True)
@@ -165,5 +166,292 @@ def errors_raise_kite_error_with_kites_message():
             raise AssertionError("a model without a tokenizer tokenized")
         assert len(m.generate([1, 2, 3], max_tokens=4, ignore_eos=True).tokens) == 4
 
+
+
+def raises(call, *needles):
+    """call() raises KiteError whose message holds every needle."""
+    try:
+        call()
+    except kite.KiteError as e:
+        for needle in needles:
+            assert needle in str(e), (needles, str(e))
+        return str(e)
+    raise AssertionError(f"no KiteError (wanted {needles})")
+
+
+PROMPT = "The capital of France is"
+
+
+@case
+def a_stream_that_outlives_close_raises_and_frees_nothing_twice():
+    # the issue's use after free: the generator's cleanup called kite_engine_cancel on the freed engine
+    with model() as m:
+        g = m.stream("hi", max_tokens=20)
+        next(g)
+    raises(lambda: next(g), "the model is closed")
+    del g  # its finally sees the closed model and leaves the freed engine alone
+    with model() as m:
+        g = m.stream("hi", max_tokens=20)
+        next(g)
+    g.close()
+    with model() as m:
+        g = m.stream("hi", max_tokens=20)  # never started
+    raises(lambda: next(g), "the model is closed")
+    with model() as m:
+        c = m.chat([{"role": "user", "content": "Hello"}], stream=True, max_tokens=20, seed=1)
+        next(c)
+    raises(lambda: next(c), "the model is closed")
+    del c
+    m.close()  # twice is fine
+    for call in (lambda: m.generate("x"), lambda: m.tokenize("x"), lambda: m.detokenize([1]),
+                 lambda: m.engine_stats(), lambda: m.render_chat([{"role": "user", "content": "x"}]),
+                 lambda: list(m.stream("x"))):
+        raises(call, "the model is closed")
+    assert m.closed
+
+
+@case
+def a_stream_keeps_its_model_alive():
+    with model() as m:
+        want = m.generate(PROMPT, max_tokens=16, ignore_eos=True).text
+    m = model()
+    g = m.stream(PROMPT, max_tokens=16, ignore_eos=True)
+    first = next(g)
+    del m
+    gc.collect()
+    assert first + "".join(g) == want
+
+
+@case
+def two_streams_on_one_model_interleave():
+    with model() as m:
+        a_options = dict(max_tokens=14, ignore_eos=True)
+        b_options = dict(max_tokens=20, temperature=0.8, seed=3, ignore_eos=True)
+        a_want, b_want = m.generate(PROMPT, **a_options).text, m.generate("Once upon a time", **b_options).text
+        a, b = m.stream(PROMPT, **a_options), m.stream("Once upon a time", **b_options)
+        a_got, b_got = [], []
+        for x, y in zip(a, b):
+            a_got.append(x)
+            b_got.append(y)
+        a_got += list(a)
+        b_got += list(b)
+        assert ("".join(a_got), "".join(b_got)) == (a_want, b_want), (a_got, b_got)
+        stats = m.engine_stats()
+        assert stats["running"] == 0 and stats["kv_blocks_free"] == stats["kv_blocks_total"], stats
+
+
+def run_threads(targets):
+    errors = []
+
+    def wrap(target):
+        def body():
+            try:
+                target()
+            except BaseException as e:  # noqa: B902 (reported below)
+                errors.append(e)
+        return body
+    threads = [threading.Thread(target=wrap(t)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+        assert not t.is_alive(), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+@case
+def threads_sharing_a_model_get_their_solo_tokens():
+    # the issue's case: two threads calling generate on one Model failed, then crashed
+    prompts = [r["prompt_ids"] for r in REF["tiny"]["results"]]
+    options = [dict(max_tokens=10, ignore_eos=True), dict(max_tokens=12, temperature=0.9, seed=11, ignore_eos=True)]
+    with model() as m:
+        alone = {(i, j): m.generate(p, **o).tokens for i, p in enumerate(prompts) for j, o in enumerate(options)}
+        got = {}
+
+        def worker(j):
+            def body():
+                for _ in range(3):
+                    for i, p in enumerate(prompts):
+                        tokens = m.generate(p, **options[j]).tokens
+                        assert got.setdefault((i, j), tokens) == tokens
+                    assert [c.tokens for c in m.generate_batch(prompts, **options[j])] == \
+                        [alone[i, j] for i in range(len(prompts))]
+            return body
+        run_threads([worker(0), worker(1), worker(0), worker(1)])
+        assert got == alone, (got, alone)
+        stats = m.engine_stats()
+        assert stats["running"] == 0 and stats["waiting"] == 0 and stats["kv_blocks_free"] == stats["kv_blocks_total"]
+
+
+@case
+def a_stream_and_a_generate_from_another_thread():
+    with model() as m:
+        stream_options = dict(max_tokens=30, temperature=0.7, seed=2, ignore_eos=True)
+        want_stream = m.generate(PROMPT, **stream_options).text
+        want_generate = m.generate("Once upon a time", max_tokens=25, ignore_eos=True).tokens
+        streamed, generated = [], []
+
+        def streamer():
+            for piece in m.stream(PROMPT, **stream_options):
+                streamed.append(piece)
+                time.sleep(0.001)
+
+        def generator():
+            for _ in range(4):
+                generated.append(m.generate("Once upon a time", max_tokens=25, ignore_eos=True).tokens)
+        run_threads([streamer, generator])
+        assert "".join(streamed) == want_stream, (streamed, want_stream)
+        assert generated == [want_generate] * 4, generated
+        chats = []
+        messages = [{"role": "user", "content": "Hello there"}]
+        want_chat = m.chat(messages, max_tokens=12, seed=5)
+        run_threads([lambda: chats.append(m.chat(messages, max_tokens=12, seed=5)),
+                     lambda: chats.append(list(m.chat(messages, stream=True, max_tokens=12, seed=5))),
+                     lambda: m.generate(PROMPT, max_tokens=20)])
+        whole = next(c for c in chats if isinstance(c, kite.ChatCompletion))
+        pieces = next(c for c in chats if isinstance(c, list))
+        assert whole == want_chat and "".join(d.content for d in pieces) == want_chat.content, (chats, want_chat)
+
+
+@case
+def close_while_another_thread_streams_is_a_clean_error():
+    # suspended: the other thread resumes its stream after close()
+    m = model()
+    first, closed, outcome = threading.Event(), threading.Event(), []
+
+    def streamer():
+        try:
+            for _ in m.stream(PROMPT, max_tokens=200, ignore_eos=True):
+                first.set()
+                closed.wait(60)
+            outcome.append("finished")
+        except kite.KiteError as e:
+            outcome.append(str(e))
+    t = threading.Thread(target=streamer)
+    t.start()
+    assert first.wait(60)
+    m.close()
+    closed.set()
+    t.join(60)
+    assert outcome == ["kite: the model is closed"], outcome
+    # racing: close() waits for the step in progress, the stream then fails or has finished
+    for attempt in range(6):
+        m = model()
+        started, outcome = threading.Event(), []
+
+        def racer():
+            try:
+                for _ in m.stream(PROMPT, max_tokens=300, ignore_eos=True):
+                    started.set()
+                outcome.append("finished")
+            except kite.KiteError as e:
+                outcome.append(str(e))
+        t = threading.Thread(target=racer)
+        t.start()
+        assert started.wait(60)
+        time.sleep(0.002 * attempt)
+        m.close()
+        t.join(60)
+        assert outcome in (["finished"], ["kite: the model is closed"]), outcome
+
+
+@case
+def a_stream_collected_inside_a_callback_is_cancelled_after_the_step():
+    # A garbage collection inside the engine's callback finalizes an abandoned stream: its cancel must wait for
+    # the step in progress instead of re-entering the engine. The callback builds a kite.TokenLogprob per
+    # token (logprobs=1): here that collects garbage first.
+    real = kite.TokenLogprob
+
+    def collecting(*fields):
+        gc.collect()
+        return real(*fields)
+    with model() as m:
+        want = m.generate("Once upon a time", max_tokens=24, ignore_eos=True, logprobs=1)
+        try:
+            for _ in range(3):
+                g = m.stream(PROMPT, max_tokens=200, ignore_eos=True)
+                next(g)
+                cycle = [g]
+                cycle.append(cycle)  # only the cycle collector frees it
+                del g, cycle
+                kite.TokenLogprob = collecting
+                got = m.generate("Once upon a time", max_tokens=24, ignore_eos=True, logprobs=1)
+                kite.TokenLogprob = real
+                assert got == want, (got.tokens, want.tokens)
+        finally:
+            kite.TokenLogprob = real
+        stats = m.engine_stats()
+        assert stats["running"] == 0 and stats["waiting"] == 0 and stats["kv_blocks_free"] == stats["kv_blocks_total"], stats
+
+
+@case
+def integers_past_their_c_type_are_refused():
+    # the issue's case: max_tokens=2**32+2 was wrapped to 2 tokens by ctypes
+    with model() as m:
+        for options, needle in [
+            (dict(max_tokens=2**32 + 2), "max_tokens"), (dict(max_tokens=-1), "max_tokens"),
+            (dict(max_tokens=True), "max_tokens"), (dict(max_tokens=4.0), "max_tokens"),
+            (dict(max_tokens="4"), "max_tokens"), (dict(top_k=2**31), "top_k"), (dict(top_k=1.5), "top_k"),
+            (dict(seed=-1), "seed"), (dict(seed=2**64), "seed"), (dict(seed=1.0), "seed"),
+            (dict(logprobs=True), "logprobs"), (dict(logprobs=2**32 + 1), "logprobs"),
+            (dict(temperature=True), "temperature"), (dict(temperature=float("nan")), "temperature"),
+            (dict(temperature=float("inf")), "temperature"), (dict(top_p=1e39), "top_p"),
+            (dict(min_p=10**400), "min_p"), (dict(temperature="0.5"), "temperature"),
+            (dict(repetition_penalty=None), "repetition_penalty"), (dict(ignore_eos=1), "ignore_eos"),
+            (dict(ignore_eos="no"), "ignore_eos"),
+        ]:
+            raises(lambda: m.generate(PROMPT, **options), needle)
+            raises(lambda: m.stream(PROMPT, **options), needle)  # checked when the stream is made
+        for prompt, needle in [([1, 2**32 + 1], "prompt[1]"), ([1, -1], "prompt[1]"), ([1.0], "prompt[0]"),
+                               ([True], "prompt[0]"), ([1, "2"], "prompt[1]"), (b"hi", "bytes"), ({1, 2}, "set"),
+                               (7, "int")]:
+            raises(lambda: m.generate(prompt, max_tokens=1), needle)
+        raises(lambda: m.generate_batch("ab", max_tokens=1), "prompts")
+        raises(lambda: m.detokenize([2**32]), "ids[0]")
+        raises(lambda: m.detokenize("ab"), "ids")
+        raises(lambda: m.tokenize(b"x"), "text")
+        assert len(m.generate(PROMPT, max_tokens=3, ignore_eos=True, seed=2**64 - 1, temperature=1).tokens) == 3
+        messages = [{"role": "user", "content": "Hi"}]
+        for options, needle in [(dict(max_tokens=2**32 + 2), "max_tokens"), (dict(seed=-1), "seed"),
+                                (dict(top_k=True), "top_k"), (dict(temperature=float("nan")), "temperature"),
+                                (dict(stream="yes"), "stream"), (dict(enable_thinking="false"), "enable_thinking")]:
+            raises(lambda: m.chat(messages, **options), needle)
+        raises(lambda: m.render_chat(messages, add_generation_prompt=1), "add_generation_prompt")
+        raises(lambda: m.chat("hello"), "messages")
+    tiny = os.path.join(DATA, "tiny")
+    for kwargs, needle in [(dict(threads=2**32 + 2), "threads"), (dict(threads=-1), "threads"),
+                           (dict(threads=2.0), "threads"), (dict(device=-1), "device"),
+                           (dict(kv_cache_mb=-1), "kv_cache_mb"), (dict(kv_cache_mb=2**60), "kv_cache_mb"),
+                           (dict(kv_cache_mb=1.5), "kv_cache_mb"), (dict(max_context=2**31), "max_context"),
+                           (dict(max_sequences=-1), "max_sequences"), (dict(max_sequences=True), "max_sequences")]:
+        raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, **kwargs), needle)
+    raises(lambda: kite.Model(dummy="tiny", seed=-1, backend="cpu", library=args.library), "seed")
+    raises(lambda: kite.Model(dummy="tiny\0x", backend="cpu", library=args.library), "dummy", "NUL")
+    raises(lambda: kite.Model(tiny + "\0/elsewhere", backend="cpu", library=args.library), "NUL")
+    with kite.Model(tiny, backend="cpu", threads=2, library=args.library, kv_cache_mb=64, max_context=256,
+                    max_sequences=4) as m:
+        stats = m.engine_stats()
+        assert stats["max_context"] == 256, stats
+
+
+@case
+def a_stop_string_is_one_string_not_its_characters():
+    # the issue's case: stop="Dx" became the stop strings "D" and "x"
+    with model() as m:
+        full = m.generate(PROMPT, max_tokens=40, ignore_eos=True).text
+        # two characters whose first one occurs earlier in the text on its own
+        stop = next((full[i:i + 2] for i in range(1, len(full) - 1)
+                     if full[i] in full[:i] and full[i:i + 2] not in full[:i + 1] and full[i:i + 2].strip()), None)
+        assert stop, full
+        cut = m.generate(PROMPT, max_tokens=40, ignore_eos=True, stop=stop)
+        assert cut.finish_reason == "stop" and cut.text == full[:full.index(stop)], (stop, cut.text, full)
+        assert m.generate(PROMPT, max_tokens=40, ignore_eos=True, stop=[stop]).text == cut.text
+        assert "".join(m.stream(PROMPT, max_tokens=40, ignore_eos=True, stop=stop)) == cut.text
+        assert m.generate(PROMPT, max_tokens=40, ignore_eos=True, stop=(stop, "\u2603\u2603")).text == cut.text
+        for stop, needle in [("", "stop[0]"), ([stop, ""], "stop[1]"), (["a\0b"], "NUL"), (b"ab", "stop"),
+                             ([b"ab"], "stop[0]"), ([1], "stop[0]"), (3, "stop"), ({"ab"}, "stop")]:
+            raises(lambda: m.generate(PROMPT, max_tokens=4, stop=stop), needle)
+            raises(lambda: m.chat([{"role": "user", "content": "Hi"}], max_tokens=4, stop=stop), needle)
 
 finish()
