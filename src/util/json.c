@@ -521,6 +521,7 @@ static bool place_key(parser *p, json_member *members, size_t i, uint64_t h, siz
  * repeated key fails the parse, or under JSON_DUPLICATE_KEYS_LAST_WINS its value replaces the earlier one
  * in place and the repeat is dropped, as in a Python dict, so *count may shrink. */
 static bool resolve_duplicate_keys(parser *p, size_t base, size_t *count, size_t object_start, int depth) {
+    if (*count == 0) return true; /* an empty object: member_stack may not exist yet (NULL + 0 is undefined) */
     json_member *members = p->member_stack + base;
     const size_t n = *count;
     size_t kept = 0;
