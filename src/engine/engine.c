@@ -610,8 +610,20 @@ static kite_status step_ahead(kite_engine *e) {
     return KITE_OK;
 }
 
+/* A request whose context needs more blocks than the whole KV cache holds can never finish its next step:
+ * scheduled in chunks, it would be preempted by its own next chunk, recomputed, and preempted again, forever.
+ * It ends with KITE_FINISH_CAPACITY (keeping the tokens it produced), whatever its state. */
+static void end_requests_past_the_cache(kite_engine *e) {
+    for (int32_t i = 0; i < e->n_requests; i++) {
+        engine_request *r = e->requests[i];
+        if (r->state != REQUEST_FINISHED && kv_blocks_for(&e->pool, (int64_t)r->n_tokens) > e->pool.n_blocks)
+            finish_without_token(e, r, KITE_FINISH_CAPACITY);
+    }
+}
+
 static kite_status engine_step(kite_engine *e) {
     if (e->ahead_rows > 0) return step_ahead(e);
+    end_requests_past_the_cache(e);
     remove_finished(e);
     int32_t n = 0;
     KITE_TRY(schedule_step(e, &n));

@@ -239,6 +239,37 @@ static void test_outgrowing_the_cache(void) {
     kite_model_free(m);
 }
 
+/* A context that outgrows the whole cache while the step budget reads it back in chunks after a preemption:
+ * each chunk used to preempt the request itself, forever (found by fuzz/fuzz_engine). It ends with capacity,
+ * with the tokens that fit, and the engine goes on. */
+static void test_outgrowing_the_cache_in_chunks(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    kite_engine_params params = kite_engine_params_default();
+    params.kv_block_size = 8;
+    params.kv_cache_bytes = 512 * 8; /* one block: 8 positions */
+    params.max_step_tokens = 6;
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
+    const int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
+    token_record c = {0};
+    kite_request r = kite_request_default();
+    r.prompt_ids = prompt;
+    r.n_prompt_ids = 6;
+    r.max_tokens = 5;
+    r.ignore_eos = true;
+    r.on_token = token_record_collect;
+    r.user_data = &c;
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+    for (int step = 0; step < 200 && !kite_engine_idle(e); step++) CHECK(kite_engine_step(e) == KITE_OK);
+    CHECK_MSG(kite_engine_idle(e), "still running after 200 steps");
+    CHECK_MSG(c.finish == KITE_FINISH_CAPACITY && c.finals == 1 && c.n >= 2 && c.n <= 3, "finish %d after %d tokens",
+              c.finish, c.n);
+    CHECK(kite_engine_get_stats(e).kv_blocks_free == 1);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
 /* While a long prompt is read in chunks, a request that is already generating gets a token every step. */
 static void test_long_prompt_does_not_stall_decoding(void) {
     kite_model *m = load_tiny();
@@ -529,6 +560,7 @@ int main(void) {
     TEST_RUN(test_cancel);
     TEST_RUN(test_a_callback_cannot_reenter_its_engine);
     TEST_RUN(test_outgrowing_the_cache);
+    TEST_RUN(test_outgrowing_the_cache_in_chunks);
     TEST_RUN(test_long_prompt_does_not_stall_decoding);
     TEST_RUN(test_reduced_sampling_matches_full_rows);
     TEST_RUN(test_overlap_runs_ahead);
