@@ -592,6 +592,46 @@ static void cancel_request(server *s, server_request *r) {
     pthread_mutex_unlock(&s->mutex);
 }
 
+/* Hands a parsed request to the engine thread; its number for the response's id, or -1 after a 503 (the
+ * server is stopping: the request is released). */
+static long enqueue_request(server *s, int fd, server_request *r) {
+    pthread_mutex_lock(&s->mutex);
+    const long id = ++s->next_completion;
+    const bool stopping = s->stopping;
+    if (!stopping) {
+        r->next = s->inbox;
+        s->inbox = r;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mutex);
+    if (!stopping) return id;
+    respond_error(fd, 503, "Service Unavailable", "the server is stopping");
+    r->references = 1;
+    request_release(r);
+    return -1;
+}
+
+static bool write_stream_header(int fd) {
+    const char *header = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                         "Connection: close\r\n\r\n";
+    return write_all(fd, header, strlen(header));
+}
+
+/* A request that failed in the engine: a 400, or an error event when the stream had begun. */
+static void respond_failure(int fd, const server_request *r, bool stream, bool client_gone) {
+    if (!stream) {
+        respond_error(fd, 400, "Bad Request", r->error);
+        return;
+    }
+    if (client_gone) return;
+    text_buffer event = {0};
+    text_buffer_puts(&event, "data: {\"error\":{\"message\":");
+    text_buffer_json_string(&event, r->error, strlen(r->error));
+    text_buffer_puts(&event, "}}\n\ndata: [DONE]\n\n");
+    if (!event.failed) (void)write_all(fd, event.data, event.length);
+    text_buffer_free(&event);
+}
+
 static void serve_completion(server *s, int fd, const char *body, size_t length) {
     char why[256] = "";
     bool stream = false;
@@ -600,28 +640,9 @@ static void serve_completion(server *s, int fd, const char *body, size_t length)
         respond_error(fd, 400, "Bad Request", why);
         return;
     }
-    long id;
-    pthread_mutex_lock(&s->mutex);
-    id = ++s->next_completion;
-    bool stopping = s->stopping;
-    if (!stopping) {
-        r->next = s->inbox;
-        s->inbox = r;
-        pthread_cond_signal(&s->wake);
-    }
-    pthread_mutex_unlock(&s->mutex);
-    if (stopping) {
-        respond_error(fd, 503, "Service Unavailable", "the server is stopping");
-        r->references = 1;
-        request_release(r);
-        return;
-    }
-    bool client_gone = false;
-    if (stream) {
-        const char *header = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                             "Connection: close\r\n\r\n";
-        client_gone = !write_all(fd, header, strlen(header));
-    }
+    const long id = enqueue_request(s, fd, r);
+    if (id < 0) return;
+    bool client_gone = stream && !write_stream_header(fd);
     text_buffer all = {0};
     for (bool done = false; !done;) {
         char *text;
@@ -650,16 +671,7 @@ static void serve_completion(server *s, int fd, const char *body, size_t length)
     }
     if (client_gone && !r->done) cancel_request(s, r);
     if (r->failed) {
-        if (!stream) {
-            respond_error(fd, 400, "Bad Request", r->error);
-        } else if (!client_gone) {
-            text_buffer event = {0};
-            text_buffer_puts(&event, "data: {\"error\":{\"message\":");
-            text_buffer_json_string(&event, r->error, strlen(r->error));
-            text_buffer_puts(&event, "}}\n\ndata: [DONE]\n\n");
-            if (!event.failed) (void)write_all(fd, event.data, event.length);
-            text_buffer_free(&event);
-        }
+        respond_failure(fd, r, stream, client_gone);
     } else if (!stream && !client_gone) {
         text_buffer out = {0};
         completion_json(s, &out, id, r, all.data ? all.data : "", all.length, false, true);
@@ -882,28 +894,9 @@ static void serve_chat(server *s, int fd, const char *body, size_t length) {
         respond_error(fd, 400, "Bad Request", why);
         return;
     }
-    long id;
-    pthread_mutex_lock(&s->mutex);
-    id = ++s->next_completion;
-    bool stopping = s->stopping;
-    if (!stopping) {
-        r->next = s->inbox;
-        s->inbox = r;
-        pthread_cond_signal(&s->wake);
-    }
-    pthread_mutex_unlock(&s->mutex);
-    if (stopping) {
-        respond_error(fd, 503, "Service Unavailable", "the server is stopping");
-        r->references = 1;
-        request_release(r);
-        return;
-    }
-    bool client_gone = false;
-    if (stream) {
-        const char *header = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                             "Connection: close\r\n\r\n";
-        client_gone = !write_all(fd, header, strlen(header));
-    }
+    const long id = enqueue_request(s, fd, r);
+    if (id < 0) return;
+    bool client_gone = stream && !write_stream_header(fd);
     text_buffer content = {0}, reasoning = {0}, calls = {0};
     bool first = true;
     for (bool done = false; !done;) {
@@ -937,16 +930,7 @@ static void serve_chat(server *s, int fd, const char *body, size_t length) {
     }
     if (client_gone && !r->done) cancel_request(s, r);
     if (r->failed) {
-        if (!stream) {
-            respond_error(fd, 400, "Bad Request", r->error);
-        } else if (!client_gone) {
-            text_buffer event = {0};
-            text_buffer_puts(&event, "data: {\"error\":{\"message\":");
-            text_buffer_json_string(&event, r->error, strlen(r->error));
-            text_buffer_puts(&event, "}}\n\ndata: [DONE]\n\n");
-            if (!event.failed) (void)write_all(fd, event.data, event.length);
-            text_buffer_free(&event);
-        }
+        respond_failure(fd, r, stream, client_gone);
     } else if (!stream && !client_gone) {
         text_buffer out = {0};
         chat_completion_json(s, &out, id, r, &content, &reasoning, &calls);
