@@ -85,6 +85,10 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
                          "cuda backend: KV cache of %d blocks x %d positions (%zu bytes): cudaMalloc failed: %s",
                          n_blocks, block_size, bytes, cudaGetErrorName(e));
     }
+    /* Attention reads whole 128-position pieces of a block and masks the positions past the context: those must
+     * hold finite values (zeros until written). */
+    CUDA_CHECK(cudaMemsetAsync(core->kv_cache, 0, bytes, core->stream));
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
     KITE_TRY(decode_reserve_step(&b->decode, n_blocks));
     core->kv_layer_elements = layer_elements;
     core->kv_blocks = n_blocks;
@@ -359,7 +363,7 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
         }
     }
     if (status == KITE_OK && options.cuda_attention_cluster) {
-        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
+        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0};
         d->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
         for (int i = 0; i < N_BUCKETS; i++)
             bp->bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
@@ -415,7 +419,7 @@ extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices, i
 extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, size_t capacity) {
     const cuda_backend *b = as_cuda(self);
     const qwen3_config *c = &b->core.config;
-    const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim};
+    const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0};
     const int needed = c->n_kv_heads * b->core.head_groups;
     size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
                                  needed);

@@ -59,6 +59,7 @@ inline cuda_kv_layer kv_layer(const cuda_core *core, int layer) {
     kv.block_size = core->kv_block_size;
     kv.n_kv_heads = core->config.n_kv_heads;
     kv.head_dim = core->config.head_dim;
+    kv.n_blocks = core->kv_blocks + 1; /* with the scratch block */
     return kv;
 }
 

@@ -1,6 +1,7 @@
 /* Causal flash attention for prefill (and any step batch): the new tokens of each sequence attend to
- * its whole context in the paged KV cache (earlier chunks included), GQA, fp32 online softmax,
- * bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate).
+ * its whole context in the paged KV cache (earlier chunks included), GQA, fp32 online softmax.
+ * Caches with blocks of a multiple of 128 positions take the wgmma + TMA kernel (attention_prefill_wgmma.cu);
+ * other block sizes the kernel below, on bf16 mma.sync m16n8k16 tensor cores (fp32 accumulate).
  *
  * Grid (query tile, head, sequence); 4 warps, each owning 16 query rows of the 64-row tile. Keys and
  * values come in tiles of 64 positions, gathered from the cache blocks by cp.async into padded shared
@@ -8,6 +9,7 @@
  * V tile while Q.K^T runs. S = Q K^T stays in registers and is reused as the A operand of P V
  * (FlashAttention-2's layout trick), so only K and V pass through shared memory. */
 #include "backend/cuda/kernels/cuda_common.cuh"
+#include "backend/cuda/kernels/attention_prefill_wgmma.cuh"
 
 namespace {
 
@@ -226,9 +228,13 @@ extern "C" kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_prefill: head_dim %d heads %d kv heads %d",
                          kv.head_dim, n_heads, kv.n_kv_heads);
     if (seqs.n_seqs <= 0 || seqs.max_new_tokens <= 0) return KITE_OK;
+    const float scale_log2 = scale * 1.4426950408889634f;
+    if (attention_prefill_wgmma_fits(kv))
+        return attention_prefill_wgmma(static_cast<const bf16 *>(q), static_cast<bf16 *>(out), kv, seqs, n_heads,
+                                       scale_log2, static_cast<cudaStream_t>(stream));
     const dim3 grid(KITE_CEIL_DIV(seqs.max_new_tokens, BLOCK_M), n_heads, seqs.n_seqs);
     attention_prefill_kernel<<<grid, THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const bf16 *>(q), static_cast<bf16 *>(out), kv, seqs, n_heads, scale * 1.4426950408889634f);
+        static_cast<const bf16 *>(q), static_cast<bf16 *>(out), kv, seqs, n_heads, scale_log2);
     CUDA_CHECK_LAUNCH();
     return KITE_OK;
 }

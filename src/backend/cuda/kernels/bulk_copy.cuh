@@ -1,5 +1,6 @@
-/* Bulk copies global -> shared memory by the copy engine (cp.async.bulk), completed on an mbarrier, and the
- * mbarrier operations around them, for attention_decode_bulk.cu.
+/* Bulk copies global -> shared memory by the copy engine (cp.async.bulk, and its tensor form through a
+ * tensor map), completed on an mbarrier, and the mbarrier operations around them, for attention_decode_bulk.cu and
+ * attention_prefill.cu.
  * Addresses and sizes of a bulk copy are multiples of 16 bytes. */
 #ifndef KITE_BACKEND_CUDA_BULK_COPY_CUH
 #define KITE_BACKEND_CUDA_BULK_COPY_CUH
@@ -34,6 +35,15 @@ __device__ __forceinline__ void bulk_copy_to_smem(void *dst, const void *src, un
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      smem_address(dst)),
                  "l"(src), "r"(bytes), "r"(smem_address(bar))
+                 : "memory");
+}
+
+/* The box of a 2-D tensor map at element coordinates (inner, outer) into shared memory, in the map's swizzled
+ * layout. `map` is a __grid_constant__ kernel parameter (its address is a parameter-space address). */
+__device__ __forceinline__ void tensor_copy_2d_to_smem(void *dst, const void *map, int inner, int outer, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer),
+                 "r"(smem_address(bar))
                  : "memory");
 }
 

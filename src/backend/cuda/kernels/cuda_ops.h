@@ -59,6 +59,7 @@ typedef struct cuda_kv_layer {
     int32_t block_size;
     int32_t n_kv_heads;
     int32_t head_dim;
+    int32_t n_blocks; /* blocks in the layer's cache (the extent of the prefill attention's tensor map); 0: unknown */
 } cuda_kv_layer;
 
 /* The sequences of a step batch, on the device (see backend.h step_batch). */
