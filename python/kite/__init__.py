@@ -824,8 +824,7 @@ class Model:
         (content, reasoning, tool_calls), or with stream=True yields ChatDelta pieces as they are generated.
         Options: max_tokens (default: until the turn ends), temperature, top_k, top_p, min_p,
         repetition_penalty, presence_penalty, frequency_penalty (unset ones follow generation_config.json), seed
-        (default: a fresh one), stop (a
-        string or strings)."""
+        (default: a fresh one), stop (a string or strings)."""
         _flag("stream", stream)
         events, rendered = self._chat_events(messages, tools, enable_thinking, template_kwargs, options)
         if stream:
