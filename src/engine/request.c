@@ -26,9 +26,10 @@ static kite_status draw_fresh_seed(uint64_t *seed) {
 }
 
 /* The request's sampler: its kite_sampling with the logit_bias, and min_tokens over the ids that could end the
- * request (its stop ids, and the model's eos ids unless ignore_eos, as vLLM's all_stop_token_ids). */
+ * request (its stop ids, and the model's eos ids unless ignore_eos, as vLLM's all_stop_token_ids). *processes:
+ * whether it changes logits before temperature (sampler_params_process_logits). */
 static kite_status create_sampler(const kite_request *desc, int32_t vocab_size, const int32_t *eos_ids,
-                                  int32_t n_eos_ids, sampler **out) {
+                                  int32_t n_eos_ids, sampler **out, bool *processes) {
     sampler_params sp = sampler_params_from(&desc->sampling);
     if (desc->sampling.fresh_seed) KITE_TRY(draw_fresh_seed(&sp.seed));
     sp.logit_bias = desc->logit_bias;
@@ -45,6 +46,7 @@ static kite_status create_sampler(const kite_request *desc, int32_t vocab_size, 
     }
     sp.min_tokens_ids = ending_ids;
     sp.n_min_tokens_ids = n_ending;
+    *processes = sampler_params_process_logits(&sp);
     kite_status status = sampler_create(&sp, vocab_size, out); /* copies the ids */
     free(ending_ids);
     return status;
@@ -104,7 +106,8 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     r->on_token = desc->on_token;
     r->user_data = desc->user_data;
 
-    kite_status status = create_sampler(desc, vocab_size, eos_ids, n_eos_ids, &r->sampler);
+    bool processes = false;
+    kite_status status = create_sampler(desc, vocab_size, eos_ids, n_eos_ids, &r->sampler, &processes);
     if (status != KITE_OK) {
         request_free(r);
         return status;
@@ -112,9 +115,7 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     for (size_t i = 0; i < n_prompt; i++) sampler_accept_prompt(r->sampler, prompt[i]);
     /* A request whose logits are processed (penalties, logit_bias, min_tokens) is never read by argmax alone: the
      * backend's argmax and its reduced rows see the raw logits. */
-    const sampler_params sp = sampler_params_from(&desc->sampling);
-    r->greedy = desc->sampling.temperature == 0.0f && !sampler_params_process_logits(&sp) && desc->n_logit_bias == 0 &&
-                desc->min_tokens == 0;
+    r->greedy = desc->sampling.temperature == 0.0f && !processes;
 
     if (tok) {
         r->text_vocab_size = tokenizer_vocab_size(tok);

@@ -1,9 +1,12 @@
-/* The OpenAI / vLLM sampling fields through the engine on the CPU backend with the tiny checkpoint: logit_bias,
- * presence and frequency penalties (checked step by step against the raw logprobs the engine reports),
- * min_tokens with an eos the model would pick, ignore_eos, seeds alone and batched, fresh seeds, raw logprobs
- * under processing, and the refusals by field name. Each is run single and beside other requests. */
+/* The OpenAI / vLLM sampling fields through the engine with the tiny checkpoint: logit_bias, presence and
+ * frequency penalties (checked step by step against the raw logprobs the engine reports), min_tokens with an eos
+ * the model would pick, ignore_eos, seeds alone and batched, fresh seeds, raw logprobs under processing, and the
+ * refusals by field name. Each is run single and beside other requests. On the CPU backend, and then on CUDA
+ * where this build has it and a GPU is usable: there a batch of other shapes may round logits differently, so
+ * the comparisons across batch compositions are left to the CPU (DESIGN.md's near-tie rule covers them). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,7 @@ static const int32_t prompt_b[] = {785, 3974, 13876, 11};
 static const int32_t prompt_c[] = {40, 1079, 264};
 
 static kite_model *model;
+static bool exact_batches; /* the backend gives a row the same logits whatever else is in the batch (the CPU) */
 
 static kite_request request_for(const int32_t *prompt, size_t n, int32_t max_tokens, record *out) {
     kite_request r = kite_request_default();
@@ -85,7 +89,7 @@ static void test_logit_bias(void) {
     both[1].n_logit_bias = 1;
     run_batch(both, 2);
     CHECK(same_tokens(&alone, &biased));
-    CHECK(same_tokens(&plain_alone, &plain)); /* the neighbour's bias does not leak */
+    if (exact_batches) CHECK(same_tokens(&plain_alone, &plain)); /* the neighbour's bias does not leak */
 }
 
 /* Greedy with presence and frequency penalties: each token is the argmax of the raw logprobs (which the engine
@@ -129,7 +133,8 @@ static void test_penalties_against_raw_logprobs(void) {
     both[1].user_data = &beside;
     memset(&beside, 0, sizeof beside);
     run_batch(both, 2);
-    CHECK(same_tokens(&penalized, &beside));
+    CHECK(beside.n == 16);
+    if (exact_batches) CHECK(same_tokens(&penalized, &beside));
 }
 
 /* An eos the model is made to pick (bias +100): min_tokens holds it off, ignore_eos lets it through. */
@@ -194,7 +199,14 @@ static void test_seeds(void) {
     three[2].user_data = &batched;
     memset(&batched, 0, sizeof batched);
     run_batch(three, 3);
-    CHECK(same_tokens(&alone, &batched));
+    CHECK(batched.n == 20);
+    if (exact_batches) CHECK(same_tokens(&alone, &batched));
+    /* The same composition twice gives the same tokens on any backend. */
+    record again;
+    three[2].user_data = &again;
+    memset(&again, 0, sizeof again);
+    run_batch(three, 3);
+    CHECK(same_tokens(&batched, &again));
 
     kite_request fresh = request_for(prompt_a, 1, 20, &first);
     fresh.sampling.temperature = 1.0f;
@@ -222,6 +234,7 @@ static void test_top_logprobs_are_raw(void) {
     kite_request both[2] = {p, b};
     run_batch(both, 2);
     CHECK(plain.n == 1 && biased.n == 1 && biased.tokens[0] == 17);
+    /* Two rows of one batch with the same context: the same logits, on any backend. */
     CHECK(memcmp(plain.top_ids[0], biased.top_ids[0], sizeof plain.top_ids[0]) == 0);
     CHECK(memcmp(plain.top_logprobs[0], biased.top_logprobs[0], sizeof plain.top_logprobs[0]) == 0);
     double sum = 0.0; /* the top 20 of a log-softmax: probabilities that sum to at most 1 */
@@ -283,13 +296,15 @@ static void test_refusals(void) {
     expect_refused(r, "n_logprobs");
 }
 
-int main(void) {
+static void run_all(kite_backend_kind backend) {
     kite_load_params p = kite_load_params_default();
-    p.backend = KITE_BACKEND_CPU;
+    p.backend = backend;
     p.n_threads = 2;
+    model = NULL;
     kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &model);
     CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
-    if (!model) return test_finish();
+    if (!model) return;
+    exact_batches = backend == KITE_BACKEND_CPU;
     TEST_RUN(test_logit_bias);
     TEST_RUN(test_penalties_against_raw_logprobs);
     TEST_RUN(test_min_tokens_and_ignore_eos);
@@ -297,5 +312,17 @@ int main(void) {
     TEST_RUN(test_top_logprobs_are_raw);
     TEST_RUN(test_refusals);
     kite_model_free(model);
+    model = NULL;
+}
+
+int main(void) {
+    run_all(KITE_BACKEND_CPU);
+    kite_backend_probe_result probe;
+    if (kite_built_with_cuda() && kite_backend_probe(KITE_BACKEND_CUDA, 0, &probe) == KITE_OK && probe.available) {
+        printf("the same on CUDA (%s)\n", probe.device_name);
+        run_all(KITE_BACKEND_CUDA);
+    } else {
+        printf("CUDA not run here\n");
+    }
     return test_finish();
 }
