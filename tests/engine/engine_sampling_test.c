@@ -22,6 +22,8 @@ typedef struct record {
     float top_logprobs[MAX_TOKENS][KITE_MAX_LOGPROBS];
     int32_t n_top;
     int32_t n;
+    char text[256];
+    size_t text_length;
     kite_finish_reason finish;
 } record;
 
@@ -36,6 +38,10 @@ static void collect(const kite_token_event *event, void *user_data) {
             r->top_logprobs[r->n][k] = event->top_logprobs[k];
         }
         r->n++;
+    }
+    if (event->text_length > 0 && r->text_length + event->text_length < sizeof r->text) {
+        memcpy(r->text + r->text_length, event->text, event->text_length);
+        r->text_length += event->text_length;
     }
     if (event->finish != KITE_FINISH_NONE) r->finish = event->finish;
 }
@@ -185,6 +191,29 @@ static void test_min_tokens_and_ignore_eos(void) {
     for (int32_t i = 0; i < 3; i++) CHECK(stopped.tokens[i] != 4321);
 }
 
+/* Stop strings are looked for from the token after min_tokens on (vLLM's detokenizer): a stop string in the first
+ * min_tokens tokens' text stays in the output. Token 1234 is "Item" in the tiny checkpoint's vocabulary. */
+static void test_min_tokens_and_stop_strings(void) {
+    const kite_logit_bias to_item[1] = {{1234, 100.0f}};
+    const char *const stop[1] = {"Item"};
+    record at_once, held;
+    kite_request r = request_for(prompt_a, 1, 10, &at_once);
+    r.logit_bias = to_item;
+    r.n_logit_bias = 1;
+    r.stop_strings = stop;
+    r.n_stop_strings = 1;
+    run_batch(&r, 1);
+    CHECK_MSG(at_once.n == 1 && at_once.text_length == 0 && at_once.finish == KITE_FINISH_STOP, "%d tokens, '%.*s'",
+              at_once.n, (int)at_once.text_length, at_once.text);
+    r.min_tokens = 2;
+    r.user_data = &held;
+    memset(&held, 0, sizeof held);
+    run_batch(&r, 1);
+    CHECK_MSG(held.n == 3 && held.finish == KITE_FINISH_STOP, "%d tokens, finish %d", held.n, held.finish);
+    CHECK_MSG(held.text_length == 8 && memcmp(held.text, "ItemItem", 8) == 0, "'%.*s'", (int)held.text_length,
+              held.text);
+}
+
 /* A seeded request gives the same tokens alone and beside others; fresh seeds differ from run to run. */
 static void test_seeds(void) {
     record alone, batched, first, second, greedy;
@@ -308,6 +337,7 @@ static void run_all(kite_backend_kind backend) {
     TEST_RUN(test_logit_bias);
     TEST_RUN(test_penalties_against_raw_logprobs);
     TEST_RUN(test_min_tokens_and_ignore_eos);
+    TEST_RUN(test_min_tokens_and_stop_strings);
     TEST_RUN(test_seeds);
     TEST_RUN(test_top_logprobs_are_raw);
     TEST_RUN(test_refusals);
