@@ -81,7 +81,8 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     if (desc->max_tokens > 0 && desc->min_tokens > desc->max_tokens)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: min_tokens %d is more than max_tokens %d",
                          desc->min_tokens, desc->max_tokens);
-    if (desc->n_logit_bias < 0 || desc->n_logit_bias > KITE_MAX_LOGIT_BIAS || (desc->n_logit_bias > 0 && !desc->logit_bias))
+    if (desc->n_logit_bias < 0 || desc->n_logit_bias > KITE_MAX_LOGIT_BIAS ||
+        (desc->n_logit_bias > 0 && !desc->logit_bias))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: logit_bias has %d entries, at most %d",
                          desc->n_logit_bias, KITE_MAX_LOGIT_BIAS);
     if (desc->sampling.fresh_seed && desc->sampling.seed != 0)

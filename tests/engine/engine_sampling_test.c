@@ -70,7 +70,8 @@ static void run_batch(kite_request *requests, int n) {
     kite_engine *e = NULL;
     CHECK(kite_engine_create(model, NULL, &e) == KITE_OK);
     if (!e) return;
-    for (int i = 0; i < n; i++) CHECK_MSG(kite_engine_submit(e, &requests[i], NULL) == KITE_OK, "%s", kite_last_error());
+    for (int i = 0; i < n; i++)
+        CHECK_MSG(kite_engine_submit(e, &requests[i], NULL) == KITE_OK, "%s", kite_last_error());
     CHECK(kite_engine_run(e) == KITE_OK);
     kite_engine_free(e);
 }
@@ -119,7 +120,8 @@ static void test_penalties_against_raw_logprobs(void) {
             const int32_t id = penalized.top_ids[i][k];
             int count = 0;
             for (int32_t j = 0; j < i; j++) count += penalized.tokens[j] == id;
-            const double score = (double)penalized.top_logprobs[i][k] - frequency * count - (count > 0 ? presence : 0.0);
+            const double score =
+                (double)penalized.top_logprobs[i][k] - frequency * count - (count > 0 ? presence : 0.0);
             if (score > best_score) best_score = score;
             if (id == penalized.tokens[i]) {
                 chosen_score = score;
