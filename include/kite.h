@@ -195,8 +195,14 @@ typedef struct kite_sampling {
     int32_t top_k;            /* 0 = off */
     float top_p;              /* 1 = off */
     float min_p;              /* 0 = off */
-    float repetition_penalty; /* 1 = off; applies to prompt and generated tokens */
-    uint64_t seed;            /* same seed, same tokens */
+    float repetition_penalty; /* > 0, 1 = off; over the prompt and generated tokens (vLLM): a positive logit of a
+                                 token seen is divided by it, a negative one multiplied */
+    uint64_t seed;            /* same seed, same tokens, alone or batched with other requests */
+    bool fresh_seed;          /* the request gives no seed: one is drawn from the system's entropy at submit
+                                 (OpenAI's and vLLM's request without `seed`); seed must then be 0 */
+    float presence_penalty;   /* [-2, 2], 0 = off; subtracted once from the logit of every token generated so far
+                                 (OpenAI's; the prompt does not count, as in vLLM) */
+    float frequency_penalty;  /* [-2, 2], 0 = off; subtracted from a token's logit once per time it was generated */
 } kite_sampling;
 
 kite_sampling kite_sampling_default(void); /* greedy */
@@ -215,6 +221,13 @@ typedef int64_t kite_request_id;
 
 #define KITE_MAX_LOGPROBS 20 /* the most top log-probabilities a request can ask for per token */
 #define KITE_MAX_STOP_IDS 16  /* the most stop ids a request can give */
+#define KITE_MAX_LOGIT_BIAS 300 /* the most logit_bias entries a request can give */
+
+/* One entry of a request's logit_bias (OpenAI's map from token id to bias). */
+typedef struct kite_logit_bias {
+    int32_t token; /* in [0, vocab_size) */
+    float bias;    /* in [-100, 100]; added to the token's logit */
+} kite_logit_bias;
 
 /* What a request produced in one step. `text` is the newly completed text (it may be empty while a
  * UTF-8 sequence or a possible stop string is held back); all text of a request, concatenated, equals
@@ -224,7 +237,8 @@ typedef struct kite_token_event {
     int32_t token;              /* -1 on a final event that carries no token (cancel, capacity) */
     const char *text;
     size_t text_length;
-    float logprob;              /* log-softmax of the raw logits at `token` */
+    float logprob;              /* log-softmax of the raw logits at `token`: before logit_bias, min_tokens,
+                                   penalties and temperature (vLLM's default logprobs_mode, raw_logprobs) */
     int32_t n_top;              /* the request's n_logprobs */
     const int32_t *top_ids;     /* n_top ids, best first */
     const float *top_logprobs;
@@ -244,8 +258,13 @@ typedef struct kite_request {
     int32_t n_stop_strings;
     const int32_t *stop_ids;   /* more ids that end the request like an eos id, even with ignore_eos (at most */
     int32_t n_stop_ids;        /* KITE_MAX_STOP_IDS; kite_chat_stop_ids gives a chat's) */
-    bool ignore_eos;
-    int32_t n_logprobs;        /* top log-probabilities reported per token (0..KITE_MAX_LOGPROBS) */
+    bool ignore_eos;           /* the model's eos ids do not end the request (stop_ids still do) */
+    int32_t min_tokens;        /* >= 0, at most max_tokens when that is set: before this many tokens, the eos ids
+                                  (unless ignore_eos) and stop ids cannot be chosen (their logits are -inf, as in
+                                  vLLM) and stop strings are not looked for */
+    const kite_logit_bias *logit_bias; /* added to the logits before sampling; at most KITE_MAX_LOGIT_BIAS entries, */
+    int32_t n_logit_bias;              /* each token once; copied at submit */
+    int32_t n_logprobs;        /* top log-probabilities reported per token (0..KITE_MAX_LOGPROBS), raw as `logprob` */
     kite_token_callback on_token;
     void *user_data;
 } kite_request;

@@ -136,7 +136,8 @@ kite_status kite_detokenize(const kite_model *m, const int32_t *ids, size_t n_id
 
 kite_sampling kite_sampling_default(void) {
     return (kite_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-                           .repetition_penalty = 1.0f, .seed = 0};
+                           .repetition_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
+                           .seed = 0, .fresh_seed = false};
 }
 
 const char *kite_finish_reason_string(kite_finish_reason reason) {

@@ -24,6 +24,11 @@ enum {
     RUN_STOP,
     RUN_IGNORE_EOS,
     RUN_LOGPROBS,
+    RUN_REPETITION_PENALTY,
+    RUN_PRESENCE_PENALTY,
+    RUN_FREQUENCY_PENALTY,
+    RUN_MIN_TOKENS,
+    RUN_LOGIT_BIAS,
     RUN_JSON,
 };
 
@@ -36,7 +41,15 @@ static const cli_option run_options[] = {
     {RUN_MAX_TOKENS, "max-tokens", 'n', "N", "new tokens at most (default 256; 0 = until eos or the context limit)",
      false},
     CLI_SAMPLING_OPTIONS,
-    {RUN_SEED, "seed", 0, "S", "the sampling seed (default 0): same seed, same tokens", false},
+    {RUN_REPETITION_PENALTY, "repetition-penalty", 0, "R", "vLLM's name of --repeat-penalty", false},
+    {RUN_PRESENCE_PENALTY, "presence-penalty", 0, "P",
+     "subtract P from the logit of every token generated so far, in [-2, 2] (default 0 = off)", false},
+    {RUN_FREQUENCY_PENALTY, "frequency-penalty", 0, "F",
+     "subtract F per time a token was generated, in [-2, 2] (default 0 = off)", false},
+    {RUN_LOGIT_BIAS, "logit-bias", 0, "ID=BIAS", "add BIAS in [-100, 100] to token ID's logit", true},
+    {RUN_MIN_TOKENS, "min-tokens", 0, "N", "no end-of-text, stop id or stop string before N tokens (default 0)",
+     false},
+    {RUN_SEED, "seed", 0, "S", "the sampling seed: same seed, same tokens (default: a fresh one each run)", false},
     {RUN_STOP, "stop", 0, "STR", "stop when STR appears (STR is not printed)", true},
     {RUN_IGNORE_EOS, "ignore-eos", 0, NULL, "keep generating past the end-of-text token", false},
     {RUN_LOGPROBS, "logprobs", 0, "K", "report the top K log-probabilities of each token (with --json)", false},
@@ -49,6 +62,24 @@ static const cli_command run_command = {
     sizeof run_options / sizeof run_options[0]};
 
 #define MAX_STOP_STRINGS 64
+
+/* One --logit-bias ID=BIAS into *out; false after a message. */
+static bool parse_logit_bias(const char *text, kite_logit_bias *out) {
+    const char *equals = strchr(text, '=');
+    char id_text[32];
+    if (!equals || (size_t)(equals - text) >= sizeof id_text) {
+        fprintf(stderr, "kite: --logit-bias: '%s' is not ID=BIAS\n", text);
+        return false;
+    }
+    memcpy(id_text, text, (size_t)(equals - text));
+    id_text[equals - text] = '\0';
+    long long id;
+    double bias;
+    if (!cli_parse_int("--logit-bias", id_text, 0, INT32_MAX, &id)) return false;
+    if (!cli_parse_float("--logit-bias", equals + 1, -100.0, 100.0, &bias)) return false;
+    *out = (kite_logit_bias){(int32_t)id, (float)bias};
+    return true;
+}
 
 typedef struct generation {
     int32_t *prompt;
@@ -223,13 +254,17 @@ int cmd_run(int argc, char **argv) {
     kite_engine_params engine_params = kite_engine_params_default();
     kite_request request = kite_request_default();
     request.max_tokens = 256;
+    request.sampling.fresh_seed = true; /* until --seed gives one */
     const char *stops[MAX_STOP_STRINGS];
     int32_t n_stops = 0;
+    kite_logit_bias biases[KITE_MAX_LOGIT_BIAS];
+    int32_t n_biases = 0;
     bool json = false;
     cli_parser parser;
     cli_parser_init(&parser, &run_command, argc, argv);
     for (int id; (id = cli_parser_next(&parser)) != CLI_END;) {
         long long iv;
+        double fv;
         switch (id) {
         case CLI_HELP: return 0;
         case CLI_ERROR: return 2;
@@ -247,6 +282,31 @@ int cmd_run(int argc, char **argv) {
         case RUN_SEED:
             if (!cli_value_int(&parser, 0, INT64_MAX, &iv)) return 2;
             request.sampling.seed = (uint64_t)iv;
+            request.sampling.fresh_seed = false;
+            break;
+        case RUN_REPETITION_PENALTY:
+            if (!cli_value_float(&parser, 0.01, 100.0, &fv)) return 2; /* as --repeat-penalty */
+            request.sampling.repetition_penalty = (float)fv;
+            break;
+        case RUN_PRESENCE_PENALTY:
+            if (!cli_value_float(&parser, -2.0, 2.0, &fv)) return 2;
+            request.sampling.presence_penalty = (float)fv;
+            break;
+        case RUN_FREQUENCY_PENALTY:
+            if (!cli_value_float(&parser, -2.0, 2.0, &fv)) return 2;
+            request.sampling.frequency_penalty = (float)fv;
+            break;
+        case RUN_MIN_TOKENS:
+            if (!cli_value_int(&parser, 0, INT32_MAX, &iv)) return 2;
+            request.min_tokens = (int32_t)iv;
+            break;
+        case RUN_LOGIT_BIAS:
+            if (n_biases == KITE_MAX_LOGIT_BIAS) {
+                fprintf(stderr, "kite: at most %d --logit-bias entries\n", KITE_MAX_LOGIT_BIAS);
+                return 2;
+            }
+            if (!parse_logit_bias(parser.value, &biases[n_biases])) return 2;
+            n_biases++;
             break;
         case RUN_STOP:
             if (n_stops == MAX_STOP_STRINGS) {
@@ -287,6 +347,8 @@ int cmd_run(int argc, char **argv) {
     }
     request.stop_strings = stops;
     request.n_stop_strings = n_stops;
+    request.logit_bias = biases;
+    request.n_logit_bias = n_biases;
 
     int32_t *prompt_ids = NULL;
     size_t n_prompt_ids = 0;

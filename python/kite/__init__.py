@@ -44,7 +44,13 @@ class _ModelInfo(ctypes.Structure):
 
 class _Sampling(ctypes.Structure):
     _fields_ = [("temperature", ctypes.c_float), ("top_k", c_int32), ("top_p", ctypes.c_float),
-                ("min_p", ctypes.c_float), ("repetition_penalty", ctypes.c_float), ("seed", c_uint64)]
+                ("min_p", ctypes.c_float), ("repetition_penalty", ctypes.c_float), ("seed", c_uint64),
+                ("fresh_seed", ctypes.c_bool), ("presence_penalty", ctypes.c_float),
+                ("frequency_penalty", ctypes.c_float)]
+
+
+class _LogitBias(ctypes.Structure):
+    _fields_ = [("token", c_int32), ("bias", ctypes.c_float)]
 
 
 class _TokenEvent(ctypes.Structure):
@@ -62,7 +68,8 @@ class _Request(ctypes.Structure):
                 ("prompt_text", ctypes.c_char_p), ("prompt_text_length", c_size_t), ("sampling", _Sampling),
                 ("max_tokens", c_int32), ("stop_strings", ctypes.POINTER(ctypes.c_char_p)),
                 ("n_stop_strings", c_int32), ("stop_ids", ctypes.POINTER(c_int32)), ("n_stop_ids", c_int32),
-                ("ignore_eos", ctypes.c_bool), ("n_logprobs", c_int32),
+                ("ignore_eos", ctypes.c_bool), ("min_tokens", c_int32),
+                ("logit_bias", ctypes.POINTER(_LogitBias)), ("n_logit_bias", c_int32), ("n_logprobs", c_int32),
                 ("on_token", _TokenCallback), ("user_data", ctypes.c_void_p)]
 
 
@@ -104,11 +111,13 @@ class _EngineStats(ctypes.Structure):
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 # Generation options and their defaults (greedy, up to 128 new tokens), shared by generate, generate_batch
-# and stream.
+# and stream; the names are OpenAI's / vLLM's. seed None draws a fresh seed per request.
 _DEFAULT_OPTIONS = {"max_tokens": 128, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-                    "repetition_penalty": 1.0, "seed": 0, "stop": (), "ignore_eos": False, "logprobs": 0}
+                    "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": None,
+                    "stop": (), "ignore_eos": False, "min_tokens": 0, "logit_bias": None, "logprobs": 0}
 _FINISH = {0: None, 1: "length", 2: "stop", 3: "cancelled", 4: "capacity"}
 _MAX_LOGPROBS = 20  # KITE_MAX_LOGPROBS
+_MAX_LOGIT_BIAS = 300  # KITE_MAX_LOGIT_BIAS
 
 
 class KiteError(RuntimeError):
@@ -197,8 +206,28 @@ def _stop_strings(stop):
     return encoded
 
 
+def _logit_bias(value):
+    """OpenAI's logit_bias, {token id: bias} (ids as ints or their decimal strings, as in the JSON), as an array
+    of kite_logit_bias; None when there is none. The library checks the ranges and the vocabulary."""
+    if value is None:
+        return None
+    if not isinstance(value, abc.Mapping):
+        raise KiteError(f"kite: logit_bias must be a mapping of token id to bias, not {type(value).__name__}")
+    if len(value) > _MAX_LOGIT_BIAS:
+        raise KiteError(f"kite: logit_bias has {len(value)} entries, at most {_MAX_LOGIT_BIAS}")
+    entries = []
+    for key, bias in value.items():
+        if isinstance(key, str) and key.lstrip("-").isdigit():
+            key = int(key)
+        entries.append(_LogitBias(_integer("logit_bias token", key, -_INT32_MAX - 1, _INT32_MAX),
+                                  _real(f"logit_bias[{key}]", bias)))
+    if not entries:
+        return None
+    return (_LogitBias * len(entries))(*entries)
+
+
 def _sampling_option(name, value):
-    """top_k is an int32 count; temperature, top_p, min_p and repetition_penalty are C floats."""
+    """top_k is an int32 count; temperature, top_p, min_p and the penalties are C floats."""
     return _integer(name, value, 0, _INT32_MAX) if name == "top_k" else _real(name, value)
 
 
@@ -545,12 +574,21 @@ class Model:
             request.prompt_ids, request.n_prompt_ids = ids, n
             keep.append(ids)
         s = request.sampling
-        for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):
+        for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                     "frequency_penalty"):
             setattr(s, name, _sampling_option(name, o[name]))
-        s.seed = _integer("seed", o["seed"], 0, _UINT64_MAX)
+        if o["seed"] is None:
+            s.seed, s.fresh_seed = 0, True
+        else:
+            s.seed = _integer("seed", o["seed"], 0, _UINT64_MAX)
         request.max_tokens = _integer("max_tokens", o["max_tokens"], 0, _INT32_MAX)
         request.ignore_eos = _flag("ignore_eos", o["ignore_eos"])
+        request.min_tokens = _integer("min_tokens", o["min_tokens"], 0, _INT32_MAX)
         request.n_logprobs = _integer("logprobs", o["logprobs"], 0, _MAX_LOGPROBS)
+        bias = _logit_bias(o["logit_bias"])
+        if bias is not None:
+            request.logit_bias, request.n_logit_bias = bias, len(bias)
+            keep.append(bias)
         encoded = _stop_strings(o["stop"])
         if encoded:
             strings = (ctypes.c_char_p * len(encoded))(*encoded)
@@ -633,7 +671,9 @@ class Model:
     def generate_batch(self, prompts: Sequence[Union[str, Sequence[int]]], **options) -> List[Completion]:
         """Runs every prompt as one continuous batch; returns their completions in order. Options (defaults
         in _DEFAULT_OPTIONS): max_tokens, temperature (0 = greedy), top_k, top_p, min_p, repetition_penalty,
-        seed, stop (a string or strings), ignore_eos, logprobs (top-K per token, at most 20)."""
+        presence_penalty, frequency_penalty (OpenAI's, over the generated tokens), seed (None: a fresh one), stop (a
+        string or strings), ignore_eos, min_tokens, logit_bias ({token id: bias in [-100, 100]}), logprobs (top-K
+        per token, at most 20; raw logprobs, before bias and penalties, as vLLM's default)."""
         if isinstance(prompts, (str, bytes, bytearray)) or not isinstance(prompts, abc.Iterable):
             raise KiteError(f"kite: prompts must be a sequence of prompts, not {type(prompts).__name__}")
         prepared = [self._request(p, options) for p in prompts]
@@ -726,7 +766,8 @@ class Model:
         finally:
             self._lib.kite_chat_prompt_free(ctypes.byref(prompt))
 
-    _SAMPLING_NAMES = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+    _SAMPLING_NAMES = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                       "frequency_penalty")
     _CHAT_OPTIONS = set(_SAMPLING_NAMES) | {"max_tokens", "seed", "stop"}
 
     def _chat_events(self, messages, tools, enable_thinking, template_kwargs, options):
@@ -782,8 +823,8 @@ class Model:
         """Answers OpenAI-style messages through the checkpoint's chat template. Returns a ChatCompletion
         (content, reasoning, tool_calls), or with stream=True yields ChatDelta pieces as they are generated.
         Options: max_tokens (default: until the turn ends), temperature, top_k, top_p, min_p,
-        repetition_penalty (unset ones follow generation_config.json), seed (default: a fresh one), stop (a
-        string or strings)."""
+        repetition_penalty, presence_penalty, frequency_penalty (unset ones follow generation_config.json), seed
+        (default: a fresh one), stop (a string or strings)."""
         _flag("stream", stream)
         events, rendered = self._chat_events(messages, tools, enable_thinking, template_kwargs, options)
         if stream:

@@ -3,8 +3,10 @@
  *
  * The run lives from the submit to the request's final event, where it frees itself: the engine calls a
  * request's callback with exactly one final event, also when the request ends inside kite_engine_submit. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "chat/chat_output.h"
 #include "kite.h"
@@ -151,13 +153,19 @@ kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const k
     if (!run) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "chat: out of memory");
     run->on_event = on_event;
     run->user_data = user_data;
+    /* A request without a seed (fresh_seed) gets fresh tool-call ids too, not the ids of seed 0. */
+    uint64_t id_seed = request->sampling.seed;
+    if (request->sampling.fresh_seed && getentropy(&id_seed, sizeof id_seed) != 0) {
+        run_free(run);
+        return kite_fail(KITE_ERROR_IO, "chat: getentropy for fresh tool-call ids failed: %s", strerror(errno));
+    }
     /* An open tool call holds at most what the answer may produce (64 bytes a token is more than any token). */
     const size_t max_call_bytes = request->max_tokens > 0 ? (size_t)request->max_tokens * 64 : (size_t)1 << 24;
     const chat_output_params params = {.reasoning = prompt->thinking,
                                        .starts_in_reasoning = prompt->thinking && prompt->starts_in_reasoning,
                                        .tools = prompt->has_tools,
                                        .max_call_bytes = max_call_bytes,
-                                       .id_seed = request->sampling.seed ^ 0x7001ca11ull};
+                                       .id_seed = id_seed ^ 0x7001ca11ull};
     kite_status status = chat_output_create(&params, &run->parser);
     if (status != KITE_OK) {
         run_free(run);

@@ -317,8 +317,8 @@ static kite_status engine_submit(kite_engine *e, const kite_request *desc, kite_
         e->requests_capacity = grown;
     }
     engine_request *r;
-    kite_status status = request_create(desc, prompt, n_prompt, e->model->config.vocab_size, e->model->tokenizer,
-                                        e->next_id, &r);
+    kite_status status = request_create(desc, prompt, n_prompt, e->model->config.vocab_size, e->model->config.eos_ids,
+                                        e->model->config.n_eos_ids, e->model->tokenizer, e->next_id, &r);
     free(encoded);
     if (status != KITE_OK) return status;
     e->next_id++;

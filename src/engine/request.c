@@ -1,7 +1,9 @@
 #include "engine/request.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "util/error.h"
 
@@ -16,8 +18,43 @@ static bool reserve_bytes(char **buffer, size_t *capacity, size_t needed) {
     return true;
 }
 
+/* A seed from the system's entropy, for a request that gives none (kite_sampling.fresh_seed). */
+static kite_status draw_fresh_seed(uint64_t *seed) {
+    if (getentropy(seed, sizeof *seed) != 0)
+        return kite_fail(KITE_ERROR_IO, "request: getentropy for a fresh seed failed: %s", strerror(errno));
+    return KITE_OK;
+}
+
+/* The request's sampler: its kite_sampling with the logit_bias, and min_tokens over the ids that could end the
+ * request (its stop ids, and the model's eos ids unless ignore_eos, as vLLM's all_stop_token_ids). *processes:
+ * whether it changes logits before temperature (sampler_params_process_logits). */
+static kite_status create_sampler(const kite_request *desc, int32_t vocab_size, const int32_t *eos_ids,
+                                  int32_t n_eos_ids, sampler **out, bool *processes) {
+    sampler_params sp = sampler_params_from(&desc->sampling);
+    if (desc->sampling.fresh_seed) KITE_TRY(draw_fresh_seed(&sp.seed));
+    sp.logit_bias = desc->logit_bias;
+    sp.n_logit_bias = desc->n_logit_bias;
+    sp.min_tokens = desc->min_tokens;
+    int32_t *ending_ids = NULL;
+    int32_t n_ending = 0;
+    if (desc->min_tokens > 0) {
+        ending_ids = malloc((size_t)(desc->n_stop_ids + n_eos_ids + 1) * sizeof *ending_ids);
+        if (!ending_ids) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
+        for (int32_t i = 0; i < desc->n_stop_ids; i++) ending_ids[n_ending++] = desc->stop_ids[i];
+        if (!desc->ignore_eos)
+            for (int32_t i = 0; i < n_eos_ids; i++) ending_ids[n_ending++] = eos_ids[i];
+    }
+    sp.min_tokens_ids = ending_ids;
+    sp.n_min_tokens_ids = n_ending;
+    *processes = sampler_params_process_logits(&sp);
+    kite_status status = sampler_create(&sp, vocab_size, out); /* copies the ids */
+    free(ending_ids);
+    return status;
+}
+
 kite_status request_create(const kite_request *desc, const int32_t *prompt, size_t n_prompt, int32_t vocab_size,
-                           const tokenizer *tok, kite_request_id id, engine_request **out) {
+                           const int32_t *eos_ids, int32_t n_eos_ids, const tokenizer *tok, kite_request_id id,
+                           engine_request **out) {
     *out = NULL;
     if (n_prompt == 0) return kite_fail(KITE_ERROR_INVALID_INPUT, "request: the prompt is empty");
     for (size_t i = 0; i < n_prompt; i++)
@@ -39,6 +76,18 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
                              desc->stop_ids[i], vocab_size);
     if (desc->n_stop_strings > 0 && !tok)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: stop strings need a model with a tokenizer");
+    if (desc->min_tokens < 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: min_tokens %d must be >= 0", desc->min_tokens);
+    if (desc->max_tokens > 0 && desc->min_tokens > desc->max_tokens)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: min_tokens %d is more than max_tokens %d",
+                         desc->min_tokens, desc->max_tokens);
+    if (desc->n_logit_bias < 0 || desc->n_logit_bias > KITE_MAX_LOGIT_BIAS ||
+        (desc->n_logit_bias > 0 && !desc->logit_bias))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: logit_bias has %d entries, at most %d",
+                         desc->n_logit_bias, KITE_MAX_LOGIT_BIAS);
+    if (desc->sampling.fresh_seed && desc->sampling.seed != 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: sampling.seed %llu and fresh_seed together (a fresh "
+                         "seed replaces it: give one or the other)", (unsigned long long)desc->sampling.seed);
 
     engine_request *r = calloc(1, sizeof *r);
     if (!r) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
@@ -51,21 +100,23 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     r->n_tokens = r->n_prompt = n_prompt;
     r->max_tokens = desc->max_tokens;
     r->ignore_eos = desc->ignore_eos;
+    r->min_tokens = desc->min_tokens;
     if (desc->n_stop_ids > 0) memcpy(r->stop_ids, desc->stop_ids, (size_t)desc->n_stop_ids * sizeof(int32_t));
     r->n_stop_ids = desc->n_stop_ids;
     r->n_logprobs = desc->n_logprobs;
     r->on_token = desc->on_token;
     r->user_data = desc->user_data;
 
-    const kite_sampling *s = &desc->sampling;
-    const sampler_params sp = sampler_params_from(s);
-    kite_status status = sampler_create(&sp, vocab_size, &r->sampler);
+    bool processes = false;
+    kite_status status = create_sampler(desc, vocab_size, eos_ids, n_eos_ids, &r->sampler, &processes);
     if (status != KITE_OK) {
         request_free(r);
         return status;
     }
-    for (size_t i = 0; i < n_prompt; i++) sampler_accept(r->sampler, prompt[i]);
-    r->greedy = s->temperature == 0.0f && s->repetition_penalty == 1.0f;
+    for (size_t i = 0; i < n_prompt; i++) sampler_accept_prompt(r->sampler, prompt[i]);
+    /* A request whose logits are processed (penalties, logit_bias, min_tokens) is never read by argmax alone: the
+     * backend's argmax and its reduced rows see the raw logits. */
+    r->greedy = desc->sampling.temperature == 0.0f && !processes;
 
     if (tok) {
         r->text_vocab_size = tokenizer_vocab_size(tok);
@@ -150,7 +201,10 @@ kite_status request_append_token(engine_request *r, int32_t token, const int32_t
     for (int32_t i = 0; i < n_eos_ids; i++) is_eos |= token == eos_ids[i];
     bool is_stop_id = false;
     for (int32_t i = 0; i < r->n_stop_ids; i++) is_stop_id |= token == r->stop_ids[i];
-    if ((is_eos && !r->ignore_eos) || is_stop_id) {
+    /* Before min_tokens, nothing but a length limit ends the request (vLLM's check_stop); the sampler has masked
+     * the eos and stop ids meanwhile, so this only decides a token that came anyway. */
+    const bool may_stop = r->n_generated >= r->min_tokens;
+    if (may_stop && ((is_eos && !r->ignore_eos) || is_stop_id)) {
         r->finish = KITE_FINISH_STOP; /* the eos token's text is not part of the output */
     } else if (r->detokenizer && token < r->text_vocab_size) {
         /* Ids past the tokenizer's vocabulary (config.json's vocab_size pads the lm_head, 151,936 rows against
@@ -163,7 +217,8 @@ kite_status request_append_token(engine_request *r, int32_t token, const int32_t
             return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
         memcpy(r->text + r->text_length, piece, piece_length);
         r->text_length += piece_length;
-        if (apply_stop_strings(r, start)) {
+        /* Stop strings count from the token after min_tokens, as vLLM's detokenizer looks for them. */
+        if (r->n_generated > r->min_tokens && apply_stop_strings(r, start)) {
             r->finish = KITE_FINISH_STOP;
             stop_string_hit = true;
         }

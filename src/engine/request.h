@@ -34,9 +34,10 @@ typedef struct engine_request {
     int32_t n_blocks, block_table_capacity;
 
     sampler *sampler;
-    bool greedy;          /* temperature 0 and no penalty: the backend's argmax is enough */
+    bool greedy;          /* temperature 0, no penalty, bias or min_tokens: the backend's argmax is enough */
     int32_t max_tokens;   /* 0 = no limit but the context */
     bool ignore_eos;
+    int32_t min_tokens;   /* eos, stop ids and stop strings end the request only from this many tokens on */
     int32_t stop_ids[KITE_MAX_STOP_IDS]; /* end the request like eos, ignore_eos or not */
     int32_t n_stop_ids;
     int32_t n_logprobs;
@@ -56,9 +57,11 @@ typedef struct engine_request {
     bool finish_reported;
 } engine_request;
 
-/* Builds a request from the public description. The prompt must already be token ids. */
+/* Builds a request from the public description, validating every field (kite_fail names it). The prompt must
+ * already be token ids; `eos_ids` are the model's (min_tokens masks them). */
 kite_status request_create(const kite_request *desc, const int32_t *prompt, size_t n_prompt, int32_t vocab_size,
-                           const tokenizer *tok, kite_request_id id, engine_request **out);
+                           const int32_t *eos_ids, int32_t n_eos_ids, const tokenizer *tok, kite_request_id id,
+                           engine_request **out);
 void request_free(engine_request *r);
 
 /* Appends a sampled token: updates the sampler context, the text, and the finish reason (eos, stop

@@ -12,7 +12,7 @@
 /* One token still in the running. `weight` is exp((logit - max_logit) / temperature): the top token has
  * weight 1, so weights never overflow and a probability ratio to the top token is just a weight. */
 typedef struct sampler_candidate {
-    float logit; /* after the repetition penalty, before temperature */
+    float logit; /* after processing (bias, min_tokens, penalties), before temperature */
     int32_t id;
     float weight;
 } sampler_candidate;
@@ -27,10 +27,16 @@ struct sampler {
     sampler_params params;
     int32_t vocab_size;
     uint64_t rng_state[4];          /* xoshiro256** */
-    uint8_t *in_context;            /* [vocab_size]: 1 once the token was accepted */
+    uint8_t *in_context;            /* [vocab_size]: 1 once the token was accepted (prompt or generated) */
     int32_t *context_ids;           /* the distinct accepted ids, so the penalty costs O(distinct), not O(V) */
     int32_t n_context_ids;
-    float *penalized;               /* [vocab_size] scratch: logits after the penalty */
+    int32_t *output_counts;         /* [vocab_size]: how often each token was generated */
+    int32_t *output_ids;            /* the distinct generated ids */
+    int32_t n_output_ids;
+    int32_t n_generated;            /* tokens generated so far (min_tokens) */
+    kite_logit_bias *logit_bias;    /* params.logit_bias, copied */
+    int32_t *min_tokens_ids;        /* params.min_tokens_ids, copied */
+    float *penalized;               /* [vocab_size] scratch: logits after processing */
     double bin_mass[SAMPLER_N_BINS];  /* scratch for top-p without top-k */
     sampler_candidate *candidates;  /* [vocab_size] scratch */
     sampler_candidate *sorted;      /* [vocab_size] scratch: the radix sort's other buffer */
@@ -212,19 +218,27 @@ static double log_sum_exp_shifted(const float *logits, int32_t n, float max_logi
 /* ---- parameters and lifetime ------------------------------------------------------------------- */
 
 sampler_params sampler_params_from(const kite_sampling *s) {
-    return (sampler_params){.temperature = s->temperature, .top_k = s->top_k, .top_p = s->top_p, .min_p = s->min_p,
-                            .repetition_penalty = s->repetition_penalty, .seed = s->seed};
+    sampler_params p = sampler_params_default();
+    p.temperature = s->temperature;
+    p.top_k = s->top_k;
+    p.top_p = s->top_p;
+    p.min_p = s->min_p;
+    p.repetition_penalty = s->repetition_penalty;
+    p.presence_penalty = s->presence_penalty;
+    p.frequency_penalty = s->frequency_penalty;
+    p.seed = s->seed;
+    return p;
 }
 
 sampler_params sampler_params_default(void) {
-    sampler_params p;
-    p.temperature = 1.0f;
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.repetition_penalty = 1.0f;
-    p.seed = 0;
-    return p;
+    return (sampler_params){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f,
+                            .presence_penalty = 0.0f, .frequency_penalty = 0.0f, .seed = 0, .logit_bias = NULL,
+                            .n_logit_bias = 0, .min_tokens = 0, .min_tokens_ids = NULL, .n_min_tokens_ids = 0};
+}
+
+bool sampler_params_process_logits(const sampler_params *p) {
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
+           p->n_logit_bias > 0 || (p->min_tokens > 0 && p->n_min_tokens_ids > 0);
 }
 
 static kite_status check_params(const sampler_params *p) {
@@ -249,6 +263,54 @@ static kite_status check_params(const sampler_params *p) {
                          "sampler: repetition_penalty %g must be finite and > 0 (1 = off)",
                          (double)p->repetition_penalty);
     }
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: presence_penalty %g must be in [-2, 2] (0 = off)",
+                         (double)p->presence_penalty);
+    }
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: frequency_penalty %g must be in [-2, 2] (0 = off)",
+                         (double)p->frequency_penalty);
+    }
+    return KITE_OK;
+}
+
+/* logit_bias and min_tokens against the vocabulary: every id in it, a bias in [-100, 100], each token once. */
+static kite_status check_token_params(const sampler_params *p, int32_t vocab_size) {
+    if (p->n_logit_bias < 0 || p->n_logit_bias > KITE_MAX_LOGIT_BIAS || (p->n_logit_bias > 0 && !p->logit_bias)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: logit_bias has %d entries, at most %d",
+                         (int)p->n_logit_bias, KITE_MAX_LOGIT_BIAS);
+    }
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const kite_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= vocab_size) {
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "sampler: logit_bias[%d]: token %d is outside the vocabulary [0, %d)", (int)i,
+                             (int)b->token, (int)vocab_size);
+        }
+        if (!(b->bias >= -100.0f && b->bias <= 100.0f)) {
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: logit_bias[%d]: bias %g of token %d must be in "
+                             "[-100, 100]", (int)i, (double)b->bias, (int)b->token);
+        }
+        for (int32_t j = 0; j < i; j++) { /* at most KITE_MAX_LOGIT_BIAS^2 / 2 comparisons */
+            if (p->logit_bias[j].token == b->token) {
+                return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: logit_bias[%d] and logit_bias[%d] both give "
+                                 "token %d", (int)j, (int)i, (int)b->token);
+            }
+        }
+    }
+    if (p->min_tokens < 0) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: min_tokens %d must be >= 0", (int)p->min_tokens);
+    }
+    if (p->n_min_tokens_ids < 0 || (p->n_min_tokens_ids > 0 && !p->min_tokens_ids)) {
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler: bad min_tokens ids (%d)", (int)p->n_min_tokens_ids);
+    }
+    for (int32_t i = 0; i < p->n_min_tokens_ids; i++) {
+        if (p->min_tokens_ids[i] < 0 || p->min_tokens_ids[i] >= vocab_size) {
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "sampler: min_tokens id %d is outside the vocabulary [0, %d)", (int)p->min_tokens_ids[i],
+                             (int)vocab_size);
+        }
+    }
     return KITE_OK;
 }
 
@@ -259,6 +321,7 @@ kite_status sampler_create(const sampler_params *params, int32_t vocab_size, sam
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_create: vocab_size %d must be > 0", (int)vocab_size);
     }
     KITE_TRY(check_params(params));
+    KITE_TRY(check_token_params(params, vocab_size));
 
     sampler *s = calloc(1, sizeof *s);
     if (!s) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "sampler_create: out of memory");
@@ -270,7 +333,29 @@ kite_status sampler_create(const sampler_params *params, int32_t vocab_size, sam
     s->penalized = malloc(n * sizeof *s->penalized);
     s->candidates = malloc(n * sizeof *s->candidates);
     s->sorted = malloc(n * sizeof *s->sorted);
-    if (!s->in_context || !s->context_ids || !s->penalized || !s->candidates || !s->sorted) {
+    bool ok = s->in_context && s->context_ids && s->penalized && s->candidates && s->sorted;
+    /* The generated-token counts cost O(vocab_size) memory, so only a request with those penalties has them. */
+    if (params->presence_penalty != 0.0f || params->frequency_penalty != 0.0f) {
+        s->output_counts = calloc(n, sizeof *s->output_counts);
+        s->output_ids = malloc(n * sizeof *s->output_ids);
+        ok = ok && s->output_counts && s->output_ids;
+    }
+    if (params->n_logit_bias > 0) {
+        s->logit_bias = malloc((size_t)params->n_logit_bias * sizeof *s->logit_bias);
+        if (s->logit_bias)
+            memcpy(s->logit_bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof *s->logit_bias);
+        ok = ok && s->logit_bias;
+    }
+    if (params->n_min_tokens_ids > 0) {
+        s->min_tokens_ids = malloc((size_t)params->n_min_tokens_ids * sizeof *s->min_tokens_ids);
+        if (s->min_tokens_ids)
+            memcpy(s->min_tokens_ids, params->min_tokens_ids,
+                   (size_t)params->n_min_tokens_ids * sizeof *s->min_tokens_ids);
+        ok = ok && s->min_tokens_ids;
+    }
+    s->params.logit_bias = s->logit_bias; /* the caller's arrays need not outlive sampler_create */
+    s->params.min_tokens_ids = s->min_tokens_ids;
+    if (!ok) {
         sampler_free(s);
         return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "sampler_create: out of memory for vocab_size %d",
                          (int)vocab_size);
@@ -285,38 +370,100 @@ void sampler_free(sampler *s) {
     if (!s) return;
     free(s->in_context);
     free(s->context_ids);
+    free(s->output_counts);
+    free(s->output_ids);
+    free(s->logit_bias);
+    free(s->min_tokens_ids);
     free(s->penalized);
     free(s->candidates);
     free(s->sorted);
     free(s);
 }
 
-void sampler_accept(sampler *s, int32_t token) {
+void sampler_accept_prompt(sampler *s, int32_t token) {
     if (!s || token < 0 || token >= s->vocab_size) return;
     if (s->in_context[token]) return;
     s->in_context[token] = 1;
     s->context_ids[s->n_context_ids++] = token;
 }
 
+void sampler_accept(sampler *s, int32_t token) {
+    if (!s) return;
+    if (s->n_generated < INT32_MAX) s->n_generated++;
+    sampler_accept_prompt(s, token);
+    if (!s->output_counts || token < 0 || token >= s->vocab_size) return;
+    if (s->output_counts[token] == 0) s->output_ids[s->n_output_ids++] = token;
+    if (s->output_counts[token] < INT32_MAX) s->output_counts[token]++;
+}
+
 /* ---- sampling ---------------------------------------------------------------------------------- */
 
-/* The logits after the repetition penalty: the caller's row itself when the penalty changes nothing,
- * else a copy with only the context tokens rewritten. */
-static const float *apply_repetition_penalty(sampler *s, const float *logits) {
-    float penalty = s->params.repetition_penalty;
-    if (penalty == 1.0f || s->n_context_ids == 0) return logits;
-    memcpy(s->penalized, logits, (size_t)s->vocab_size * sizeof *logits);
-    for (int32_t j = 0; j < s->n_context_ids; j++) {
-        int32_t id = s->context_ids[j];
-        float v = s->penalized[id];
-        if (v == -INFINITY) continue;
-        v = v > 0.0f ? v / penalty : v * penalty;
-        /* A finite logit stays finite, so "which tokens are possible" is not changed by the penalty. */
-        if (v > FLT_MAX) v = FLT_MAX;
-        if (v < -FLT_MAX) v = -FLT_MAX;
-        s->penalized[id] = v;
+/* A processed finite logit stays finite, so no bias or penalty changes which tokens are possible. */
+static inline float clamp_finite(float v) {
+    if (v > FLT_MAX) return FLT_MAX;
+    if (v < -FLT_MAX) return -FLT_MAX;
+    return v;
+}
+
+static bool repetition_active(const sampler *s) { return s->params.repetition_penalty != 1.0f && s->n_context_ids > 0; }
+
+static bool occurrence_active(const sampler *s) {
+    return (s->params.presence_penalty != 0.0f || s->params.frequency_penalty != 0.0f) && s->n_output_ids > 0;
+}
+
+static bool min_tokens_active(const sampler *s) {
+    return s->n_generated < s->params.min_tokens && s->params.n_min_tokens_ids > 0;
+}
+
+/* Whether step 1 changes this step's logits. */
+static bool processing_active(const sampler *s) {
+    return s->params.n_logit_bias > 0 || min_tokens_active(s) || repetition_active(s) || occurrence_active(s);
+}
+
+/* Step 1 (sampler.h) on a copy of the row in s->penalized, touching only the tokens it concerns: O(bias entries +
+ * min_tokens ids + distinct context tokens) after the copy. Returns the caller's row itself when nothing applies.
+ * The order and the float operations are vLLM's: bias, the min_tokens mask, repetition, frequency, presence. */
+static const float *process_logits(sampler *s, const float *logits) {
+    if (!processing_active(s)) return logits;
+    const sampler_params *p = &s->params;
+    float *work = s->penalized;
+    memcpy(work, logits, (size_t)s->vocab_size * sizeof *logits);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const int32_t id = p->logit_bias[i].token;
+        if (work[id] != -INFINITY) work[id] = clamp_finite(work[id] + p->logit_bias[i].bias);
     }
-    return s->penalized;
+    if (min_tokens_active(s))
+        for (int32_t i = 0; i < p->n_min_tokens_ids; i++) work[p->min_tokens_ids[i]] = -INFINITY;
+    if (repetition_active(s)) {
+        const float penalty = p->repetition_penalty;
+        for (int32_t j = 0; j < s->n_context_ids; j++) {
+            const int32_t id = s->context_ids[j];
+            const float v = work[id];
+            if (v != -INFINITY) work[id] = clamp_finite(v > 0.0f ? v / penalty : v * penalty);
+        }
+    }
+    if (occurrence_active(s)) {
+        for (int32_t j = 0; j < s->n_output_ids; j++) {
+            const int32_t id = s->output_ids[j];
+            float v = work[id];
+            if (v == -INFINITY) continue;
+            v = v - p->frequency_penalty * (float)s->output_counts[id];
+            v = v - p->presence_penalty;
+            work[id] = clamp_finite(v);
+        }
+    }
+    return work;
+}
+
+kite_status sampler_process_logits(sampler *s, const float *logits, float *processed) {
+    if (!s || !logits || !processed)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "sampler_process_logits: NULL argument");
+    float max_logit = 0.0f;
+    int32_t n_finite = 0;
+    KITE_TRY(check_logits(logits, s->vocab_size, &max_logit, &n_finite));
+    const float *work = process_logits(s, logits);
+    if (work != processed) memcpy(processed, work, (size_t)s->vocab_size * sizeof *processed);
+    return KITE_OK;
 }
 
 /* exp((logit - max_logit) / temperature) in [0, 1]. The division is in double because 1/temperature
@@ -433,15 +580,21 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
     int32_t n_finite = 0;
     KITE_TRY(check_logits(logits, vocab_size, &raw_max, &n_finite));
 
-    const float *work = apply_repetition_penalty(s, logits);
+    const float *work = process_logits(s, logits);
     float max_logit = -INFINITY;
     int32_t argmax = -1;
+    const bool processed = work != logits;
+    if (processed) n_finite = 0; /* min_tokens may have removed tokens: count again */
     for (int32_t i = 0; i < vocab_size; i++) {
+        if (processed && work[i] != -INFINITY) n_finite++;
         if (work[i] > max_logit) { /* strict: the lowest id wins a tie */
             max_logit = work[i];
             argmax = i;
         }
     }
+    if (argmax < 0)
+        return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: min_tokens masks every finite logit: no token can be "
+                         "chosen");
 
     int32_t token = argmax;
     if (p->temperature > 0.0f) {
@@ -484,8 +637,7 @@ kite_status sampler_sample(sampler *s, const float *logits, int32_t *token_out, 
 
 bool sampler_top_suffices(const sampler *s, int32_t n) {
     const sampler_params *p = &s->params;
-    const bool penalty_inert = p->repetition_penalty == 1.0f || s->n_context_ids == 0;
-    if (!penalty_inert) return false;
+    if (processing_active(s)) return false;
     if (p->temperature == 0.0f) return n >= 1; /* greedy: the best candidate */
     return p->top_k > 0 && p->top_k <= n;
 }
@@ -502,8 +654,8 @@ kite_status sampler_sample_top(sampler *s, const sampler_top_row *row, int32_t *
     const sampler_params *p = &s->params;
     if (!sampler_top_suffices(s, row->n))
         return kite_fail(KITE_ERROR_UNSUPPORTED, "sampler_sample_top: %d candidates cannot stand in for the row "
-                         "(temperature %g, top_k %d, repetition penalty %g)", (int)row->n, (double)p->temperature,
-                         (int)p->top_k, (double)p->repetition_penalty);
+                         "(temperature %g, top_k %d, or its logits are processed: penalties, logit_bias, min_tokens)",
+                         (int)row->n, (double)p->temperature, (int)p->top_k);
     if (row->n_finite <= 0)
         return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: all %d logits are -inf: no token can be chosen",
                          (int)s->vocab_size);

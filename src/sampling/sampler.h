@@ -4,9 +4,16 @@
  * sampler_accept) for the repetition penalty, and owns the seeded random generator, so the same
  * parameters, seed, context and logits always give the same tokens.
  *
- * The chain, in order (llama.cpp's default chain, Hugging Face's logits processors):
- *   1. repetition penalty   for every distinct token id in the context, a positive logit is divided by
- *                           the penalty, a negative one multiplied (as HF / vLLM; zero stays zero).
+ * The chain, in order (vLLM's sampler: its logits processors, then its penalties, then temperature and the
+ * filters):
+ *   1. processing           (sampler_process_logits) in vLLM's order: logit_bias is added; while fewer than
+ *                           min_tokens tokens were generated, the min_tokens ids (eos and stop ids) become -inf;
+ *                           the repetition penalty: for every distinct token id in the context (prompt and
+ *                           generated), a positive logit is divided by the penalty, a negative one multiplied
+ *                           (zero stays zero); the frequency penalty times the token's count among the generated
+ *                           tokens is subtracted, then the presence penalty once from every generated token (the
+ *                           prompt does not count for these two, as in vLLM and OpenAI). -inf stays -inf; a finite
+ *                           logit is kept finite (clamped to +-FLT_MAX), so only min_tokens removes tokens.
  *   2. greedy               when temperature == 0: the argmax of the penalized logits, lowest id on ties.
  *                           Nothing below runs and no random number is drawn.
  *   3. temperature          z_i = logit_i / temperature; probabilities below are softmax(z) over the
@@ -50,14 +57,25 @@ typedef struct sampler_params {
     float top_p;              /* in [0, 1]; 1 = off; 0 keeps only the most probable token */
     float min_p;              /* in [0, 1]; 0 = off */
     float repetition_penalty; /* > 0; 1 = off; > 1 discourages tokens already in the context */
+    float presence_penalty;   /* in [-2, 2]; 0 = off; over the generated tokens */
+    float frequency_penalty;  /* in [-2, 2]; 0 = off; over the generated tokens */
     uint64_t seed;            /* seeds the generator (splitmix64 -> xoshiro256**) */
+    const kite_logit_bias *logit_bias; /* n_logit_bias entries (<= KITE_MAX_LOGIT_BIAS, each token once, bias in */
+    int32_t n_logit_bias;              /* [-100, 100]); copied by sampler_create */
+    int32_t min_tokens;                /* >= 0: generated tokens before min_tokens_ids may be chosen */
+    const int32_t *min_tokens_ids;     /* the ids masked until then (eos and stop ids); copied by sampler_create */
+    int32_t n_min_tokens_ids;
 } sampler_params;
 
-/* temperature 1, top_k 0, top_p 1, min_p 0, repetition_penalty 1, seed 0: plain softmax sampling. */
+/* temperature 1, top_k 0, top_p 1, min_p 0, no penalty, bias or min_tokens, seed 0: plain softmax sampling. */
 sampler_params sampler_params_default(void);
 
-/* The same parameters as the public API spells them (kite_sampling, kite.h). */
+/* The same parameters as the public API spells them (kite_sampling, kite.h); bias and min_tokens off. */
 sampler_params sampler_params_from(const kite_sampling *s);
+
+/* Whether the parameters change logits before temperature (step 1 of the chain): a penalty, a bias or
+ * min_tokens. A greedy request without any of them is read by the backend's argmax alone. */
+bool sampler_params_process_logits(const sampler_params *p);
 
 typedef struct sampler sampler;
 
@@ -66,9 +84,16 @@ typedef struct sampler sampler;
 kite_status sampler_create(const sampler_params *params, int32_t vocab_size, sampler **out);
 void sampler_free(sampler *s);
 
-/* Records one context token for the repetition penalty; feed every prompt token, then every sampled
- * token. Ids outside [0, vocab_size) have no logit to penalize and are ignored. */
+/* Records one prompt token (for the repetition penalty); feed every prompt token before the first sample. */
+void sampler_accept_prompt(sampler *s, int32_t token);
+
+/* Records one generated token: for the repetition, presence and frequency penalties and min_tokens' count.
+ * Ids outside [0, vocab_size) have no logit to penalize; they still count as generated. */
 void sampler_accept(sampler *s, int32_t token);
+
+/* Step 1 of the chain on logits[0..vocab_size) into processed[0..vocab_size), exactly as sampler_sample sees
+ * them. NaN or +inf in logits is KITE_ERROR_INVALID_INPUT, as in sampler_sample. */
+kite_status sampler_process_logits(sampler *s, const float *logits, float *processed);
 
 /* Samples the next token from logits[0..vocab_size). Does not accept the token (call sampler_accept).
  * logprob_out (may be NULL) receives the log-softmax of the *unmodified* logits at the chosen token,
@@ -88,8 +113,10 @@ typedef struct sampler_top_row {
     double log_sum_exp;
 } sampler_top_row;
 
-/* Whether rows of n candidates carry everything sampler_sample would look at: a repetition penalty that
- * changes nothing (off, or no context yet), and greedy (temperature 0, n >= 1) or 0 < top_k <= n. */
+/* Whether rows of n candidates carry everything sampler_sample would look at: no processing that changes this
+ * step's logits (step 1: no bias, min_tokens reached, penalties off or with nothing to count yet), and greedy
+ * (temperature 0, n >= 1) or 0 < top_k <= n. The backend reduces raw logits, so a processed row is sampled
+ * whole. */
 bool sampler_top_suffices(const sampler *s, int32_t n);
 
 /* Whether sampler_sample_top will take this row (sufficient candidates, something finite, and greedy or

@@ -353,4 +353,30 @@ def info_names_the_backends():
     assert "cpu" in out and "cuda" in out
 
 
+@case
+def run_takes_the_openai_sampling_options():
+    common = ["run", "--model", os.path.join(DATA, "tiny"), "--prompt", "Hello", "--json", "--backend", "cpu"]
+    biased = last_json(run(*common, "--max-tokens", "4", "--ignore-eos", "--logit-bias", "1234=100",
+                           check_exit=0).stdout)
+    assert biased["tokens"] == [1234] * 4, biased
+    eos = json.load(open(os.path.join(DATA, "tiny", "config.json")))["eos_token_id"]
+    held = last_json(run(*common, "--max-tokens", "8", "--logit-bias", f"{eos}=100", "--min-tokens", "2",
+                         check_exit=0).stdout)
+    assert len(held["tokens"]) == 3 and held["tokens"][2] == eos and held["finish_reason"] == "stop", held
+    plain = last_json(run(*common, "--max-tokens", "12", "--ignore-eos", check_exit=0).stdout)["tokens"]
+    penalized = last_json(run(*common, "--max-tokens", "12", "--ignore-eos", "--presence-penalty", "2",
+                              "--frequency-penalty", "1", "--repetition-penalty", "1.2", check_exit=0).stdout)["tokens"]
+    assert len(penalized) == 12 and penalized != plain
+    sampled = [*common, "--max-tokens", "16", "--ignore-eos", "--temperature", "1"]
+    fresh = [last_json(run(*sampled, check_exit=0).stdout)["tokens"] for _ in range(2)]
+    assert fresh[0] != fresh[1], "without --seed each run draws a fresh seed"
+    for bad in (["--presence-penalty", "2.5"], ["--frequency-penalty", "-3"], ["--logit-bias", "5"],
+                ["--logit-bias", "5=101"], ["--logit-bias", "x=1"], ["--min-tokens", "-1"]):
+        assert run(*common, *bad).returncode == 2, bad
+    p = run(*common, "--max-tokens", "2", "--min-tokens", "3")
+    assert p.returncode == 1 and b"min_tokens 3 is more than max_tokens 2" in p.stderr, p.stderr
+    p = run(*common, "--logit-bias", "999999=1")
+    assert p.returncode == 1 and b"logit_bias[0]: token 999999" in p.stderr, p.stderr
+
+
 finish()

@@ -397,10 +397,10 @@ static void run_sampled(bool reduced, bool penalty, sampled_record *out) {
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
     const kite_sampling modes[4] = {
-        {0.8f, 20, 1.0f, 0.0f, 1.0f, 11},
-        {1.2f, 40, 0.9f, 0.05f, 1.0f, 12},
-        {0.0f, 0, 1.0f, 0.0f, 1.0f, 13},
-        {0.7f, 5, 1.0f, 0.0f, penalty ? 1.3f : 1.0f, 14},
+        {0.8f, 20, 1.0f, 0.0f, 1.0f, 11, false, 0.0f, 0.0f},
+        {1.2f, 40, 0.9f, 0.05f, 1.0f, 12, false, 0.0f, 0.0f},
+        {0.0f, 0, 1.0f, 0.0f, 1.0f, 13, false, 0.0f, 0.0f},
+        {0.7f, 5, 1.0f, 0.0f, penalty ? 1.3f : 1.0f, 14, false, 0.0f, 0.0f},
     };
     for (int i = 0; i < 4 && i < n_prompts; i++) {
         kite_request r = kite_request_default();

@@ -222,8 +222,9 @@ static void build_sampled(int i, kite_request *r, void *out) {
     r->n_prompt_ids = (size_t)prompt_lengths[i];
     r->max_tokens = N_STEPS;
     r->ignore_eos = true;
-    const kite_sampling modes[3] = {{0.8f, 20, 1.0f, 0.0f, 1.0f, 0}, {1.2f, 64, 0.9f, 0.05f, 1.0f, 0},
-                                    {0.0f, 0, 1.0f, 0.0f, 1.0f, 0}};
+    const kite_sampling modes[3] = {{0.8f, 20, 1.0f, 0.0f, 1.0f, 0, false, 0.0f, 0.0f},
+                                    {1.2f, 64, 0.9f, 0.05f, 1.0f, 0, false, 0.0f, 0.0f},
+                                    {0.0f, 0, 1.0f, 0.0f, 1.0f, 0, false, 0.0f, 0.0f}};
     r->sampling = modes[i % 3];
     r->sampling.seed = 100 + (uint64_t)i;
     r->on_token = sampled_collect;

@@ -454,4 +454,33 @@ def a_stop_string_is_one_string_not_its_characters():
             raises(lambda: m.generate(PROMPT, max_tokens=4, stop=stop), needle)
             raises(lambda: m.chat([{"role": "user", "content": "Hi"}], max_tokens=4, stop=stop), needle)
 
+@case
+def openai_sampling_fields_reach_the_library():
+    with model() as m:
+        eos = m.info["eos_ids"][0]
+        biased = m.generate(PROMPT, max_tokens=5, ignore_eos=True, logit_bias={1234: 100})
+        assert biased.tokens == [1234] * 5, biased.tokens
+        assert m.generate(PROMPT, max_tokens=5, ignore_eos=True, logit_bias={"1234": 100.0}).tokens == biased.tokens
+        plain = m.generate(PROMPT, max_tokens=16, ignore_eos=True)
+        penalized = m.generate(PROMPT, max_tokens=16, ignore_eos=True, presence_penalty=2.0, frequency_penalty=1.0)
+        assert len(penalized.tokens) == 16 and penalized.tokens != plain.tokens
+        assert m.generate(PROMPT, max_tokens=8, logit_bias={eos: 100}).tokens == [eos]
+        held = m.generate(PROMPT, max_tokens=8, logit_bias={eos: 100}, min_tokens=3)
+        assert len(held.tokens) == 4 and eos not in held.tokens[:3] and held.tokens[3] == eos, held.tokens
+        assert held.finish_reason == "stop"
+        seeded = dict(max_tokens=12, temperature=1.0, ignore_eos=True)
+        assert m.generate(PROMPT, seed=9, **seeded).tokens == m.generate(PROMPT, seed=9, **seeded).tokens
+        assert m.generate(PROMPT, **seeded).tokens != m.generate(PROMPT, **seeded).tokens  # fresh seeds
+        for options, needle in [(dict(presence_penalty=2.5), "presence_penalty"),
+                                (dict(frequency_penalty=-2.5), "frequency_penalty"),
+                                (dict(frequency_penalty="1"), "frequency_penalty"),
+                                (dict(logit_bias={10**6: 1}), "logit_bias[0]: token 1000000"),
+                                (dict(logit_bias={5: 101}), "logit_bias[0]: bias"),
+                                (dict(logit_bias={"x": 1}), "logit_bias token"),
+                                (dict(logit_bias=[1, 2]), "logit_bias"),
+                                (dict(logit_bias={i: 1 for i in range(301)}), "logit_bias"),
+                                (dict(min_tokens=-1), "min_tokens"), (dict(min_tokens=9, max_tokens=8), "min_tokens")]:
+            raises(lambda: m.generate(PROMPT, **options), needle)
+
+
 finish()
