@@ -482,6 +482,23 @@ def the_access_log_has_a_line_per_request():
 
 
 @case
+def a_stalled_client_delays_no_one():
+    # a stream whose client never reads, and a client that sends half a header and stops
+    stalled = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    body = json.dumps({"prompt": "Stall", "max_tokens": 4000, "stream": True, "ignore_eos": True}).encode()
+    stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    slow = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    started = time.time()
+    out = complete({"prompt": "Hello", "max_tokens": 4, "ignore_eos": True})
+    assert out["usage"]["completion_tokens"] == 4 and time.time() - started < 60, out
+    assert request("GET", "/health") == (200, b'{"status":"ok"}')
+    stalled.close()
+    slow.close()
+
+
+@case
 def stops_on_sigterm():
     main_server.stop()
 
@@ -559,6 +576,28 @@ def max_queue_answers_503_with_retry_after():
     finally:
         for s in held:
             s.close()
+        srv.kill()
+
+
+@case
+def max_connections_refuses_one_more():
+    srv = Server("--max-connections", "2")
+    held = []
+    try:
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+            c.request("GET", "/health")
+            assert c.getresponse().read() == b'{"status":"ok"}'
+            held.append(c)  # kept open (keep-alive)
+        status, data, r = request_at(srv, "GET", "/v1/models")
+        error_of(status, data, 503)
+        assert r.getheader("Connection", "").lower() == "close", r.getheaders()
+        held.pop().close()
+        wait_for(lambda: request_at(srv, "GET", "/v1/models")[0] == 200, 10, "a free connection")
+        srv.stop()
+    finally:
+        for c in held:
+            c.close()
         srv.kill()
 
 
