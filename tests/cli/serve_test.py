@@ -313,6 +313,10 @@ def errors_have_openais_shape():
     e = error_of(*request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                                             "stream_options": {"include_usage": True}}), 400)
     assert e["param"] == "stream_options", e
+    # refused by the library at submission: 400 with its message, streamed or not (the stream has not begun)
+    for stream_it in (False, True):
+        e = error_of(*request("POST", "/v1/completions", {"prompt": [999999999], "stream": stream_it}), 400)
+        assert "999999999" in e["message"] or "vocab" in e["message"], e
     error_of(*request("GET", "/nowhere"), 404)
     error_of(*request("GET", "/v1/completions"), 405)
     error_of(*request("POST", "/v1/models"), 405)
@@ -611,8 +615,14 @@ def sigterm_drains_then_cancels():
             results[name] = request_at(srv, "POST", "/v1/completions", body)[:2]
         short = threading.Thread(target=ask, args=("short", {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True}))
         long = threading.Thread(target=ask, args=("long", {"prompt": "Hello", "max_tokens": 4000, "ignore_eos": True}))
+        def ask_stream():
+            status, data = request_at(srv, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 4000,
+                                                                       "ignore_eos": True, "stream": True})[:2]
+            results["stream"] = status, data
+        streamed = threading.Thread(target=ask_stream)
         short.start()
         long.start()
+        streamed.start()
         time.sleep(0.3)
         srv.process.send_signal(signal.SIGTERM)
         time.sleep(0.2)
@@ -623,6 +633,7 @@ def sigterm_drains_then_cancels():
             refused = True
         short.join(60)
         long.join(60)
+        streamed.join(60)
         code = srv.process.wait(30)
         srv.reader.join(10)
         assert code == 0, (code, srv.lines[-10:])
@@ -630,6 +641,10 @@ def sigterm_drains_then_cancels():
         status, data = results["short"]
         assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 6, (status, data)
         error_of(*results["long"], 503)  # cancelled at the drain's deadline
+        status, data = results["stream"]  # a stream that had begun: the error is its last event
+        events = [e[len("data: "):] for e in data.decode().split("\n\n") if e.startswith("data: ")]
+        assert status == 200 and events[-1] == "[DONE]", (status, events[-3:])
+        assert json.loads(events[-2])["error"]["code"] == 503, events[-2]
         assert any("drain timed out" in l for l in srv.lines), srv.lines[-10:]
         stopped = [l for l in srv.lines if l.startswith("kite serve: stopped; KV blocks free ")]
         free, total = stopped[-1].split("free ")[1].split(" of ")

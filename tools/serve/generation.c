@@ -73,13 +73,17 @@ static void exit_when_flushed(router *rt) {
 }
 
 /* The loop is done with the request: no more watching, no more output; the loop's reference goes back. */
+/* The connection is free for its next request. */
+static void release_connection(serve_request *r) {
+    if (!r->connection) return;
+    http_server_watch_hangup(r->connection, false);
+    r->connection->current = NULL;
+    r->connection = NULL;
+}
+
 static void finish(router *rt, serve_request *r, int status) {
     r->answered = true;
-    if (r->connection) {
-        http_server_watch_hangup(r->connection, false);
-        r->connection->current = NULL;
-        r->connection = NULL;
-    }
+    release_connection(r);
     log_request(r, status);
     rt->in_flight--;
     engine_link_release(rt->link, r);
@@ -133,71 +137,94 @@ static void start_stream(serve_request *r) {
     r->reply_started = true;
 }
 
-/* What the engine produced for a streamed request, as chunks; on the last one, the end of the stream. */
-static void deliver_stream(router *rt, serve_request *r) {
+static void end_stream(router *rt, serve_request *r, int status) {
+    if (r->http) evhttp_send_reply_end(r->http);
+    r->http = NULL;
+    finish(rt, r, status);
+}
+
+/* The response is over before the engine is done with the request (it failed on this side): the engine is
+ * told to stop, and deliver_nowhere finishes the request once it has. */
+static void abandon(router *rt, serve_request *r, int status) {
+    if (r->http && r->reply_started) evhttp_send_reply_end(r->http);
+    r->http = NULL;
+    release_connection(r);
+    r->client_gone = true;
+    r->final_status = status;
+    if (!r->cancel_sent) {
+        r->cancel_sent = true;
+        engine_link_cancel(rt->link, r);
+    }
+}
+
+/* The chunks for what arrived; false when the client was dropped. */
+static bool send_chunks(router *rt, serve_request *r, const text_buffer *text, const text_buffer *reasoning,
+                        const text_buffer *calls, bool done) {
     const char *name = rt->options.model_name;
-    text_buffer text = {0}, reasoning = {0}, calls = {0}, chunk = {0};
-    const bool done = engine_link_take_output(rt->link, r, &text, &reasoning, &calls);
-    const bool cancelled = done && !r->failed && r->finish == KITE_FINISH_CANCELLED;
-    if (done && (r->failed || cancelled) && !r->reply_started) {
-        const int status = r->failed ? failure_status(r) : 503;
-        api_error_send(r->http, status, r->failed ? r->error : "the server stopped before the request finished",
-                       NULL, r->failed ? 0 : RETRY_AFTER_SECONDS);
-        r->http = NULL;
-        finish(rt, r, status);
-        goto out;
-    }
-    if (!r->reply_started) start_stream(r);
-    if (text.failed || reasoning.failed || calls.failed) {
-        send_error_event(rt, r, 500, "out of memory");
-        goto end;
-    }
-    if (done && (r->failed || cancelled)) {
-        /* The stream has begun: the error goes as an event, then the stream ends. */
-        if (!r->client_gone)
-            send_error_event(rt, r, r->failed ? failure_status(r) : 503,
-                             r->failed ? r->error : "the server stopped before the request finished");
-        goto end;
-    }
+    text_buffer chunk = {0};
     bool alive = true;
     if (r->endpoint == SERVE_ENDPOINT_CHAT) {
-        const bool news = text.length || reasoning.length || calls.length;
-        if (news || done || !r->first_chunk_out) {
-            chat_completions_chunk_json(&chunk, name, r, &text, &reasoning, &calls, !r->first_chunk_out, done);
+        if (text->length || reasoning->length || calls->length || done || !r->first_chunk_out) {
+            chat_completions_chunk_json(&chunk, name, r, text, reasoning, calls, !r->first_chunk_out, done);
             r->first_chunk_out = true;
             alive = send_event(rt, r, &chunk);
         }
-        if (alive && done && r->include_usage) {
-            text_buffer_clear(&chunk);
+    } else if (text->length || done) {
+        completions_chunk_json(&chunk, name, r, text->data, text->length, done);
+        alive = send_event(rt, r, &chunk);
+    }
+    if (alive && done && r->include_usage) {
+        text_buffer_clear(&chunk);
+        if (r->endpoint == SERVE_ENDPOINT_CHAT)
             chat_completions_usage_chunk_json(&chunk, name, r);
-            alive = send_event(rt, r, &chunk);
-        }
-    } else {
-        if (text.length || done) {
-            completions_chunk_json(&chunk, name, r, text.data, text.length, done);
-            alive = send_event(rt, r, &chunk);
-        }
-        if (alive && done && r->include_usage) {
-            text_buffer_clear(&chunk);
+        else
             completions_usage_chunk_json(&chunk, name, r);
-            alive = send_event(rt, r, &chunk);
-        }
+        alive = send_event(rt, r, &chunk);
     }
     if (alive && done) {
         text_buffer_clear(&chunk);
         text_buffer_puts(&chunk, "[DONE]");
-        (void)send_event(rt, r, &chunk);
+        alive = send_event(rt, r, &chunk);
     }
-    if (!done) goto out;
-end:
-    if (r->http) evhttp_send_reply_end(r->http);
-    r->http = NULL;
-    finish(rt, r, r->failed ? failure_status(r) : 200);
-out:
+    text_buffer_free(&chunk);
+    return alive;
+}
+
+/* What the engine produced for a streamed request, as chunks; on the last one, the end of the stream. The
+ * stream's header goes out with the first output, so a request refused at submission is still a plain 400. */
+static void deliver_stream(router *rt, serve_request *r) {
+    text_buffer text = {0}, reasoning = {0}, calls = {0};
+    const bool done = engine_link_take_output(rt->link, r, &text, &reasoning, &calls);
+    const bool cancelled = done && !r->failed && r->finish == KITE_FINISH_CANCELLED;
+    if (text.failed || reasoning.failed || calls.failed) {
+        if (r->reply_started) {
+            send_error_event(rt, r, 500, "out of memory");
+        } else {
+            api_error_send(r->http, 500, "out of memory", NULL, 0);
+            r->http = NULL;
+        }
+        if (done)
+            end_stream(rt, r, 500);
+        else
+            abandon(rt, r, 500);
+    } else if (done && (r->failed || cancelled)) {
+        const int status = r->failed ? failure_status(r) : 503;
+        const char *message = r->failed ? r->error : "the server stopped before the request finished";
+        if (r->reply_started) {
+            send_error_event(rt, r, status, message); /* the stream has begun: the error is an event */
+        } else {
+            api_error_send(r->http, status, message, NULL, r->failed ? 0 : RETRY_AFTER_SECONDS);
+            r->http = NULL;
+        }
+        end_stream(rt, r, status);
+    } else {
+        if (!r->reply_started) start_stream(r);
+        const bool alive = send_chunks(rt, r, &text, &reasoning, &calls, done);
+        if (done) end_stream(rt, r, alive ? 200 : 499);
+    }
     text_buffer_free(&text);
     text_buffer_free(&reasoning);
     text_buffer_free(&calls);
-    text_buffer_free(&chunk);
 }
 
 static void deliver_whole(router *rt, serve_request *r) {
@@ -236,7 +263,7 @@ static void deliver_nowhere(router *rt, serve_request *r) {
             evhttp_send_reply(r->http, 500, "Client Gone", NULL);
         r->http = NULL;
     }
-    finish(rt, r, 499); /* nginx's "client closed request" */
+    finish(rt, r, r->final_status ? r->final_status : 499); /* 499: nginx's "client closed request" */
 }
 
 static void report_load(router *rt) {

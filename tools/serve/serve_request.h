@@ -67,6 +67,7 @@ typedef struct serve_request {
     bool reply_started;   /* the stream's header is out */
     bool client_gone;     /* the connection closed (or was dropped) before the response ended */
     bool cancel_sent;
+    int final_status;     /* the status logged for a response that ended early (0: 499, the client left) */
     bool answered;        /* the loop has finished with it (the outbox may still hand it over once more) */
     bool first_chunk_out; /* chat: the role went out */
     text_buffer whole_text, whole_reasoning, whole_calls; /* a response that is not streamed, collected */
