@@ -1,5 +1,5 @@
 /* kite serve: an OpenAI-compatible HTTP server (POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
- * GET /v1/models/{id}, GET /health) on libevent's evhttp.
+ * GET /v1/models/{id}, GET /health, POST /tokenize, POST /detokenize) on libevent's evhttp.
  *
  * Two threads: this one runs the event loop (every socket, parsing, tokenizing, chat rendering and writing the
  * responses: tools/serve/router.h), and the engine thread loads the model and runs continuous batching over
@@ -59,7 +59,8 @@ static const cli_command serve_command = {
     "  top_k, min_p, repetition_penalty, seed, stop, stream, stream_options.include_usage, ignore_eos),\n"
     "  POST /v1/chat/completions (messages, tools, tool_choice auto|none, chat_template_kwargs such as\n"
     "  enable_thinking; the answer's reasoning_content and tool_calls parsed; sampling not given follows\n"
-    "  generation_config.json), GET /v1/models, GET /v1/models/{id}, GET /health (503 while the model loads).\n"
+    "  generation_config.json), GET /v1/models, GET /v1/models/{id}, GET /health (503 while the model loads),\n"
+    "  POST /tokenize, POST /detokenize (vLLM's shapes).\n"
     "  \"listening on HOST:PORT\" is printed on stdout once the socket listens; the model loads after it.\n",
     serve_options, sizeof serve_options / sizeof serve_options[0]};
 

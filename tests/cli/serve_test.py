@@ -503,6 +503,32 @@ def a_stalled_client_delays_no_one():
 
 
 @case
+def tokenize_and_detokenize():
+    status, data = request("POST", "/tokenize", {"model": "tiny", "prompt": "The capital of France is"})
+    out = json.loads(data)
+    assert status == 200 and out["count"] == 5 == len(out["tokens"]) and out["max_model_len"] == 4096, out
+    assert out["token_strs"] is None, out
+    reference = subprocess.run([args.kite, "tokenize", "--model", os.path.join(args.data, "tiny"), "--json",
+                                "The capital of France is"], capture_output=True, timeout=60)
+    assert json.loads(reference.stdout)["ids"] == out["tokens"], (out, reference.stdout)  # `kite tokenize`'s ids
+    status, data = request("POST", "/detokenize", {"tokens": out["tokens"]})
+    assert status == 200 and json.loads(data) == {"prompt": "The capital of France is"}, data
+    messages = [{"role": "user", "content": "Hello!"}]
+    status, data = request("POST", "/tokenize", {"messages": messages})
+    chat_ids = json.loads(data)["tokens"]
+    assert status == 200 and len(chat_ids) == chat({"messages": messages, "max_tokens": 1})["usage"]["prompt_tokens"]
+    for path, body, param in [("/tokenize", {"prompt": 5}, "prompt"), ("/tokenize", {}, "prompt"),
+                              ("/tokenize", {"prompt": "x", "extra": 1}, "extra"),
+                              ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"}, "add_special_tokens"),
+                              ("/detokenize", {"tokens": [1, -1]}, "tokens"), ("/detokenize", {"tokens": "x"}, "tokens"),
+                              ("/detokenize", {"tokens": [999999999]}, "tokens")]:
+        e = error_of(*request("POST", path, body), 400)
+        assert e["param"] == param, (path, body, e)
+    error_of(*request("POST", "/tokenize", {"model": "other", "prompt": "x"}), 404)
+    error_of(*request("GET", "/tokenize"), 405)
+
+
+@case
 def stops_on_sigterm():
     main_server.stop()
 

@@ -11,6 +11,7 @@
 #include "serve/access_log.h"
 #include "serve/api_error.h"
 #include "serve/router.h"
+#include "serve/tokenize_endpoints.h"
 #include "text_buffer.h"
 
 #define RETRY_AFTER_SECONDS 1
@@ -182,7 +183,8 @@ void router_handle(struct evhttp_request *request, void *argument) {
         if (method_is(rt, request, EVHTTP_REQ_GET)) send_health(rt, request);
         return;
     }
-    const bool api = strncmp(path, "/v1/", 4) == 0;
+    const bool tokenize = strcmp(path, "/tokenize") == 0, detokenize = strcmp(path, "/detokenize") == 0;
+    const bool api = strncmp(path, "/v1/", 4) == 0 || tokenize || detokenize;
     if (api && !authorized(rt, request)) {
         (void)evhttp_add_header(out_headers, "WWW-Authenticate", "Bearer");
         router_send_error(rt, request, 401, "Incorrect API key provided (Authorization: Bearer KEY)", NULL, 0);
@@ -204,7 +206,7 @@ void router_handle(struct evhttp_request *request, void *argument) {
         return;
     }
     const bool completions = strcmp(path, "/v1/completions") == 0, chat = strcmp(path, "/v1/chat/completions") == 0;
-    if (!completions && !chat) {
+    if (!completions && !chat && !tokenize && !detokenize) {
         router_send_error(rt, request, 404, "no such endpoint", NULL, 0);
         return;
     }
@@ -216,5 +218,10 @@ void router_handle(struct evhttp_request *request, void *argument) {
                           RETRY_AFTER_SECONDS);
         return;
     }
-    router_generate(rt, request, c, completions ? SERVE_ENDPOINT_COMPLETIONS : SERVE_ENDPOINT_CHAT);
+    if (tokenize)
+        tokenize_endpoints_tokenize(rt, request);
+    else if (detokenize)
+        tokenize_endpoints_detokenize(rt, request);
+    else
+        router_generate(rt, request, c, completions ? SERVE_ENDPOINT_COMPLETIONS : SERVE_ENDPOINT_CHAT);
 }
