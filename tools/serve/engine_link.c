@@ -143,7 +143,7 @@ static void wake_loop_if_needed(engine_link *link) {
     if (wake) link->wake(link->wake_argument);
 }
 
-static bool load(engine_link *link) {
+bool engine_link_load(engine_link *link) {
     kite_status status = kite_model_load(link->model_dir, &link->load, &link->model);
     const char *what = "load";
     if (status == KITE_OK) {
@@ -163,83 +163,96 @@ static bool load(engine_link *link) {
     return status == KITE_OK;
 }
 
-static void *engine_thread(void *argument) {
-    engine_link *link = argument;
-    if (!load(link)) return NULL;
+/* Cancels every live request; each one's last event comes inside kite_engine_cancel. */
+static void cancel_live(engine_link *link) {
     for (;;) {
         pthread_mutex_lock(&link->mutex);
-        while (!link->quit && !link->inbox_head && !link->cancels && !link->cancel_everything &&
-               (link->state != ENGINE_LINK_READY || kite_engine_idle(link->engine)))
-            pthread_cond_wait(&link->changed, &link->mutex);
-        serve_request *arrived = link->inbox_head, *cancels = link->cancels;
-        link->inbox_head = link->inbox_tail = NULL;
-        link->cancels = NULL;
-        const bool cancel_everything = link->cancel_everything || link->quit, quit = link->quit;
-        const bool usable = link->state == ENGINE_LINK_READY;
-        link->cancel_everything = false;
+        serve_request *first = link->live;
+        const kite_request_id id = first ? first->id : 0;
         pthread_mutex_unlock(&link->mutex);
-
-        for (serve_request *r = arrived, *next; r; r = next) {
-            next = r->next_in;
-            if (usable) {
-                submit_one(link, r);
-            } else {
-                pthread_mutex_lock(&link->mutex);
-                fail_locked(link, r, KITE_ERROR_BACKEND, link->error);
-                pthread_mutex_unlock(&link->mutex);
-            }
+        if (!first) return;
+        if (kite_engine_cancel(link->engine, id) != KITE_OK) {
+            fail_everything(link, kite_last_error());
+            return;
         }
-        for (serve_request *r = cancels, *next; r; r = next) {
-            next = r->next_cancel;
-            pthread_mutex_lock(&link->mutex);
-            const kite_request_id id = r->done || !r->submitted ? 0 : r->id;
-            pthread_mutex_unlock(&link->mutex);
-            /* The cancelled request's last event comes inside this call; it gives back the engine's hold. */
-            if (id && usable) (void)kite_engine_cancel(link->engine, id);
-            engine_link_release(link, r); /* the cancel list's hold */
-        }
-        if (cancel_everything && usable) {
-            for (;;) {
-                pthread_mutex_lock(&link->mutex);
-                const kite_request_id id = link->live ? link->live->id : 0;
-                serve_request *first = link->live;
-                pthread_mutex_unlock(&link->mutex);
-                if (!first) break;
-                if (kite_engine_cancel(link->engine, id) != KITE_OK) {
-                    fail_everything(link, kite_last_error());
-                    break;
-                }
-                pthread_mutex_lock(&link->mutex);
-                if (link->live == first) fail_locked(link, first, KITE_ERROR_BACKEND, "the engine lost the request");
-                pthread_mutex_unlock(&link->mutex);
-            }
-        }
-        if (usable && !kite_engine_idle(link->engine)) {
-            if (kite_engine_step(link->engine) != KITE_OK) {
-                fprintf(stderr, "kite serve: engine step failed: %s\n", kite_last_error());
-                fail_everything(link, kite_last_error());
-            }
-            const kite_engine_stats stats = kite_engine_get_stats(link->engine);
-            pthread_mutex_lock(&link->mutex);
-            link->stats = stats;
-            pthread_mutex_unlock(&link->mutex);
-        } else if (usable) {
-            const kite_engine_stats stats = kite_engine_get_stats(link->engine);
-            pthread_mutex_lock(&link->mutex);
-            link->stats = stats;
-            pthread_mutex_unlock(&link->mutex);
-        }
-        wake_loop_if_needed(link);
-        if (quit) return NULL;
+        pthread_mutex_lock(&link->mutex);
+        if (link->live == first) fail_locked(link, first, KITE_ERROR_BACKEND, "the engine lost the request");
+        pthread_mutex_unlock(&link->mutex);
     }
 }
 
-bool engine_link_start(engine_link *link) {
-    if (pthread_mutex_init(&link->mutex, NULL) != 0 || pthread_cond_init(&link->changed, NULL) != 0) {
+bool engine_link_work(engine_link *link, bool wait) {
+    pthread_mutex_lock(&link->mutex);
+    while (wait && !link->quit && !link->inbox_head && !link->cancels && !link->cancel_everything &&
+           (link->state != ENGINE_LINK_READY || kite_engine_idle(link->engine)))
+        pthread_cond_wait(&link->changed, &link->mutex);
+    serve_request *arrived = link->inbox_head, *cancels = link->cancels;
+    link->inbox_head = link->inbox_tail = NULL;
+    link->cancels = NULL;
+    const bool cancel_everything = link->cancel_everything || link->quit, quit = link->quit;
+    const bool usable = link->state == ENGINE_LINK_READY;
+    link->cancel_everything = false;
+    pthread_mutex_unlock(&link->mutex);
+
+    for (serve_request *r = arrived, *next; r; r = next) {
+        next = r->next_in;
+        if (usable) {
+            submit_one(link, r);
+        } else {
+            pthread_mutex_lock(&link->mutex);
+            fail_locked(link, r, KITE_ERROR_BACKEND, link->error);
+            pthread_mutex_unlock(&link->mutex);
+        }
+    }
+    for (serve_request *r = cancels, *next; r; r = next) {
+        next = r->next_cancel;
+        pthread_mutex_lock(&link->mutex);
+        const kite_request_id id = r->done || !r->submitted ? 0 : r->id;
+        pthread_mutex_unlock(&link->mutex);
+        /* The cancelled request's last event comes inside this call; it gives back the engine's hold. */
+        if (id && usable) (void)kite_engine_cancel(link->engine, id);
+        engine_link_release(link, r); /* the cancel list's hold */
+    }
+    if (cancel_everything && usable) cancel_live(link);
+    if (usable && !kite_engine_idle(link->engine) && kite_engine_step(link->engine) != KITE_OK) {
+        fprintf(stderr, "kite serve: engine step failed: %s\n", kite_last_error());
+        fail_everything(link, kite_last_error());
+    }
+    if (usable) {
+        const kite_engine_stats stats = kite_engine_get_stats(link->engine);
+        pthread_mutex_lock(&link->mutex);
+        link->stats = stats;
+        pthread_mutex_unlock(&link->mutex);
+    }
+    wake_loop_if_needed(link);
+    return !quit;
+}
+
+static void *engine_thread(void *argument) {
+    engine_link *link = argument;
+    if (!engine_link_load(link)) return NULL;
+    while (engine_link_work(link, true)) {
+    }
+    return NULL;
+}
+
+bool engine_link_init(engine_link *link) {
+    if (pthread_mutex_init(&link->mutex, NULL) != 0) {
         fprintf(stderr, "kite serve: cannot create the engine thread's lock\n");
         return false;
     }
+    if (pthread_cond_init(&link->changed, NULL) != 0) {
+        pthread_mutex_destroy(&link->mutex);
+        fprintf(stderr, "kite serve: cannot create the engine thread's condition variable\n");
+        return false;
+    }
     link->state = ENGINE_LINK_LOADING;
+    link->initialized = true;
+    return true;
+}
+
+bool engine_link_start(engine_link *link) {
+    if (!engine_link_init(link)) return false;
     if (pthread_create(&link->thread, NULL, engine_thread, link) != 0) {
         fprintf(stderr, "kite serve: cannot start the engine thread\n");
         return false;
@@ -249,17 +262,23 @@ bool engine_link_start(engine_link *link) {
 }
 
 void engine_link_stop(engine_link *link) {
-    if (!link->started) return;
+    if (!link->initialized) return;
     pthread_mutex_lock(&link->mutex);
     link->quit = true;
     pthread_cond_signal(&link->changed);
     pthread_mutex_unlock(&link->mutex);
-    pthread_join(link->thread, NULL);
+    if (link->started)
+        pthread_join(link->thread, NULL);
+    else if (link->state == ENGINE_LINK_READY)
+        (void)engine_link_work(link, false); /* no thread: this cancels what is left */
     link->started = false;
     kite_engine_free(link->engine);
     link->engine = NULL;
     kite_model_free(link->model);
     link->model = NULL;
+    pthread_cond_destroy(&link->changed);
+    pthread_mutex_destroy(&link->mutex);
+    link->initialized = false;
 }
 
 engine_link_state engine_link_get_state(engine_link *link, char *error, size_t error_size) {

@@ -34,6 +34,7 @@ typedef struct engine_link {
     kite_engine *engine;
 
     pthread_t thread;
+    bool initialized;
     bool started;
     pthread_mutex_t mutex; /* guards everything below and every request's engine output */
     pthread_cond_t changed;
@@ -50,10 +51,19 @@ typedef struct engine_link {
     serve_request *live; /* the engine thread's: submitted and not finished */
 } engine_link;
 
-/* Starts the engine thread, which loads the model. false (with a line on stderr) when no thread starts. */
+/* Starts the engine thread, which loads the model and then works until engine_link_stop. false (with a line
+ * on stderr) when no thread starts. */
 bool engine_link_start(engine_link *link);
 /* Asks the engine thread to cancel what is left and leave, then joins it and frees the engine and model. */
 void engine_link_stop(engine_link *link);
+
+/* The engine thread's parts, for a caller that runs the engine on its own thread (fuzz/fuzz_http_request.c):
+ * init the lock, load (ENGINE_LINK_READY or _FAILED, then `wake`), and one round of work: submit what
+ * arrived, cancel what was asked, one engine step, wake the loop if the outbox has anything. With `wait`, a
+ * round first sleeps until there is something to do. false once engine_link_stop asked it to leave. */
+bool engine_link_init(engine_link *link);
+bool engine_link_load(engine_link *link);
+bool engine_link_work(engine_link *link, bool wait);
 
 engine_link_state engine_link_get_state(engine_link *link, char *error, size_t error_size);
 kite_engine_stats engine_link_get_stats(engine_link *link);
