@@ -529,6 +529,20 @@ def tokenize_and_detokenize():
 
 
 @case
+def a_prompt_past_the_context_is_answered():
+    # the library ends it at submission (finish_reason "capacity", or a 400 once it refuses such a prompt);
+    # either way the server answers and stays up
+    for endpoint, body in [("/v1/completions", {"prompt": [1] * 5000, "max_tokens": 2}),
+                           ("/v1/completions", {"prompt": [1] * 5000, "max_tokens": 2, "stream": True})]:
+        status, data = request("POST", endpoint, body)
+        if status == 200:
+            assert b"capacity" in data, data
+        else:
+            error_of(status, data, 400)
+    assert request("GET", "/health") == (200, b'{"status":"ok"}')
+
+
+@case
 def stops_on_sigterm():
     main_server.stop()
 

@@ -101,6 +101,14 @@ static void fail_locked(engine_link *link, serve_request *r, kite_status status,
 }
 
 static void submit_one(engine_link *link, serve_request *r) {
+    /* On the live list before the submission: the library may end the request inside the call (its final event
+     * takes it off again). */
+    pthread_mutex_lock(&link->mutex);
+    r->next_live = link->live;
+    r->prev_live = NULL;
+    if (link->live) link->live->prev_live = r;
+    link->live = r;
+    pthread_mutex_unlock(&link->mutex);
     kite_request_id id = 0;
     kite_status status;
     if (r->endpoint == SERVE_ENDPOINT_CHAT) {
@@ -112,14 +120,10 @@ static void submit_one(engine_link *link, serve_request *r) {
         status = kite_engine_submit(link->engine, &r->request, &id);
     }
     pthread_mutex_lock(&link->mutex);
-    r->next_live = link->live;
-    r->prev_live = NULL;
-    if (link->live) link->live->prev_live = r;
-    link->live = r;
     if (status == KITE_OK) {
         r->id = id;
         r->submitted = true;
-    } else {
+    } else if (!r->done) {
         fail_locked(link, r, status, kite_last_error());
     }
     pthread_mutex_unlock(&link->mutex);
