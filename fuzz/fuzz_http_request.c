@@ -54,6 +54,7 @@ static void set_up(void) {
     fuzz.link.engine_params.max_context = 64;
     fuzz.link.engine_params.kv_block_size = 16;
     fuzz.router = (router){
+        /* no access log: a line per request would bury libFuzzer's own output */
         .options = {.model_name = "tiny", .api_key = "k", .cors_origin = "*", .max_queue = 2, .drain_seconds = 1},
         .server = &fuzz.server,
         .link = &fuzz.link,

@@ -168,7 +168,8 @@ int cmd_serve(int argc, char **argv) {
     http_server server = {0};
     router rt = {
         .options = {.model_name = config.name, .api_key = config.api_key, .cors_origin = config.cors_origin,
-                    .max_queue = (int)config.max_queue, .drain_seconds = (int)config.drain_timeout},
+                    .max_queue = (int)config.max_queue, .drain_seconds = (int)config.drain_timeout,
+                    .access_log = stderr},
         .server = &server,
         .link = &link,
         .base = base,

@@ -14,7 +14,8 @@ static void optional_string(text_buffer *b, const char *key, const char *value) 
         text_buffer_puts(b, "null");
 }
 
-void access_log_write(const access_log_entry *e) {
+void access_log_write(FILE *out, const access_log_entry *e) {
+    if (!out) return;
     text_buffer b = {0};
     text_buffer_puts(&b, "{\"log\":\"access\"");
     optional_string(&b, "id", e->id);
@@ -31,6 +32,6 @@ void access_log_write(const access_log_entry *e) {
     optional_string(&b, "finish_reason", e->finish_reason);
     text_buffer_puts(&b, "}\n");
     /* A log line that cannot be built or written is lost; the response it describes is not affected. */
-    (void)text_buffer_write(&b, stderr);
+    (void)text_buffer_write(&b, out);
     text_buffer_free(&b);
 }

@@ -1,10 +1,11 @@
-/* One JSON line per answered request on stderr: id, method, endpoint, status, prompt and generated tokens,
+/* One JSON line per answered request (kite serve writes them on stderr): id, method, endpoint, status, prompt and generated tokens,
  * time to first token, total time and finish reason (null where a request has none). */
 #ifndef KITE_TOOLS_SERVE_ACCESS_LOG_H
 #define KITE_TOOLS_SERVE_ACCESS_LOG_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct access_log_entry {
     const char *id; /* "cmpl-3", or NULL */
@@ -18,6 +19,7 @@ typedef struct access_log_entry {
     const char *finish_reason; /* NULL: none */
 } access_log_entry;
 
-void access_log_write(const access_log_entry *entry);
+/* Writes the line to `out`; NULL writes nothing. */
+void access_log_write(FILE *out, const access_log_entry *entry);
 
 #endif

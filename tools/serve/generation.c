@@ -33,7 +33,7 @@ static int failure_status(const serve_request *r) {
     }
 }
 
-static void log_request(const serve_request *r, int status) {
+static void log_request(const router *rt, const serve_request *r, int status) {
     char id[48];
     snprintf(id, sizeof id, "%s-%ld", r->endpoint == SERVE_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", r->number);
     const double now = serve_now_seconds();
@@ -49,7 +49,7 @@ static void log_request(const serve_request *r, int status) {
         .finish_reason = r->done && !r->failed && r->finish != KITE_FINISH_NONE ? kite_finish_reason_string(r->finish)
                                                                                   : NULL,
     };
-    access_log_write(&e);
+    access_log_write(rt->options.access_log, &e);
 }
 
 #define FLUSH_SECONDS 5.0
@@ -84,7 +84,7 @@ static void release_connection(serve_request *r) {
 static void finish(router *rt, serve_request *r, int status) {
     r->answered = true;
     release_connection(r);
-    log_request(r, status);
+    log_request(rt, r, status);
     rt->in_flight--;
     engine_link_release(rt->link, r);
     if (rt->draining && rt->in_flight == 0) exit_when_flushed(rt);

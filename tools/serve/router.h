@@ -5,6 +5,7 @@
 #define KITE_TOOLS_SERVE_ROUTER_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "serve/engine_link.h"
 #include "serve/http_server.h"
@@ -18,6 +19,7 @@ typedef struct router_options {
     const char *cors_origin; /* NULL: no CORS headers */
     int max_queue;           /* requests waiting beyond the running batch before 503 */
     int drain_seconds;       /* after SIGTERM, how long in-flight requests may run before they are cancelled */
+    FILE *access_log;        /* one JSON line per answered request; NULL: none */
 } router_options;
 
 typedef struct router {

@@ -39,33 +39,31 @@ bool router_request_path(struct evhttp_request *request, char *path, size_t size
     return true;
 }
 
-static void log_simple(struct evhttp_request *request, int status) {
+static void log_simple(const router *rt, struct evhttp_request *request, int status) {
     char path[256];
     if (!router_request_path(request, path, sizeof path)) snprintf(path, sizeof path, "(too long)");
     access_log_entry e = {.method = router_method_name(request), .endpoint = path, .status = status,
                           .ttft_seconds = -1};
-    access_log_write(&e);
+    access_log_write(rt->options.access_log, &e);
 }
 
 void router_send_json(router *rt, struct evhttp_request *request, int status, const char *body, size_t length) {
-    (void)rt;
     struct evbuffer *out = evbuffer_new();
     (void)evhttp_add_header(evhttp_request_get_output_headers(request), "Content-Type", "application/json");
     if (!out || evbuffer_add(out, body, length) != 0) {
         if (out) evbuffer_free(out);
         api_error_send(request, 500, "out of memory", NULL, 0);
-        log_simple(request, 500);
+        log_simple(rt, request, 500);
         return;
     }
-    log_simple(request, status);
+    log_simple(rt, request, status);
     evhttp_send_reply(request, status, api_error_reason(status), out);
     evbuffer_free(out);
 }
 
 void router_send_error(router *rt, struct evhttp_request *request, int status, const char *message,
                        const char *param, int retry_after_seconds) {
-    (void)rt;
-    log_simple(request, status);
+    log_simple(rt, request, status);
     api_error_send(request, status, message, param, retry_after_seconds);
 }
 
@@ -175,7 +173,7 @@ void router_handle(struct evhttp_request *request, void *argument) {
             router_send_error(rt, request, 405, "OPTIONS answers CORS preflights only with --cors-origin", NULL, 0);
             return;
         }
-        log_simple(request, 204);
+        log_simple(rt, request, 204);
         evhttp_send_reply(request, 204, "No Content", NULL);
         return;
     }
