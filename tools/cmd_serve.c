@@ -76,6 +76,17 @@ typedef struct serve_config {
     kite_engine_params engine;
 } serve_config;
 
+/* A value that goes into an HTTP header (or is compared with one) must be one line of visible text. */
+static bool header_safe(const char *option, const char *value) {
+    for (const unsigned char *c = (const unsigned char *)value; *c; c++) {
+        if (*c < 0x20 || *c == 0x7f) {
+            fprintf(stderr, "kite serve: --%s: control characters cannot go into an HTTP header\n", option);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Parses the command line; 0 to go on, else the exit code. */
 static int parse_arguments(int argc, char **argv, serve_config *c) {
     cli_parser parser;
@@ -126,6 +137,13 @@ static int parse_arguments(int argc, char **argv, serve_config *c) {
         fprintf(stderr, "kite serve: --api-key: the key is empty\n");
         return 2;
     }
+    if (c->cors_origin && !*c->cors_origin) {
+        fprintf(stderr, "kite serve: --cors-origin: the origin is empty (give one, or *)\n");
+        return 2;
+    }
+    if ((c->api_key && !header_safe("api-key", c->api_key)) ||
+        (c->cors_origin && !header_safe("cors-origin", c->cors_origin)))
+        return 2;
     if (!c->name) {
         const char *slash = strrchr(c->model_dir, '/');
         c->name = slash && slash[1] ? slash + 1 : c->model_dir;

@@ -694,6 +694,18 @@ def sigterm_drains_then_cancels():
 
 
 @case
+def bad_options_are_usage_errors():
+    tiny = os.path.join(args.data, "tiny")
+    for extra, word in [(["--cors-origin", "a\nb"], "cors-origin"), (["--cors-origin", ""], "cors-origin"),
+                        (["--api-key", ""], "api-key"), (["--max-queue", "-1"], "max-queue"),
+                        (["--drain-timeout", "x"], "drain-timeout"), (["--host", "no.such.host.invalid"], "host")]:
+        p = subprocess.run([args.kite, "serve", "--model", tiny, "--port", "0", *extra], capture_output=True,
+                           timeout=60, text=True)
+        assert p.returncode in (1, 2) and word in p.stderr, (extra, p.returncode, p.stderr)
+        assert p.returncode == 2 or word == "host", (extra, p.returncode)
+
+
+@case
 def ipv6_loopback():
     try:
         probe = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
