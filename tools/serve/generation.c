@@ -72,7 +72,6 @@ static void exit_when_flushed(router *rt) {
     if (!rt->flush_timer || event_add(rt->flush_timer, &tick) != 0) event_base_loopexit(rt->base, NULL);
 }
 
-/* The loop is done with the request: no more watching, no more output; the loop's reference goes back. */
 /* The connection is free for its next request. */
 static void release_connection(serve_request *r) {
     if (!r->connection) return;
@@ -81,6 +80,7 @@ static void release_connection(serve_request *r) {
     r->connection = NULL;
 }
 
+/* The loop is done with the request: no more watching, no more output; the loop's reference goes back. */
 static void finish(router *rt, serve_request *r, int status) {
     r->answered = true;
     release_connection(r);
