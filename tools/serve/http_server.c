@@ -37,8 +37,8 @@ static int listen_on(const char *host, int port, char *address, size_t address_s
             continue;
         }
         int one = 1;
+        /* IPV6_V6ONLY stays the system's (off on Linux): --host :: takes IPv4 clients too. */
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-            (a->ai_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
             bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
             last_errno = errno;
             close(fd);
