@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`kite serve` on the tiny checkpoint (CPU backend), over loopback only: OpenAI-style completions and chat
 completions, streamed and not, concurrent requests against their solo results (continuous batching on the CPU is exact),
-stop strings, errors, a client that hangs up mid-stream, and a clean stop on SIGTERM."""
+stop strings, errors in OpenAI's shape, HTTP on evhttp (keep-alive, pipelining, chunked bodies, limits, query strings,
+IPv6), clients that hang up (streamed or not: cancelled, every KV block back), the access log, --api-key,
+--cors-origin, --max-queue, and SIGTERM's drain."""
 import argparse, http.client, json, os, signal, socket, subprocess, sys, tempfile, threading, time
 
 ap = argparse.ArgumentParser()
@@ -11,16 +13,83 @@ args = ap.parse_args()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from cases import case, finish  # noqa: E402
 
-server = subprocess.Popen([args.kite, "serve", "--model", os.path.join(args.data, "tiny"), "--port", "0",
-                           "--backend", "cpu", "--threads", "2", "--max-step-tokens", "64"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-line = server.stdout.readline()  # "listening on 127.0.0.1:PORT", printed once the model is loaded
-if not line.startswith("listening on "):
-    server.kill()
-    print("server did not start:", line, server.stderr.read())
+class Server:
+    """One `kite serve` on the tiny checkpoint; its stderr (the access log among it) is collected by a thread
+    so that the pipe never fills."""
+
+    def __init__(self, *extra, host="127.0.0.1", env=None):
+        self.process = subprocess.Popen([args.kite, "serve", "--model", os.path.join(args.data, "tiny"), "--port", "0",
+                                         "--host", host, "--backend", "cpu", "--threads", "2",
+                                         "--max-step-tokens", "64", *extra],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env=dict(os.environ, **(env or {})))
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        line = self.process.stdout.readline()  # "listening on HOST:PORT", printed once the socket listens
+        if not line.startswith("listening on "):
+            self.process.kill()
+            self.reader.join(10)
+            raise RuntimeError("server did not start: %r %s" % (line, "".join(self.lines)))
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        self.host = host
+        self.wait_until_ready()
+
+    def _read(self):
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def wait_until_ready(self, deadline_seconds=60):
+        """/health answers 503 while the model loads, 200 once it is ready."""
+        deadline = time.time() + deadline_seconds
+        while time.time() < deadline:
+            c = http.client.HTTPConnection(self.host, self.port, timeout=10)
+            try:
+                c.request("GET", "/health")
+                r = c.getresponse()
+                body = r.read()
+                if r.status == 200:
+                    return
+                assert r.status == 503 and json.loads(body)["status"] == "loading", (r.status, body)
+            except ConnectionError:
+                pass
+            finally:
+                c.close()
+            time.sleep(0.05)
+        raise AssertionError("the server did not become ready")
+
+    def access_log(self):
+        return [json.loads(l) for l in list(self.lines) if l.startswith('{"log":"access"')]
+
+    def stop(self, timeout=30):
+        """SIGTERM; returns the exit code and asserts that every KV block came back."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError("the server did not stop within %d s" % timeout)
+        self.reader.join(10)
+        stopped = [l for l in self.lines if l.startswith("kite serve: stopped; KV blocks free ")]
+        assert code == 0, (code, "".join(self.lines[-20:]))
+        assert stopped, self.lines[-5:]
+        free, total = stopped[-1].split("free ")[1].split(" of ")
+        assert int(free) == int(total), stopped[-1]
+        return code
+
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.kill()
+
+
+try:
+    main_server = Server()
+except RuntimeError as e:
+    print(e)
     print("0 passed, 1 failed")
     sys.exit(1)
-PORT = int(line.strip().rsplit(":", 1)[1])
+server = main_server.process
+PORT = main_server.port
 
 
 def request(method, path, body=None, timeout=120):
@@ -173,16 +242,23 @@ def chat_completions_render_the_template_and_parse_the_answer():
         rendered = subprocess.run([args.kite, "template", "--model", os.path.join(args.data, "tiny"), "--request",
                                    f.name, "--json"], capture_output=True, timeout=60)
     assert whole["usage"]["prompt_tokens"] == len(json.loads(rendered.stdout)["ids"]), (whole, rendered.stderr)
-    # streamed: role first, the deltas concatenate to the whole answer, finish and usage last, then [DONE]
+    # streamed: role first, the deltas concatenate to the whole answer, finish last, then [DONE]
     events = chat(body, stream_it=True)
     assert events[-1] == "[DONE]", events
     chunks = [json.loads(e) for e in events[:-1]]
+    assert all("usage" not in c for c in chunks), chunks  # usage only when stream_options asks
     assert chunks[0]["choices"][0]["delta"].get("role") == "assistant", chunks[0]
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     thought = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
     assert text == choice["message"]["content"], (text, choice)
     assert thought == choice["message"].get("reasoning_content", ""), (thought, choice)
-    assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"] and "usage" in chunks[-1]
+    assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"], chunks[-1]
+    # stream_options.include_usage: one more chunk, with empty choices and the usage
+    events = chat(dict(body, stream_options={"include_usage": True}), stream_it=True)
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"], chunks[-1]
+    assert chunks[-2]["choices"][0]["finish_reason"] == choice["finish_reason"], chunks[-2]
+    assert all(c["usage"] is None for c in chunks[:-1]), chunks
     # tools and thinking off are the template's business; the answer is parsed either way
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     out = chat({"messages": messages, "tools": [weather], "max_tokens": 4,
@@ -221,17 +297,438 @@ def a_client_that_hangs_up_mid_stream_is_cancelled():
     assert out["choices"][0]["finish_reason"] == "length"
 
 
+def error_of(status, data, expected_status):
+    """The body is OpenAI's error shape, with the status as its code."""
+    assert status == expected_status, (status, data)
+    error = json.loads(data)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == expected_status, error
+    assert error["message"], error
+    return error
+
+
+@case
+def errors_have_openais_shape():
+    e = error_of(*request("POST", "/v1/completions", {"prompt": [1], "top_p": 2}), 400)
+    assert e["param"] == "top_p" and e["type"] == "invalid_request_error", e
+    e = error_of(*request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                            "stream_options": {"include_usage": True}}), 400)
+    assert e["param"] == "stream_options", e
+    # refused by the library at submission: 400 with its message, streamed or not (the stream has not begun)
+    for stream_it in (False, True):
+        e = error_of(*request("POST", "/v1/completions", {"prompt": [999999999], "stream": stream_it}), 400)
+        assert "999999999" in e["message"] or "vocab" in e["message"], e
+    error_of(*request("GET", "/nowhere"), 404)
+    error_of(*request("GET", "/v1/completions"), 405)
+    error_of(*request("POST", "/v1/models"), 405)
+
+
+@case
+def models_by_id():
+    status, data = request("GET", "/v1/models/tiny")
+    assert status == 200 and json.loads(data) == {"id": "tiny", "object": "model", "owned_by": "kite"}, data
+    e = error_of(*request("GET", "/v1/models/other"), 404)
+    assert "other" in e["message"] and e["param"] == "model", e
+
+
+@case
+def query_strings_do_not_change_the_route():
+    assert request("GET", "/health?probe=1") == (200, b'{"status":"ok"}')
+    status, data = request("GET", "/v1/models?x=1&y")
+    assert status == 200 and json.loads(data)["data"][0]["id"] == "tiny", data
+    out = json.loads(request("POST", "/v1/completions?debug=1", {"prompt": [1, 2], "max_tokens": 2})[1])
+    assert out["usage"]["completion_tokens"] == 2, out
+
+
+@case
+def keep_alive_serves_two_requests_on_one_connection():
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 3, "ignore_eos": True}))
+    first = c.getresponse()
+    a = json.loads(first.read())
+    sock = c.sock
+    assert sock is not None and first.getheader("Connection", "").lower() != "close", first.getheaders()
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 3, "ignore_eos": True}))
+    b = json.loads(c.getresponse().read())
+    assert c.sock is sock, "the second request opened a new connection"
+    assert a["choices"][0]["text"] == b["choices"][0]["text"], (a, b)
+    # a stream on the same connection, then one more request
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 3, "ignore_eos": True,
+                                                          "stream": True}))
+    events = c.getresponse().read().decode()
+    assert events.rstrip().endswith("data: [DONE]"), events
+    c.request("GET", "/health")
+    assert c.getresponse().read() == b'{"status":"ok"}' and c.sock is sock
+    c.close()
+
+
+def read_responses(sock, n):
+    """n HTTP/1.1 responses with Content-Length bodies, read off one socket in the order they come."""
+    data, out = b"", []
+    while len(out) < n:
+        while b"\r\n\r\n" not in data:
+            more = sock.recv(65536)
+            assert more, ("the connection closed after %d responses" % len(out), data)
+            data += more
+        head, data = data.split(b"\r\n\r\n", 1)
+        lines = head.decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        length = int(headers["content-length"])
+        while len(data) < length:
+            more = sock.recv(65536)
+            assert more, "the connection closed inside a body"
+            data += more
+        out.append((int(lines[0].split()[1]), data[:length]))
+        data = data[length:]
+    return out
+
+
+@case
+def pipelined_requests_are_answered_in_order():
+    bodies = [json.dumps({"prompt": p, "max_tokens": 4, "ignore_eos": True}).encode() for p in ("Hello", "Once")]
+    wire = b"".join(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(b) + b for b in bodies)
+    wire += b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=120)
+    s.sendall(wire)  # three requests before reading any answer
+    answers = read_responses(s, 3)
+    s.close()
+    solo = [complete({"prompt": p, "max_tokens": 4, "ignore_eos": True})["choices"][0]["text"] for p in ("Hello", "Once")]
+    assert [a[0] for a in answers] == [200, 200, 200], answers
+    assert [json.loads(a[1])["choices"][0]["text"] for a in answers[:2]] == solo, (answers, solo)
+    assert answers[2][1] == b'{"status":"ok"}', answers[2]
+
+
+@case
+def a_chunked_request_body_is_read():
+    body = json.dumps({"prompt": "Hello", "max_tokens": 3, "ignore_eos": True}).encode()
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    c.request("POST", "/v1/completions", body=iter([body[:7], body[7:20], body[20:]]), encode_chunked=True,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    assert r.status == 200, (r.status, data)
+    assert json.loads(data)["choices"][0]["text"] == complete(json.loads(body))["choices"][0]["text"]
+
+
+@case
+def header_and_body_limits():
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=60)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (32 << 10) + b"\r\n\r\n")
+    status = s.recv(4096).split(b"\r\n", 1)[0]
+    s.close()
+    # libevent 2.1's evhttp answers an oversized header itself, with 400, before the server sees the request
+    assert status == b"HTTP/1.1 400 Bad Request", status
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % (17 << 20))
+    status = s.recv(4096).split(b"\r\n", 1)[0]
+    s.close()
+    assert status.startswith(b"HTTP/1.1 413"), status
+    assert request("GET", "/health")[0] == 200  # the server still serves
+
+
+@case
+def include_usage_on_completions():
+    body = {"prompt": "Hello", "max_tokens": 5, "ignore_eos": True}
+    plain = stream(body)
+    assert all("usage" not in json.loads(e) for e in plain[:-1]), plain
+    events = stream(dict(body, stream_options={"include_usage": True}))
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and chunks[-1]["choices"] == [], events
+    assert chunks[-1]["usage"] == {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}, chunks[-1]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-2]["usage"] is None, chunks[-2]
+    e = error_of(*request("POST", "/v1/completions", dict(body, stream_options={"include_usage": True})), 400)
+    assert e["param"] == "stream_options", e
+    e = error_of(*request("POST", "/v1/completions", dict(body, stream=True, stream_options={"x": 1})), 400)
+    assert "stream_options.x" in e["message"], e
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+@case
+def a_client_that_hangs_up_before_the_answer_is_cancelled():
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    body = json.dumps({"prompt": "Hangup", "max_tokens": 4000, "ignore_eos": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)
+    s.close()  # not streamed: nothing was written to it, the server notices the hangup itself
+
+    def cancelled():
+        return any(e["status"] == 499 and e["finish_reason"] == "cancelled" and e["prompt_tokens"] == 2
+                   for e in main_server.access_log())
+    wait_for(cancelled, 30, "the cancelled request in the access log")
+    entry = [e for e in main_server.access_log() if e["status"] == 499][-1]
+    assert entry["generated_tokens"] < 4000 and entry["endpoint"] == "/v1/completions", entry
+    out = complete({"prompt": "Hello", "max_tokens": 2, "ignore_eos": True})  # the server still serves
+    assert out["choices"][0]["finish_reason"] == "length"
+
+
+@case
+def the_access_log_has_a_line_per_request():
+    before = len(main_server.access_log())
+    complete({"prompt": "Hello", "max_tokens": 3, "ignore_eos": True})
+    request("GET", "/v1/models")
+    wait_for(lambda: len(main_server.access_log()) >= before + 2, 10, "two access log lines")
+    lines = main_server.access_log()[before:]
+    done = [e for e in lines if e["endpoint"] == "/v1/completions"][-1]
+    assert done["status"] == 200 and done["generated_tokens"] == 3 and done["prompt_tokens"] == 1, done
+    assert done["finish_reason"] == "length" and done["id"].startswith("cmpl-"), done
+    assert done["ttft_ms"] is not None and done["total_ms"] >= done["ttft_ms"] >= 0, done
+    models = [e for e in lines if e["endpoint"] == "/v1/models"][-1]
+    assert models["status"] == 200 and models["id"] is None and models["finish_reason"] is None, models
+
+
+@case
+def a_stalled_client_delays_no_one():
+    # a stream whose client never reads, and a client that sends half a header and stops
+    stalled = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    body = json.dumps({"prompt": "Stall", "max_tokens": 4000, "stream": True, "ignore_eos": True}).encode()
+    stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    slow = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    started = time.time()
+    out = complete({"prompt": "Hello", "max_tokens": 4, "ignore_eos": True})
+    assert out["usage"]["completion_tokens"] == 4 and time.time() - started < 60, out
+    assert request("GET", "/health") == (200, b'{"status":"ok"}')
+    stalled.close()
+    slow.close()
+
+
+@case
+def tokenize_and_detokenize():
+    status, data = request("POST", "/tokenize", {"model": "tiny", "prompt": "The capital of France is"})
+    out = json.loads(data)
+    assert status == 200 and out["count"] == 5 == len(out["tokens"]) and out["max_model_len"] == 4096, out
+    assert out["token_strs"] is None, out
+    reference = subprocess.run([args.kite, "tokenize", "--model", os.path.join(args.data, "tiny"), "--json",
+                                "The capital of France is"], capture_output=True, timeout=60)
+    assert json.loads(reference.stdout)["ids"] == out["tokens"], (out, reference.stdout)  # `kite tokenize`'s ids
+    status, data = request("POST", "/detokenize", {"tokens": out["tokens"]})
+    assert status == 200 and json.loads(data) == {"prompt": "The capital of France is"}, data
+    messages = [{"role": "user", "content": "Hello!"}]
+    status, data = request("POST", "/tokenize", {"messages": messages})
+    chat_ids = json.loads(data)["tokens"]
+    assert status == 200 and len(chat_ids) == chat({"messages": messages, "max_tokens": 1})["usage"]["prompt_tokens"]
+    for path, body, param in [("/tokenize", {"prompt": 5}, "prompt"), ("/tokenize", {}, "prompt"),
+                              ("/tokenize", {"prompt": "x", "extra": 1}, "extra"),
+                              ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"}, "add_special_tokens"),
+                              ("/detokenize", {"tokens": [1, -1]}, "tokens"), ("/detokenize", {"tokens": "x"}, "tokens"),
+                              ("/detokenize", {"tokens": [999999999]}, "tokens")]:
+        e = error_of(*request("POST", path, body), 400)
+        assert e["param"] == param, (path, body, e)
+    error_of(*request("POST", "/tokenize", {"model": "other", "prompt": "x"}), 404)
+    error_of(*request("GET", "/tokenize"), 405)
+
+
+@case
+def a_prompt_past_the_context_is_answered():
+    # the library ends it at submission (finish_reason "capacity", or a 400 once it refuses such a prompt);
+    # either way the server answers and stays up
+    for endpoint, body in [("/v1/completions", {"prompt": [1] * 5000, "max_tokens": 2}),
+                           ("/v1/completions", {"prompt": [1] * 5000, "max_tokens": 2, "stream": True})]:
+        status, data = request("POST", endpoint, body)
+        if status == 200:
+            assert b"capacity" in data, data
+        else:
+            error_of(status, data, 400)
+    assert request("GET", "/health") == (200, b'{"status":"ok"}')
+
+
 @case
 def stops_on_sigterm():
-    server.send_signal(signal.SIGTERM)
+    main_server.stop()
+
+
+def request_at(srv, method, path, body=None, headers=None, host="127.0.0.1"):
+    c = http.client.HTTPConnection(host, srv.port, timeout=120)
+    c.request(method, path, body=json.dumps(body) if isinstance(body, dict) else body, headers=headers or {})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data, r
+
+
+@case
+def api_key_is_required_on_the_api():
+    for srv in (Server("--api-key", "s3cret"), Server(env={"KITE_API_KEY": "s3cret"})):
+        try:
+            status, data, _ = request_at(srv, "GET", "/v1/models")
+            e = error_of(status, data, 401)
+            assert e["type"] == "authentication_error", e
+            error_of(*request_at(srv, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[:2], 401)
+            error_of(*request_at(srv, "GET", "/v1/models", headers={"Authorization": "Bearer s3cre"})[:2], 401)
+            error_of(*request_at(srv, "POST", "/v1/completions", {"prompt": [1]})[:2], 401)
+            status, data, _ = request_at(srv, "GET", "/v1/models", headers={"Authorization": "Bearer s3cret"})
+            assert status == 200 and json.loads(data)["data"][0]["id"] == "tiny", data
+            status, data, _ = request_at(srv, "POST", "/v1/completions", {"prompt": [1], "max_tokens": 1},
+                                         headers={"Authorization": "Bearer s3cret"})
+            assert status == 200, data
+            assert request_at(srv, "GET", "/health")[0] == 200  # health needs no key
+            srv.stop()
+        finally:
+            srv.kill()
+
+
+@case
+def cors_preflight_and_origin():
+    srv = Server("--cors-origin", "https://app.example")
     try:
-        code = server.wait(30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        raise AssertionError("the server did not stop within 30 s")
-    assert code == 0, (code, server.stderr.read())
+        status, data, r = request_at(srv, "OPTIONS", "/v1/chat/completions",
+                                     headers={"Origin": "https://app.example",
+                                              "Access-Control-Request-Method": "POST",
+                                              "Access-Control-Request-Headers": "authorization, content-type"})
+        assert status == 204, (status, data)
+        assert r.getheader("Access-Control-Allow-Origin") == "https://app.example", r.getheaders()
+        assert "POST" in r.getheader("Access-Control-Allow-Methods"), r.getheaders()
+        assert "Authorization" in r.getheader("Access-Control-Allow-Headers"), r.getheaders()
+        status, data, r = request_at(srv, "GET", "/v1/models", headers={"Origin": "https://app.example"})
+        assert status == 200 and r.getheader("Access-Control-Allow-Origin") == "https://app.example"
+        srv.stop()
+    finally:
+        srv.kill()
 
 
-if server.poll() is None:
-    server.kill()
+@case
+def max_queue_answers_503_with_retry_after():
+    srv = Server("--max-batch", "1", "--max-queue", "1")
+    held = []
+    try:
+        for prompt in ("One", "Two"):  # one runs, one waits
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            body = json.dumps({"prompt": prompt, "max_tokens": 4000, "ignore_eos": True, "stream": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            held.append(s)
+        time.sleep(0.5)
+        status, data, r = request_at(srv, "POST", "/v1/completions", {"prompt": "Three", "max_tokens": 1})
+        error_of(status, data, 503)
+        assert r.getheader("Retry-After") == "1", r.getheaders()
+        for s in held:
+            s.close()
+        # the two hung up: their places come back
+        wait_for(lambda: len([e for e in srv.access_log() if e["status"] == 499]) == 2, 30, "two cancellations")
+        status, data, _ = request_at(srv, "POST", "/v1/completions", {"prompt": "Four", "max_tokens": 1})
+        assert status == 200, data
+        srv.stop()
+    finally:
+        for s in held:
+            s.close()
+        srv.kill()
+
+
+@case
+def max_connections_refuses_one_more():
+    srv = Server("--max-connections", "2")
+    held = []
+    try:
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+            c.request("GET", "/health")
+            assert c.getresponse().read() == b'{"status":"ok"}'
+            held.append(c)  # kept open (keep-alive)
+        status, data, r = request_at(srv, "GET", "/v1/models")
+        error_of(status, data, 503)
+        assert r.getheader("Connection", "").lower() == "close", r.getheaders()
+        held.pop().close()
+        wait_for(lambda: request_at(srv, "GET", "/v1/models")[0] == 200, 10, "a free connection")
+        srv.stop()
+    finally:
+        for c in held:
+            c.close()
+        srv.kill()
+
+
+@case
+def sigterm_drains_then_cancels():
+    srv = Server("--drain-timeout", "1")
+    try:
+        results = {}
+
+        def ask(name, body):
+            results[name] = request_at(srv, "POST", "/v1/completions", body)[:2]
+        short = threading.Thread(target=ask, args=("short", {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True}))
+        long = threading.Thread(target=ask, args=("long", {"prompt": "Hello", "max_tokens": 4000, "ignore_eos": True}))
+        def ask_stream():
+            status, data = request_at(srv, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 4000,
+                                                                       "ignore_eos": True, "stream": True})[:2]
+            results["stream"] = status, data
+        streamed = threading.Thread(target=ask_stream)
+        short.start()
+        long.start()
+        streamed.start()
+        time.sleep(0.3)
+        srv.process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        try:  # no new connections once stopping
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5).close()
+            refused = False
+        except OSError:
+            refused = True
+        short.join(60)
+        long.join(60)
+        streamed.join(60)
+        code = srv.process.wait(30)
+        srv.reader.join(10)
+        assert code == 0, (code, srv.lines[-10:])
+        assert refused, "the listening socket stayed open while draining"
+        status, data = results["short"]
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 6, (status, data)
+        error_of(*results["long"], 503)  # cancelled at the drain's deadline
+        status, data = results["stream"]  # a stream that had begun: the error is its last event
+        events = [e[len("data: "):] for e in data.decode().split("\n\n") if e.startswith("data: ")]
+        assert status == 200 and events[-1] == "[DONE]", (status, events[-3:])
+        assert json.loads(events[-2])["error"]["code"] == 503, events[-2]
+        assert any("drain timed out" in l for l in srv.lines), srv.lines[-10:]
+        stopped = [l for l in srv.lines if l.startswith("kite serve: stopped; KV blocks free ")]
+        free, total = stopped[-1].split("free ")[1].split(" of ")
+        assert int(free) == int(total), stopped
+    finally:
+        srv.kill()
+
+
+@case
+def bad_options_are_usage_errors():
+    tiny = os.path.join(args.data, "tiny")
+    for extra, word in [(["--cors-origin", "a\nb"], "cors-origin"), (["--cors-origin", ""], "cors-origin"),
+                        (["--api-key", ""], "api-key"), (["--max-queue", "-1"], "max-queue"),
+                        (["--drain-timeout", "x"], "drain-timeout"), (["--host", "no.such.host.invalid"], "host")]:
+        p = subprocess.run([args.kite, "serve", "--model", tiny, "--port", "0", *extra], capture_output=True,
+                           timeout=60, text=True)
+        assert p.returncode in (1, 2) and word in p.stderr, (extra, p.returncode, p.stderr)
+        assert p.returncode == 2 or word == "host", (extra, p.returncode)
+
+
+@case
+def ipv6_loopback():
+    try:
+        probe = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError as e:
+        print("SKIP ipv6_loopback: this machine has no ::1 (%s)" % e)
+        return
+    srv = Server(host="::1")
+    try:
+        status, data, _ = request_at(srv, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 3,
+                                                                     "ignore_eos": True}, host="::1")
+        assert status == 200, data
+        srv.stop()
+    finally:
+        srv.kill()
+    srv = Server(host="localhost")  # a host name resolves
+    try:
+        assert request_at(srv, "GET", "/health", host=srv.host)[0] == 200
+        srv.stop()
+    finally:
+        srv.kill()
+
+
+main_server.kill()
 finish()

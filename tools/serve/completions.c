@@ -1,0 +1,108 @@
+/* /v1/completions (completions.h). */
+#include "serve/completions.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The prompt: text (tokenized here) or token ids. */
+static bool parse_prompt(const kite_model *model, const json_t *prompt, serve_request *r, field_error *e) {
+    if (json_is_string(prompt)) {
+        kite_status status = kite_tokenize(model, json_string_value(prompt), json_string_length(prompt),
+                                           &r->prompt_ids, &r->n_prompt);
+        if (status != KITE_OK) {
+            field_error_set(e, "prompt", "prompt: %s", kite_last_error());
+            return false;
+        }
+    } else if (json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_number(json_array_get(prompt, 0))) {
+        size_t n = json_array_size(prompt);
+        r->prompt_ids = malloc(n * sizeof(int32_t));
+        if (!r->prompt_ids) {
+            field_error_set(e, "prompt", "out of memory");
+            return false;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const json_t *item = json_array_get(prompt, i);
+            json_int_t v = json_is_integer(item) ? json_integer_value(item) : -1;
+            if (v < 0 || v > INT32_MAX) {
+                field_error_set(e, "prompt", "prompt[%zu] is not a token id", i);
+                return false;
+            }
+            r->prompt_ids[i] = (int32_t)v;
+        }
+        r->n_prompt = n;
+    } else {
+        field_error_set(e, "prompt",
+                        "'prompt' must be a string or an array of token ids (one prompt per request)");
+        return false;
+    }
+    if (r->n_prompt == 0) {
+        field_error_set(e, "prompt", "the prompt is empty");
+        return false;
+    }
+    r->request.prompt_ids = r->prompt_ids;
+    r->request.n_prompt_ids = r->n_prompt;
+    return true;
+}
+
+serve_request *completions_parse(const kite_model *model, const char *body, size_t length, field_error *e) {
+    json_t *root = request_fields_load(body, length, e);
+    if (!root) return NULL;
+    serve_request *r = serve_request_new(SERVE_ENDPOINT_COMPLETIONS);
+    if (!r) {
+        field_error_set(e, NULL, "out of memory");
+        json_decref(root);
+        return NULL;
+    }
+    r->request.max_tokens = 16; /* OpenAI's default for completions */
+    /* Fields kite does not know are ignored, as OpenAI-compatible servers do. */
+    const bool ok = parse_prompt(model, json_object_get(root, "prompt"), r, e) &&
+                    request_fields_numbers(root, &r->request, e) && request_fields_stop(root, r, e) &&
+                    request_fields_stream(root, r, e) &&
+                    request_fields_bool(root, "ignore_eos", &r->request.ignore_eos, e); /* vLLM's extension */
+    json_decref(root);
+    if (!ok) {
+        serve_request_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void head(text_buffer *b, const char *model_name, const serve_request *r) {
+    text_buffer_printf(b, "{\"id\":\"cmpl-%ld\",\"object\":\"text_completion\",\"created\":%lld,\"model\":",
+                       r->number, (long long)time(NULL));
+    text_buffer_json_string(b, model_name, strlen(model_name));
+}
+
+static void choice(text_buffer *b, const serve_request *r, const char *text, size_t length, bool last) {
+    text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"text\":");
+    text_buffer_json_string(b, text ? text : "", length);
+    text_buffer_puts(b, ",\"logprobs\":null,\"finish_reason\":");
+    if (last)
+        text_buffer_printf(b, "\"%s\"", kite_finish_reason_string(r->finish));
+    else
+        text_buffer_puts(b, "null");
+    text_buffer_puts(b, "}]");
+}
+
+void completions_chunk_json(text_buffer *b, const char *model_name, const serve_request *r, const char *text,
+                            size_t length, bool last) {
+    head(b, model_name, r);
+    choice(b, r, text, length, last);
+    if (r->include_usage) text_buffer_puts(b, ",\"usage\":null"); /* OpenAI's: usage comes in a chunk of its own */
+    text_buffer_puts(b, "}");
+}
+
+void completions_usage_chunk_json(text_buffer *b, const char *model_name, const serve_request *r) {
+    head(b, model_name, r);
+    text_buffer_puts(b, ",\"choices\":[]");
+    serve_request_usage_json(b, r);
+    text_buffer_puts(b, "}");
+}
+
+void completions_whole_json(text_buffer *b, const char *model_name, const serve_request *r) {
+    head(b, model_name, r);
+    choice(b, r, r->whole_text.data, r->whole_text.length, true);
+    serve_request_usage_json(b, r);
+    text_buffer_puts(b, "}");
+}

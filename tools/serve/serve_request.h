@@ -1,0 +1,87 @@
+/* One generation request of `kite serve`, shared by the HTTP loop thread and the engine thread.
+ *
+ * The loop thread builds it (parsing and tokenizing happen there), hands it to the engine thread
+ * (engine_link.h), and writes out what the engine produced. The fields are grouped by who touches them: the
+ * engine's output is written under the link's mutex and taken by the loop under the same mutex; the rest is
+ * owned by one thread. A request is freed when its last holder (the loop, the engine, the outbox) lets go.
+ */
+#ifndef KITE_TOOLS_SERVE_REQUEST_H
+#define KITE_TOOLS_SERVE_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kite.h"
+#include "text_buffer.h"
+
+#define SERVE_MAX_STOP_STRINGS 8
+
+struct evhttp_request;
+struct serve_connection;
+struct engine_link;
+
+typedef enum serve_endpoint { SERVE_ENDPOINT_COMPLETIONS, SERVE_ENDPOINT_CHAT } serve_endpoint;
+
+typedef struct serve_request {
+    /* Built by the loop thread before the hand-over; read-only afterwards. */
+    serve_endpoint endpoint;
+    kite_request request; /* prompt ids and stop strings point into this struct's own copies */
+    int32_t *prompt_ids;
+    size_t n_prompt;
+    char *stop_storage[SERVE_MAX_STOP_STRINGS];
+    kite_chat_prompt prompt; /* chat only: the rendered prompt, submitted through kite_chat_submit */
+    bool stream;
+    bool include_usage; /* stream_options.include_usage: a last chunk with the usage */
+    long number;        /* the response's id: cmpl-N / chatcmpl-N */
+    double start_seconds;
+
+    /* The engine's output, under the link's mutex. */
+    text_buffer text; /* completions' text, chat's content */
+    text_buffer reasoning;
+    text_buffer calls; /* completed tool calls, each a JSON object followed by '\n' */
+    int n_calls;
+    int32_t n_generated;
+    kite_finish_reason finish;
+    bool done;                /* the engine will not touch the request again */
+    bool failed;              /* refused or failed in the engine: `error` says why */
+    kite_status failed_status;
+    char error[512];
+    double first_token_seconds; /* 0 until the first token */
+    bool on_outbox;             /* queued for the loop thread */
+    struct serve_request *next_out;
+    int references; /* the loop, the engine and the outbox each hold one while they keep it */
+
+    /* The engine thread's. */
+    struct engine_link *link; /* the callbacks' way back to the mutex and the outbox */
+    kite_request_id id;
+    bool submitted;
+    struct serve_request *next_in; /* inbox link */
+    struct serve_request *next_cancel;
+    struct serve_request *next_live, *prev_live; /* submitted and not finished */
+
+    /* The loop thread's. */
+    struct evhttp_request *http;   /* NULL once the connection freed it */
+    struct serve_connection *connection;
+    size_t text_taken, reasoning_taken, calls_taken;
+    bool reply_started;   /* the stream's header is out */
+    bool client_gone;     /* the connection closed (or was dropped) before the response ended */
+    bool cancel_sent;
+    int final_status;     /* the status logged for a response that ended early (0: 499, the client left) */
+    bool answered;        /* the loop has finished with it (the outbox may still hand it over once more) */
+    bool first_chunk_out; /* chat: the role went out */
+    text_buffer whole_text, whole_reasoning, whole_calls; /* a response that is not streamed, collected */
+} serve_request;
+
+/* A zeroed request with kite_request_default() and one reference (the loop's); NULL when out of memory. */
+serve_request *serve_request_new(serve_endpoint endpoint);
+/* Frees what the request owns and the request itself (no locking: the caller holds the last reference). */
+void serve_request_free(serve_request *r);
+
+/* ,"usage":{"prompt_tokens":P,"completion_tokens":C,"total_tokens":T} for a finished request. */
+void serve_request_usage_json(text_buffer *b, const serve_request *r);
+
+/* Seconds on a monotonic clock, for TTFT and total times. */
+double serve_now_seconds(void);
+
+#endif
