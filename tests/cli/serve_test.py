@@ -199,7 +199,15 @@ def every_field_is_checked():
            ({"prompt": [1], "min_p": -0.1}, "min_p"), ({"prompt": [1], "repetition_penalty": 0}, "repetition_penalty"),
            ({"prompt": [1], "seed": -1}, "seed"), ({"prompt": [1], "logprobs": 21}, "logprobs"),
            ({"prompt": [1], "stop": ["a", 3]}, "stop"), ({"prompt": [1], "stop": list("abcdefghi")}, "stop"),
-           ({"prompt": [1], "stream": 1}, "stream"), ({"prompt": [1], "ignore_eos": "yes"}, "ignore_eos")]
+           ({"prompt": [1], "stream": 1}, "stream"), ({"prompt": [1], "ignore_eos": "yes"}, "ignore_eos"),
+           ({"prompt": [1], "echo": True}, "echo"), ({"prompt": [1], "suffix": "x"}, "suffix"),
+           ({"prompt": [1], "best_of": 2}, "best_of"), ({"prompt": [1], "logprobs": 1}, "logprobs"),
+           ({"prompt": [1], "presence_penalty": 2.5}, "presence_penalty"),
+           ({"prompt": [1], "frequency_penalty": -3}, "frequency_penalty"),
+           ({"prompt": [1], "min_tokens": -1}, "min_tokens"), ({"prompt": [1], "logit_bias": [1]}, "logit_bias"),
+           ({"prompt": [1], "logit_bias": {"x": 1}}, "logit_bias"),
+           ({"prompt": [1], "logit_bias": {"5": 101}}, "logit_bias"),
+           ({"prompt": [1], "logit_bias": {"999999999": 1}}, "logit_bias")]
     for body, word in bad:
         status, data = request("POST", "/v1/completions", body)
         assert status == 400, (body, status, data)
@@ -207,8 +215,14 @@ def every_field_is_checked():
         assert word in message, (body, message)
     # Unknown fields are ignored and null means absent, as OpenAI-compatible servers do.
     out = complete({"prompt": [1, 2], "max_tokens": 2, "user": "x", "echo": False, "stop": None, "stream": None,
-                    "temperature": None, "suffix": {"nested": [1]}})
+                    "temperature": None, "suffix": None, "best_of": 1, "logprobs": None, "metadata": {"nested": [1]}})
     assert out["usage"]["completion_tokens"] == 2, out
+    # logit_bias (token 15 is "0"), the penalties and min_tokens reach the sampler.
+    out = complete({"prompt": [1, 2], "max_tokens": 3, "logit_bias": {"15": 100}, "ignore_eos": True})
+    assert out["choices"][0]["text"] == "000", out
+    out = complete({"prompt": [1, 2], "max_tokens": 3, "presence_penalty": 1.5, "frequency_penalty": 0.5,
+                    "min_tokens": 3})
+    assert out["usage"]["completion_tokens"] == 3, out
     # A NUL inside the prompt text is text like any other.
     out = complete({"prompt": "a\u0000b", "max_tokens": 1})
     assert out["usage"]["prompt_tokens"] == 3, out

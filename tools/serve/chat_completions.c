@@ -36,8 +36,9 @@ static bool parse_fields(json_t *root, serve_request *r, field_error *e) {
     (void)json_object_del(root, "logprobs"); /* false or null: nothing asked */
     const json_t *seed = json_object_get(root, "seed");
     const bool seeded = seed && !json_is_null(seed);
-    if (!request_fields_numbers(root, &r->request, e) || !request_fields_stop(root, r, e) ||
-        !request_fields_stream(root, r, e) || !request_fields_bool(root, "ignore_eos", &r->request.ignore_eos, e))
+    if (!request_fields_numbers(root, &r->request, e) || !request_fields_logit_bias(root, r, e) ||
+        !request_fields_stop(root, r, e) || !request_fields_stream(root, r, e) ||
+        !request_fields_bool(root, "ignore_eos", &r->request.ignore_eos, e))
         return false;
     if (!seeded) r->request.sampling.seed = fresh_seed();
     return true;

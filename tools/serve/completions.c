@@ -45,6 +45,30 @@ static bool parse_prompt(const kite_model *model, const json_t *prompt, serve_re
     return true;
 }
 
+/* echo, suffix, best_of above 1 and logprobs change what a completion returns: until kite returns them, a request
+ * asking for them gets a 400 rather than an answer without them. */
+static bool refuse_unimplemented(const json_t *root, field_error *e) {
+    const json_t *echo = json_object_get(root, "echo"), *suffix = json_object_get(root, "suffix");
+    const json_t *best_of = json_object_get(root, "best_of"), *logprobs = json_object_get(root, "logprobs");
+    if (echo && !json_is_null(echo) && !json_is_false(echo)) {
+        field_error_set(e, "echo", "'echo' is not implemented");
+        return false;
+    }
+    if (suffix && !json_is_null(suffix)) {
+        field_error_set(e, "suffix", "'suffix' is not implemented (kite has no fill-in-the-middle completions)");
+        return false;
+    }
+    if (best_of && !json_is_null(best_of) && !(json_is_integer(best_of) && json_integer_value(best_of) == 1)) {
+        field_error_set(e, "best_of", "'best_of' above 1 is not implemented");
+        return false;
+    }
+    if (logprobs && !json_is_null(logprobs) && !(json_is_integer(logprobs) && json_integer_value(logprobs) == 0)) {
+        field_error_set(e, "logprobs", "'logprobs' is not implemented for completions yet");
+        return false;
+    }
+    return true;
+}
+
 serve_request *completions_parse(const kite_model *model, const char *body, size_t length, field_error *e) {
     json_t *root = request_fields_load(body, length, e);
     if (!root) return NULL;
@@ -55,11 +79,15 @@ serve_request *completions_parse(const kite_model *model, const char *body, size
         return NULL;
     }
     r->request.max_tokens = 16; /* OpenAI's default for completions */
-    /* Fields kite does not know are ignored, as OpenAI-compatible servers do. */
-    const bool ok = parse_prompt(model, json_object_get(root, "prompt"), r, e) &&
-                    request_fields_numbers(root, &r->request, e) && request_fields_stop(root, r, e) &&
-                    request_fields_stream(root, r, e) &&
+    const json_t *seed = json_object_get(root, "seed");
+    /* Fields kite does not know are ignored, as OpenAI-compatible servers do; those of OpenAI's API that kite
+     * does not implement yet are refused. */
+    const bool ok = refuse_unimplemented(root, e) && parse_prompt(model, json_object_get(root, "prompt"), r, e) &&
+                    request_fields_numbers(root, &r->request, e) && request_fields_logit_bias(root, r, e) &&
+                    request_fields_stop(root, r, e) && request_fields_stream(root, r, e) &&
                     request_fields_bool(root, "ignore_eos", &r->request.ignore_eos, e); /* vLLM's extension */
+    /* No seed: a fresh one per request (OpenAI's and vLLM's), drawn by the library at submit. */
+    if (ok && (!seed || json_is_null(seed))) r->request.sampling.fresh_seed = true;
     json_decref(root);
     if (!ok) {
         serve_request_free(r);

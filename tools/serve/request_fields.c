@@ -2,6 +2,7 @@
 #include "serve/request_fields.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +58,8 @@ bool request_fields_bool(const json_t *root, const char *key, bool *out, field_e
 }
 
 bool request_fields_numbers(const json_t *root, kite_request *request, field_error *e) {
-    enum { MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, MIN_P, REPETITION_PENALTY, SEED, LOGPROBS, N };
+    enum { MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, MIN_P, REPETITION_PENALTY, PRESENCE_PENALTY, FREQUENCY_PENALTY,
+           MIN_TOKENS, SEED, N };
     static const struct {
         const char *key;
         double min, max;
@@ -68,8 +70,10 @@ bool request_fields_numbers(const json_t *root, kite_request *request, field_err
         [TOP_K] = {"top_k", -1, 1 << 30}, /* -1: off, as vLLM */
         [MIN_P] = {"min_p", 0, 1},
         [REPETITION_PENALTY] = {"repetition_penalty", 0.01, 100},
+        [PRESENCE_PENALTY] = {"presence_penalty", -2, 2},
+        [FREQUENCY_PENALTY] = {"frequency_penalty", -2, 2},
+        [MIN_TOKENS] = {"min_tokens", 0, 1 << 30}, /* vLLM's extension */
         [SEED] = {"seed", 0, 9.0e15}, /* integers a double holds exactly */
-        [LOGPROBS] = {"logprobs", 0, KITE_MAX_LOGPROBS},
         [N] = {"n", 1, 1}, /* one choice per request */
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
@@ -89,11 +93,49 @@ bool request_fields_numbers(const json_t *root, kite_request *request, field_err
         case TOP_K: request->sampling.top_k = v < 0 ? 0 : (int32_t)v; break;
         case MIN_P: request->sampling.min_p = (float)v; break;
         case REPETITION_PENALTY: request->sampling.repetition_penalty = (float)v; break;
+        case PRESENCE_PENALTY: request->sampling.presence_penalty = (float)v; break;
+        case FREQUENCY_PENALTY: request->sampling.frequency_penalty = (float)v; break;
+        case MIN_TOKENS: request->min_tokens = (int32_t)v; break;
         case SEED: request->sampling.seed = (uint64_t)v; break;
-        case LOGPROBS: request->n_logprobs = (int32_t)v; break;
         default: break;
         }
     }
+    return true;
+}
+
+bool request_fields_logit_bias(const json_t *root, serve_request *r, field_error *e) {
+    const json_t *bias = json_object_get(root, "logit_bias");
+    if (!bias || json_is_null(bias)) return true;
+    if (!json_is_object(bias)) {
+        field_error_set(e, "logit_bias", "'logit_bias' must be an object from token ids to biases");
+        return false;
+    }
+    if (json_object_size(bias) > KITE_MAX_LOGIT_BIAS) {
+        field_error_set(e, "logit_bias", "'logit_bias' has %zu entries; at most %d", json_object_size(bias),
+                        KITE_MAX_LOGIT_BIAS);
+        return false;
+    }
+    const char *key;
+    const json_t *value;
+    int32_t n = 0;
+    json_object_foreach((json_t *)bias, key, value) {
+        char *end = NULL;
+        const long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT32_MAX) {
+            field_error_set(e, "logit_bias", "'logit_bias' keys must be token ids (\"%.32s\" is not)", key);
+            return false;
+        }
+        if (!json_is_number(value) || !(json_number_value(value) >= -100.0 && json_number_value(value) <= 100.0)) {
+            field_error_set(e, "logit_bias", "'logit_bias' values must be numbers in [-100, 100] (token %ld)", id);
+            return false;
+        }
+        r->logit_bias[n].token = (int32_t)id;
+        r->logit_bias[n].bias = (float)json_number_value(value);
+        n++;
+    }
+    /* Token ids past the vocabulary are refused by the library at submit, naming the field. */
+    r->request.logit_bias = r->logit_bias;
+    r->request.n_logit_bias = n;
     return true;
 }
 

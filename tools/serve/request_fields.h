@@ -22,8 +22,11 @@ void field_error_set(field_error *e, const char *param, const char *format, ...)
 json_t *request_fields_load(const char *body, size_t length, field_error *e);
 
 bool request_fields_bool(const json_t *root, const char *key, bool *out, field_error *e);
-/* max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, seed, logprobs and n into the request. */
+/* max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty,
+ * min_tokens, seed and n into the request. */
 bool request_fields_numbers(const json_t *root, kite_request *request, field_error *e);
+/* "logit_bias": an object from token ids (as strings, OpenAI's) to biases in [-100, 100], copied into the request. */
+bool request_fields_logit_bias(const json_t *root, serve_request *r, field_error *e);
 /* "stop": a string or at most SERVE_MAX_STOP_STRINGS strings, copied into the request. */
 bool request_fields_stop(const json_t *root, serve_request *r, field_error *e);
 /* "stream" and "stream_options" (include_usage; only with "stream": true). */

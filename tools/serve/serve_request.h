@@ -30,6 +30,7 @@ typedef struct serve_request {
     int32_t *prompt_ids;
     size_t n_prompt;
     char *stop_storage[SERVE_MAX_STOP_STRINGS];
+    kite_logit_bias logit_bias[KITE_MAX_LOGIT_BIAS];
     kite_chat_prompt prompt; /* chat only: the rendered prompt, submitted through kite_chat_submit */
     bool stream;
     bool include_usage; /* stream_options.include_usage: a last chunk with the usage */
