@@ -114,6 +114,8 @@ typedef struct backend_params {
      * them in bf16 (GEMM inputs and outputs, the KV cache, attention probabilities), so the float32 oracle
      * can also say how much of a GPU difference bf16 storage alone explains. Off (0) for normal use. */
     int32_t emulate_bf16_activations;
+    /* The linear weights' form (kite_load_params.weights); quant/fp8_weights.h says what each gives. */
+    kite_weights weights;
 } backend_params;
 
 /* Whether the backend offers overlapped greedy decode (argmax_begin / argmax_end); the engine uses it unless

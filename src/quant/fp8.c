@@ -85,7 +85,7 @@ kite_status fp8_quantize_blocks(const float *w, int64_t rows, int64_t cols, uint
     }
     if (bad_row >= 0)
         return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
-                         "tensor %s: element [%lld, %lld] is %g; a weight quantized to fp8 must be finite", name,
+                         "%s: element [%lld, %lld] is %g; a weight quantized to fp8 must be finite", name,
                          (long long)bad_row, (long long)bad_col, (double)w[bad_row * cols + bad_col]);
     return KITE_OK;
 }
