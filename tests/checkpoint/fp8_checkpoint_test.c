@@ -378,11 +378,22 @@ static entry base_entries[MAX_ENTRIES];
 static size_t n_base_entries;
 static char *case_dir;
 
-static void expect_refused(int line, const char *quantization, const entry *entries, size_t n, kite_status expected,
-                           const char *substring) {
+/* A fresh empty case_dir, the previous one removed. */
+static void case_dir_reset(void) {
     if (case_dir) checkpoint_writer_remove_dir(case_dir);
     free(case_dir);
     case_dir = checkpoint_writer_make_temp_dir();
+}
+
+static void case_dir_remove(void) {
+    if (case_dir) checkpoint_writer_remove_dir(case_dir);
+    free(case_dir);
+    case_dir = NULL;
+}
+
+static void expect_refused(int line, const char *quantization, const entry *entries, size_t n, kite_status expected,
+                           const char *substring) {
+    case_dir_reset();
     if (!case_dir || !write_checkpoint(case_dir, KITE_TEST_DATA_DIR "/tiny", quantization, entries, n)) {
         CHECK_MSG(false, "line %d: cannot write the case", line);
         return;
@@ -424,6 +435,7 @@ static void test_quantization_config_refusals(void) {
                    "\"lm_head\"}",
                    e, n, KITE_ERROR_INVALID_CHECKPOINT, "field quantization_config.modules_to_not_convert must be an array");
     EXPECT_REFUSED("[1]", e, n, KITE_ERROR_INVALID_CHECKPOINT, "field quantization_config must be an object");
+    case_dir_remove();
 }
 
 static void test_bad_tensors_refused(void) {
@@ -435,7 +447,7 @@ static void test_bad_tensors_refused(void) {
     /* The untouched assembly loads: the refusals below come from their one change. */
     memcpy(e, base_entries, n * sizeof *e);
     checkpoint *c = NULL;
-    case_dir = checkpoint_writer_make_temp_dir();
+    case_dir_reset();
     CHECK(case_dir && write_checkpoint(case_dir, KITE_TEST_DATA_DIR "/tiny", QUANTIZATION_CONFIG, e, n));
     CHECK_MSG(checkpoint_open(case_dir, &c) == KITE_OK, "%s", kite_last_error());
     if (c) CHECK(checkpoint_weights(c)->layers[0].q_proj.dtype == TENSOR_DTYPE_F8_E4M3);
@@ -495,9 +507,7 @@ static void test_bad_tensors_refused(void) {
     size_t s = find_entry(e, n, q_scale);
     e[s] = e[n - 1];
     c = NULL;
-    checkpoint_writer_remove_dir(case_dir);
-    free(case_dir);
-    case_dir = checkpoint_writer_make_temp_dir();
+    case_dir_reset();
     CHECK(case_dir && write_checkpoint(case_dir, KITE_TEST_DATA_DIR "/tiny", keep_q, e, n - 1));
     CHECK_MSG(checkpoint_open(case_dir, &c) == KITE_OK, "%s", kite_last_error());
     if (c) CHECK(checkpoint_weights(c)->layers[0].q_proj.dtype == TENSOR_DTYPE_BF16);
@@ -511,9 +521,7 @@ static void test_bad_tensors_refused(void) {
                    "tensor model.layers.0.self_attn.q_proj.weight: dtype F8_E4M3, but "
                    "quantization_config.modules_to_not_convert keeps model.layers.0.self_attn.q_proj unquantized");
     c = NULL;
-    checkpoint_writer_remove_dir(case_dir);
-    free(case_dir);
-    case_dir = checkpoint_writer_make_temp_dir();
+    case_dir_reset();
     CHECK(case_dir && write_checkpoint(case_dir, KITE_TEST_DATA_DIR "/tiny",
                                        "{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], "
                                        "\"modules_to_not_convert\": [\"proj\", \"mlp.gate\"]}",
@@ -533,9 +541,7 @@ static void test_bad_tensors_refused(void) {
     /* A scale in a checkpoint without quantization_config, and F8 weights without it. */
     memcpy(e, base_entries, n * sizeof *e);
     EXPECT_REFUSED(NULL, e, n, KITE_ERROR_INVALID_CHECKPOINT, "but config.json has no quantization_config");
-    checkpoint_writer_remove_dir(case_dir);
-    free(case_dir);
-    case_dir = NULL;
+    case_dir_remove();
 }
 
 int main(void) {
