@@ -274,7 +274,8 @@ static kite_status check_scale(const checkpoint *c, const safetensors_tensor *we
         return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: tensor %s: dtype %s; kite reads F32 or BF16 scales", file, name,
                          safetensors_dtype_name(scale->dtype));
     const checkpoint_quantization *q = &c->quantization;
-    int64_t want[2] = {fp8_block_count(weight->shape[0], q->block_rows), fp8_block_count(weight->shape[1], q->block_cols)};
+    int64_t want[2] = {fp8_block_count(weight->shape[0], q->block_rows),
+                       fp8_block_count(weight->shape[1], q->block_cols)};
     if (scale->n_dims != 2 || scale->shape[0] != want[0] || scale->shape[1] != want[1]) {
         char found_text[96];
         format_shape(scale->n_dims, scale->shape, found_text, sizeof found_text);

@@ -69,8 +69,9 @@ static kite_status read_exclusions(const json_value *object, const char *path, c
 }
 
 static kite_status read_object(const json_value *object, const char *path, checkpoint_quantization *out) {
-    static const char *const known_keys[] = {"quant_method", "fmt", "activation_scheme", "weight_block_size",
-                                             "modules_to_not_convert", "ignored_layers", "dequantize"};
+    static const char *const known_keys[] = {
+        "quant_method",   "fmt",       "activation_scheme", "weight_block_size", "modules_to_not_convert",
+        "ignored_layers", "dequantize"};
     for (size_t i = 0; i < object->length; i++) {
         const char *key = object->as.members[i].key;
         bool known = false;
@@ -81,8 +82,7 @@ static kite_status read_object(const json_value *object, const char *path, check
     }
     const char *method;
     KITE_TRY(read_string(object, path, "quant_method", NULL, &method));
-    if (!method)
-        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field " FIELD ".quant_method is missing", path);
+    if (!method) return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: field " FIELD ".quant_method is missing", path);
     if (strcmp(method, "fp8") != 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED,
                          "%s: field " FIELD ".quant_method is \"%.64s\"; kite reads only \"fp8\" (Qwen's FP8 "
@@ -91,8 +91,8 @@ static kite_status read_object(const json_value *object, const char *path, check
     const char *format, *scheme;
     KITE_TRY(read_string(object, path, "fmt", "e4m3", &format));
     if (strcmp(format, "e4m3") != 0)
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field " FIELD ".fmt is \"%.64s\"; kite reads only \"e4m3\"",
-                         path, format);
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: field " FIELD ".fmt is \"%.64s\"; kite reads only \"e4m3\"", path,
+                         format);
     KITE_TRY(read_string(object, path, "activation_scheme", "dynamic", &scheme));
     if (strcmp(scheme, "dynamic") != 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED,
@@ -163,7 +163,8 @@ bool checkpoint_quantization_excludes(const checkpoint_quantization *q, const ch
 
 void checkpoint_quantization_free(checkpoint_quantization *q) {
     if (!q) return;
-    for (size_t i = 0; i < q->n_excluded; i++) free(q->excluded[i]);
+    for (size_t i = 0; i < q->n_excluded; i++)
+        free(q->excluded[i]);
     free(q->excluded);
     memset(q, 0, sizeof *q);
 }

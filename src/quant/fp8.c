@@ -80,7 +80,8 @@ kite_status fp8_quantize_blocks(const float *w, int64_t rows, int64_t cols, uint
             const float scale = amax / FP8_E4M3_MAX;
             scale_inv[bi * n_block_cols + bj] = scale;
             for (int64_t r = row_begin; r < row_end; r++)
-                for (int64_t c = col_begin; c < col_end; c++) q[r * cols + c] = fp8_e4m3_from_float(w[r * cols + c] / scale);
+                for (int64_t c = col_begin; c < col_end; c++)
+                    q[r * cols + c] = fp8_e4m3_from_float(w[r * cols + c] / scale);
         }
     }
     if (bad_row >= 0)
@@ -94,10 +95,12 @@ void fp8_dequantize_blocks(const uint8_t *q, const float *scale_inv, int64_t row
                            int32_t block_cols, float *out) {
     const int64_t n_block_cols = fp8_block_count(cols, block_cols);
     float table[256];
-    for (int code = 0; code < 256; code++) table[code] = fp8_e4m3_to_float((uint8_t)code);
+    for (int code = 0; code < 256; code++)
+        table[code] = fp8_e4m3_to_float((uint8_t)code);
 #pragma omp parallel for schedule(static) if (rows >= block_rows)
     for (int64_t r = 0; r < rows; r++) {
         const float *scales = scale_inv + (r / block_rows) * n_block_cols;
-        for (int64_t c = 0; c < cols; c++) out[r * cols + c] = table[q[r * cols + c]] * scales[c / block_cols];
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = table[q[r * cols + c]] * scales[c / block_cols];
     }
 }

@@ -21,7 +21,9 @@
  *   4. scale_inv = amax / 448.0f (one float32 division). Stored as is: Qwen's convention is w = q x scale_inv.
  *   5. each q = fp8_e4m3_from_float(w / scale_inv) (one float32 division; on CUDA __fdiv_rn, never the fast
  *      approximate division), rounding to nearest even, magnitudes above 448 saturating to 448, the sign of
- *      zero kept (-0.0 and negative values that round to zero give 0x80).
+ *      zero kept (-0.0 and negative values that round to zero give 0x80). vLLM's per_block_cast_to_fp8
+ *      multiplies by 448 / amax instead, which can land one code apart at a rounding boundary; dividing by
+ *      the stored scale_inv makes the scaling exactly the one that dequantization undoes.
  * Dequantization: w' = fp8_e4m3_to_float(q) x scale_inv, one float32 multiplication, rounded to nearest even
  * (a 4-bit significand times a 24-bit one can need 28 bits, so the rounding is part of the result).
  */

@@ -21,7 +21,8 @@ void fp8_weights_dequantize_rows(const tensor_view *t, int64_t row_begin, int64_
     const unsigned char *scale_bytes = t->scale_inv;
     const size_t scale_size = tensor_dtype_size(t->scale_dtype);
     float table[256];
-    for (int code = 0; code < 256; code++) table[code] = fp8_e4m3_to_float((uint8_t)code);
+    for (int code = 0; code < 256; code++)
+        table[code] = fp8_e4m3_to_float((uint8_t)code);
 #pragma omp parallel for schedule(static) if (row_end - row_begin >= t->block_rows)
     for (int64_t r = row_begin; r < row_end; r++) {
         const unsigned char *scale_row = scale_bytes + (size_t)((r / t->block_rows) * n_block_cols) * scale_size;
@@ -30,7 +31,8 @@ void fp8_weights_dequantize_rows(const tensor_view *t, int64_t row_begin, int64_
             float scale;
             tensor_to_float(t->scale_dtype, scale_row + (size_t)bj * scale_size, &scale, 1);
             const int64_t end = (bj + 1) * t->block_cols < cols ? (bj + 1) * t->block_cols : cols;
-            for (int64_t c = bj * t->block_cols; c < end; c++) dst[c] = table[codes[r * cols + c]] * scale;
+            for (int64_t c = bj * t->block_cols; c < end; c++)
+                dst[c] = table[codes[r * cols + c]] * scale;
         }
     }
 }
@@ -44,12 +46,14 @@ kite_status fp8_weights_linear_to_float(const tensor_view *t, kite_weights mode,
         KITE_TRY(fp8_weights_check_view(t, name));
         fp8_weights_dequantize_rows(t, 0, rows, out);
         if (mode == KITE_WEIGHTS_BF16)
-            for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(float_to_bf16(out[i]));
+            for (size_t i = 0; i < n; i++)
+                out[i] = bf16_to_float(float_to_bf16(out[i]));
         return KITE_OK;
     }
     tensor_to_float(t->dtype, t->data, out, n);
     if (mode == KITE_WEIGHTS_BF16) return KITE_OK;
-    const size_t n_scales = (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
+    const size_t n_scales =
+        (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
     uint8_t *codes = malloc(n ? n : 1);
     float *scales = malloc(n_scales ? n_scales * sizeof *scales : 1);
     kite_status status = KITE_OK;

@@ -24,8 +24,8 @@
 #include "test_util.h"
 #include "util/file.h"
 
-#define QUANTIZATION_CONFIG                                                                                  \
-    "{\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\", "                    \
+#define QUANTIZATION_CONFIG                                                                                            \
+    "{\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\", "                              \
     "\"weight_block_size\": [128, 128], \"modules_to_not_convert\": [\"lm_head\"]}"
 #define MAX_ENTRIES 128
 #define MAX_FILES 4
@@ -38,7 +38,8 @@ typedef struct tensor_set {
 } tensor_set;
 
 static void tensor_set_close(tensor_set *set) {
-    for (size_t i = 0; i < set->n_files; i++) safetensors_close(set->files[i]);
+    for (size_t i = 0; i < set->n_files; i++)
+        safetensors_close(set->files[i]);
     set->n_files = 0;
 }
 
@@ -115,15 +116,18 @@ static bool write_safetensors(const char *path, const entry *entries, size_t n) 
         offset += e->size;
     }
     length += (size_t)snprintf(header + length, sizeof header - length, "}");
-    while (length % 8 != 0 && length + 1 < sizeof header) header[length++] = ' ';
+    while (length % 8 != 0 && length + 1 < sizeof header)
+        header[length++] = ' ';
     if (length + 1 >= sizeof header) return false;
     FILE *f = fopen(path, "wb");
     if (!f) return false;
     uint64_t header_size = length;
     unsigned char size_bytes[8];
-    for (int i = 0; i < 8; i++) size_bytes[i] = (unsigned char)(header_size >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        size_bytes[i] = (unsigned char)(header_size >> (8 * i));
     bool ok = fwrite(size_bytes, 1, 8, f) == 8 && fwrite(header, 1, length, f) == length;
-    for (size_t i = 0; i < n && ok; i++) ok = entries[i].size == 0 || fwrite(entries[i].data, 1, entries[i].size, f) == entries[i].size;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = entries[i].size == 0 || fwrite(entries[i].data, 1, entries[i].size, f) == entries[i].size;
     if (fclose(f) != 0) ok = false;
     return ok;
 }
@@ -219,12 +223,13 @@ static void check_same_quantization(const char *name, const char *quantized_path
     int compared = 0;
     for (int32_t l = 0; l < config->n_layers; l++) {
         const qwen3_layer_weights *lw = &w->layers[l];
-        const tensor_view *views[] = {&lw->q_proj,    &lw->k_proj,  &lw->v_proj,  &lw->o_proj,
+        const tensor_view *views[] = {&lw->q_proj,    &lw->k_proj,  &lw->v_proj,   &lw->o_proj,
                                       &lw->gate_proj, &lw->up_proj, &lw->down_proj};
         for (int p = 0; p < 7; p++) {
             const tensor_view *v = views[p];
             int64_t rows = v->shape[0], cols = v->shape[1];
-            size_t n = (size_t)(rows * cols), n_scales = (size_t)(fp8_block_count(rows, 128) * fp8_block_count(cols, 128));
+            size_t n = (size_t)(rows * cols),
+                   n_scales = (size_t)(fp8_block_count(rows, 128) * fp8_block_count(cols, 128));
             float *values = malloc(n * sizeof *values), *scales = malloc(n_scales * sizeof *scales);
             uint8_t *codes = malloc(n);
             CHECK(values && scales && codes);
@@ -247,7 +252,8 @@ static void check_same_quantization(const char *name, const char *quantized_path
                         CHECK_MSG(bits == float_to_bf16(scales[i]), "%s[%zu]", scale_name, i);
                     }
                 } else {
-                    CHECK(expected_s->dtype == TENSOR_DTYPE_F32 && expected_s->data_end - expected_s->data_begin == 4 * n_scales);
+                    CHECK(expected_s->dtype == TENSOR_DTYPE_F32 &&
+                          expected_s->data_end - expected_s->data_begin == 4 * n_scales);
                     CHECK_MSG(memcmp(scales, expected_s->data, 4 * n_scales) == 0, "%s: scales differ", scale_name);
                 }
                 compared++;
@@ -323,7 +329,8 @@ static bool run_greedy(const char *dir, kite_weights weights, run_record out[N_R
 static int agreeing_tokens(const run_record *a, const run_record *b) {
     int same = 0;
     for (int i = 0; i < N_RUN_PROMPTS; i++)
-        for (int s = 0; s < STEPS && a[i].tokens[s] == b[i].tokens[s]; s++) same++;
+        for (int s = 0; s < STEPS && a[i].tokens[s] == b[i].tokens[s]; s++)
+            same++;
     return same;
 }
 
@@ -344,12 +351,14 @@ static void check_fp8_checkpoint_runs(const char *name) {
         quantized_at_load[N_RUN_PROMPTS], original[N_RUN_PROMPTS];
     bool ok = dir && run_greedy(dir, KITE_WEIGHTS_FP8, from_fp8_checkpoint) &&
               run_greedy(dir, KITE_WEIGHTS_BF16, from_fp8_bf16) &&
-              run_greedy(source, KITE_WEIGHTS_FP8, quantized_at_load) && run_greedy(source, KITE_WEIGHTS_BF16, original);
+              run_greedy(source, KITE_WEIGHTS_FP8, quantized_at_load) &&
+              run_greedy(source, KITE_WEIGHTS_BF16, original);
     if (ok) {
         /* The same weights, so the same tokens and log-probabilities, bit for bit. */
         for (int i = 0; i < N_RUN_PROMPTS; i++) {
             CHECK(from_fp8_checkpoint[i].n == STEPS && quantized_at_load[i].n == STEPS);
-            CHECK_MSG(memcmp(from_fp8_checkpoint[i].tokens, quantized_at_load[i].tokens, sizeof original[i].tokens) == 0,
+            CHECK_MSG(memcmp(from_fp8_checkpoint[i].tokens, quantized_at_load[i].tokens, sizeof original[i].tokens) ==
+                          0,
                       "%s prompt %d: tokens differ", name, i);
             CHECK_MSG(memcmp(from_fp8_checkpoint[i].logprobs, quantized_at_load[i].logprobs,
                              sizeof original[i].logprobs) == 0,
@@ -405,7 +414,7 @@ static void expect_refused(int line, const char *quantization, const entry *entr
     checkpoint_close(c);
 }
 
-#define EXPECT_REFUSED(quantization, entries, n, status, substring)                                         \
+#define EXPECT_REFUSED(quantization, entries, n, status, substring)                                                    \
     expect_refused(__LINE__, quantization, entries, n, status, substring)
 
 static void test_quantization_config_refusals(void) {
@@ -414,7 +423,8 @@ static void test_quantization_config_refusals(void) {
     static const char *const other_methods[] = {"awq", "gptq", "bitsandbytes", "compressed-tensors", "fbgemm_fp8"};
     for (size_t i = 0; i < sizeof other_methods / sizeof other_methods[0]; i++) {
         char config[256];
-        snprintf(config, sizeof config, "{\"quant_method\": \"%s\", \"weight_block_size\": [128, 128]}", other_methods[i]);
+        snprintf(config, sizeof config, "{\"quant_method\": \"%s\", \"weight_block_size\": [128, 128]}",
+                 other_methods[i]);
         EXPECT_REFUSED(config, e, n, KITE_ERROR_UNSUPPORTED, "field quantization_config.quant_method is");
     }
     EXPECT_REFUSED("{\"quant_method\": \"fp8\", \"fmt\": \"e5m2\", \"weight_block_size\": [128, 128]}", e, n,
@@ -433,7 +443,8 @@ static void test_quantization_config_refusals(void) {
                    KITE_ERROR_UNSUPPORTED, "field quantization_config.kv_cache_scheme is not one kite reads");
     EXPECT_REFUSED("{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], \"modules_to_not_convert\": "
                    "\"lm_head\"}",
-                   e, n, KITE_ERROR_INVALID_CHECKPOINT, "field quantization_config.modules_to_not_convert must be an array");
+                   e, n, KITE_ERROR_INVALID_CHECKPOINT,
+                   "field quantization_config.modules_to_not_convert must be an array");
     EXPECT_REFUSED("[1]", e, n, KITE_ERROR_INVALID_CHECKPOINT, "field quantization_config must be an object");
     case_dir_remove();
 }
@@ -547,9 +558,9 @@ static void test_bad_tensors_refused(void) {
 int main(void) {
     TEST_RUN(test_quantization_matches_script);
     TEST_RUN(test_fp8_checkpoint_equals_fp8_at_load);
-    bool ready = tensor_set_open_dir(KITE_TEST_DATA_DIR "/tiny", &tiny_bf16) &&
-                 safetensors_open(KITE_TEST_DATA_DIR "/fp8/tiny.quantized.safetensors", &tiny_quantized.files[0]) ==
-                     KITE_OK;
+    bool ready =
+        tensor_set_open_dir(KITE_TEST_DATA_DIR "/tiny", &tiny_bf16) &&
+        safetensors_open(KITE_TEST_DATA_DIR "/fp8/tiny.quantized.safetensors", &tiny_quantized.files[0]) == KITE_OK;
     if (ready) {
         tiny_quantized.n_files = 1;
         n_base_entries = fp8_entries(&tiny_bf16, &tiny_quantized, base_entries);

@@ -54,8 +54,7 @@ static void test_rounding_ties(void) {
                       code, code + 1, (double)(s * middle), fp8_e4m3_from_float(s * middle));
             float below = nextafterf(middle, 0.0f), above = nextafterf(middle, INFINITY);
             CHECK_MSG(fp8_e4m3_from_float(s * below) == (code | flag), "just below the midpoint of 0x%02x", code);
-            CHECK_MSG(fp8_e4m3_from_float(s * above) == ((code + 1) | flag), "just above the midpoint of 0x%02x",
-                      code);
+            CHECK_MSG(fp8_e4m3_from_float(s * above) == ((code + 1) | flag), "just above the midpoint of 0x%02x", code);
         }
     }
     CHECK(fp8_e4m3_from_float(0.5f * 0x1p-9f) == 0x00);
@@ -83,7 +82,8 @@ static void reference_quantize(const float *w, int64_t rows, int64_t cols, uint8
         for (int64_t bj = 0; bj * 128 < cols; bj++) {
             float amax = 0;
             for (int64_t r = bi * 128; r < rows && r < bi * 128 + 128; r++)
-                for (int64_t c = bj * 128; c < cols && c < bj * 128 + 128; c++) amax = fmaxf(amax, fabsf(w[r * cols + c]));
+                for (int64_t c = bj * 128; c < cols && c < bj * 128 + 128; c++)
+                    amax = fmaxf(amax, fabsf(w[r * cols + c]));
             amax = fmaxf(amax, 1e-4f);
             float s = amax / 448.0f;
             scale[bi * nbc + bj] = s;
@@ -107,9 +107,11 @@ static void test_partial_blocks(void) {
     float scale[6], scale_ref[6];
     CHECK(w && back && q && q_ref);
     if (!w || !back || !q || !q_ref) return;
-    for (int64_t i = 0; i < rows * cols; i++) w[i] = random_weight();
+    for (int64_t i = 0; i < rows * cols; i++)
+        w[i] = random_weight();
     /* Block (0, 1) (columns 128..129) all zero; block (2, 0) one large outlier. */
-    for (int64_t r = 0; r < 128; r++) w[r * cols + 128] = w[r * cols + 129] = 0.0f;
+    for (int64_t r = 0; r < 128; r++)
+        w[r * cols + 128] = w[r * cols + 129] = 0.0f;
     w[290 * cols + 5] = -3.5f;
     CHECK(fp8_quantize_blocks(w, rows, cols, q, scale, "test.weight") == KITE_OK);
     reference_quantize(w, rows, cols, q_ref, scale_ref);
@@ -118,7 +120,8 @@ static void test_partial_blocks(void) {
     CHECK(scale[1] == 1e-4f / 448.0f);
     CHECK(scale[4] == 3.5f / 448.0f);
     CHECK(q[290 * cols + 5] == 0xfe);
-    for (int64_t r = 0; r < 128; r++) CHECK(q[r * cols + 128] == 0 && q[r * cols + 129] == 0);
+    for (int64_t r = 0; r < 128; r++)
+        CHECK(q[r * cols + 128] == 0 && q[r * cols + 129] == 0);
     fp8_dequantize_blocks(q, scale, rows, cols, 128, 128, back);
     double worst = 0;
     for (int64_t r = 0; r < rows; r++)
@@ -135,7 +138,8 @@ static void test_partial_blocks(void) {
 
 static void test_non_finite_weight_refused(void) {
     float w[4 * 200];
-    for (int i = 0; i < 800; i++) w[i] = 0.01f;
+    for (int i = 0; i < 800; i++)
+        w[i] = 0.01f;
     w[3 * 200 + 150] = NAN;
     uint8_t q[800];
     float scale[2];

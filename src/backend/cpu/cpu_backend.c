@@ -267,12 +267,13 @@ static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w) {
     if (!w->layers) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights have no layers");
     /* embed_tokens and lm_head stay as stored in either mode (the embedding is a lookup; the lm_head is not
      * among the layers Qwen's FP8 checkpoints quantize). */
-    KITE_TRY(widen_tensor(&w->embed_tokens, "model.embed_tokens.weight", -1, c->vocab_size, c->hidden_size, KITE_WEIGHTS_BF16,
-                          &b->embed_tokens));
+    KITE_TRY(widen_tensor(&w->embed_tokens, "model.embed_tokens.weight", -1, c->vocab_size, c->hidden_size,
+                          KITE_WEIGHTS_BF16, &b->embed_tokens));
     b->layers = calloc((size_t)c->n_layers, sizeof *b->layers);
     if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the layer table");
     for (int32_t l = 0; l < c->n_layers; l++) KITE_TRY(widen_layer(c, &w->layers[l], l, b->weights, &b->layers[l]));
-    KITE_TRY(widen_tensor(&w->final_norm, "model.norm.weight", -1, c->hidden_size, 0, KITE_WEIGHTS_BF16, &b->final_norm));
+    KITE_TRY(
+        widen_tensor(&w->final_norm, "model.norm.weight", -1, c->hidden_size, 0, KITE_WEIGHTS_BF16, &b->final_norm));
     /* A tied lm_head is a view of the embedding: share the widened copy instead of making a second. */
     if (w->lm_head.data == w->embed_tokens.data && w->lm_head.dtype == w->embed_tokens.dtype &&
         w->lm_head.n_dims == 2 && w->lm_head.shape[0] == w->embed_tokens.shape[0] &&

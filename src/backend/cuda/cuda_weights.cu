@@ -27,8 +27,8 @@ kite_status upload_fp8_matrix(bf16 *dst, const tensor_view *t, float *staging_f3
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const int64_t band = cols > 0 ? (int64_t)(staging_elements / (size_t)cols) : rows;
     if (band < 1)
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: an fp8 matrix of %lld columns exceeds the staging buffer",
-                         (long long)cols);
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda backend: an fp8 matrix of %lld columns exceeds the staging buffer", (long long)cols);
     for (int64_t row = 0; row < rows; row += band) {
         const int64_t end = row + band < rows ? row + band : rows;
         const size_t count = (size_t)(end - row) * (size_t)cols;
