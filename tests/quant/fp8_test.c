@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "kite.h"
+#include "model/qwen3.h"
 #include "quant/fp8.h"
+#include "quant/fp8_weights.h"
 #include "test_util.h"
 
 static int is_nan_code(int code) { return (code & 0x7f) == 0x7f; }
@@ -151,6 +153,59 @@ static void test_non_finite_weight_refused(void) {
     CHECK(fp8_quantize_blocks(w, 4, 200, q, scale, "x") == KITE_ERROR_INVALID_CHECKPOINT);
 }
 
+/* The four cases of fp8_weights.h on one 130 x 140 weight (2 x 2 blocks, three partial). */
+static void test_weight_modes(void) {
+    enum { ROWS = 130, COLS = 140, N = ROWS * COLS };
+    static uint16_t bf16[N];
+    static float widened[N], out[N], expected[N], scales[4];
+    static uint8_t codes[N];
+    for (int i = 0; i < N; i++) {
+        bf16[i] = float_to_bf16(random_weight());
+        widened[i] = bf16_to_float(bf16[i]);
+    }
+    tensor_view stored = {.dtype = TENSOR_DTYPE_BF16, .n_dims = 2, .shape = {ROWS, COLS}, .data = bf16};
+    /* bf16 as stored: the stored values. */
+    CHECK(fp8_weights_linear_to_float(&stored, KITE_WEIGHTS_BF16, "w", out) == KITE_OK);
+    CHECK(memcmp(out, widened, sizeof out) == 0);
+    /* fp8 from bf16: quantized as fp8.h specifies, then q x scale_inv. */
+    CHECK(fp8_quantize_blocks(widened, ROWS, COLS, codes, scales, "w") == KITE_OK);
+    fp8_dequantize_blocks(codes, scales, ROWS, COLS, 128, 128, expected);
+    CHECK(fp8_weights_linear_to_float(&stored, KITE_WEIGHTS_FP8, "w", out) == KITE_OK);
+    CHECK(memcmp(out, expected, sizeof out) == 0);
+    /* An F8 view as a checkpoint gives it: as stored under fp8, rounded to bf16 under bf16. */
+    tensor_view f8 = {.dtype = TENSOR_DTYPE_F8_E4M3,
+                      .n_dims = 2,
+                      .shape = {ROWS, COLS},
+                      .data = codes,
+                      .scale_inv = scales,
+                      .scale_dtype = TENSOR_DTYPE_F32,
+                      .block_rows = 128,
+                      .block_cols = 128};
+    CHECK(fp8_weights_linear_to_float(&f8, KITE_WEIGHTS_FP8, "w", out) == KITE_OK);
+    CHECK(memcmp(out, expected, sizeof out) == 0);
+    CHECK(fp8_weights_linear_to_float(&f8, KITE_WEIGHTS_BF16, "w", out) == KITE_OK);
+    int rounded = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK(out[i] == bf16_to_float(float_to_bf16(expected[i])));
+        rounded += out[i] != expected[i];
+    }
+    CHECK_MSG(rounded > 0, "no value needed rounding to bf16: the case would not tell the modes apart");
+    /* BF16 scales widen exactly; rows of a band as the CUDA upload reads them. */
+    uint16_t bf16_scales[4];
+    for (int i = 0; i < 4; i++)
+        bf16_scales[i] = float_to_bf16(scales[i]);
+    f8.scale_inv = bf16_scales, f8.scale_dtype = TENSOR_DTYPE_BF16;
+    fp8_weights_dequantize_rows(&f8, 100, 130, out);
+    for (int r = 100; r < 130; r++)
+        for (int c = 0; c < COLS; c++)
+            CHECK(out[(r - 100) * COLS + c] ==
+                  fp8_e4m3_to_float(codes[r * COLS + c]) * bf16_to_float(bf16_scales[(r / 128) * 2 + c / 128]));
+    /* An F8 view without scales is refused. */
+    f8.scale_inv = NULL;
+    CHECK(fp8_weights_linear_to_float(&f8, KITE_WEIGHTS_FP8, "model.layers.0.mlp.up_proj.weight", out) ==
+          KITE_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void) {
     TEST_RUN(test_every_code_round_trips);
     TEST_RUN(test_known_values);
@@ -158,5 +213,6 @@ int main(void) {
     TEST_RUN(test_saturation_and_nan);
     TEST_RUN(test_partial_blocks);
     TEST_RUN(test_non_finite_weight_refused);
+    TEST_RUN(test_weight_modes);
     return test_finish();
 }
