@@ -116,10 +116,19 @@ void kite_free(void *pointer);
 
 typedef struct kite_model kite_model;
 
+/* How the layers' linear weights (q/k/v/o/gate/up/down_proj) are held; embeddings, norms and lm_head stay
+ * as stored. docs/FP8.md says what each backend does with each checkpoint. */
+typedef enum kite_weights {
+    KITE_WEIGHTS_BF16 = 0, /* as stored; an FP8 checkpoint's weights dequantized to bf16 */
+    KITE_WEIGHTS_FP8 = 1,  /* fp8 E4M3 with one scale per 128x128 block: quantized at load from a bf16
+                              checkpoint, as stored from an FP8 one */
+} kite_weights;
+
 typedef struct kite_load_params {
     kite_backend_kind backend;
-    int32_t n_threads; /* CPU threads (0 = all cores) */
-    int32_t device;    /* CUDA device ordinal */
+    int32_t n_threads;    /* CPU threads (0 = all cores) */
+    int32_t device;       /* CUDA device ordinal */
+    kite_weights weights; /* default KITE_WEIGHTS_BF16 */
 } kite_load_params;
 
 kite_load_params kite_load_params_default(void);

@@ -19,11 +19,14 @@ bool kite_built_with_cuda(void) {
 }
 
 kite_load_params kite_load_params_default(void) {
-    return (kite_load_params){.backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0};
+    return (kite_load_params){.backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_BF16};
 }
 
 static kite_status create_backend(kite_model *m, const kite_load_params *p) {
-    backend_params bp = {.n_threads = p->n_threads, .device = p->device};
+    if (p->weights != KITE_WEIGHTS_BF16 && p->weights != KITE_WEIGHTS_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_load_params.weights %d is not bf16 (0) or fp8 (1)",
+                         (int)p->weights);
+    backend_params bp = {.n_threads = p->n_threads, .device = p->device, .weights = p->weights};
     kite_backend_kind kind = p->backend;
     if (kind == KITE_BACKEND_AUTO) {
         char reason[256];
@@ -32,8 +35,10 @@ static kite_status create_backend(kite_model *m, const kite_load_params *p) {
     if (kind == KITE_BACKEND_CUDA) {
         kite_status status = cuda_backend_create(&m->config, m->weights, &bp, &m->backend);
         /* auto means "the fastest backend that runs this model": a shape the CUDA kernels do not implement
-         * (such as a head_dim other than 128) runs on the CPU instead. An explicit --backend cuda fails. */
-        if (status != KITE_ERROR_UNSUPPORTED || p->backend != KITE_BACKEND_AUTO) return status;
+         * (such as a head_dim other than 128) runs on the CPU instead. An explicit --backend cuda fails, and so
+         * does fp8 on a GPU: a silent move to the CPU would be a thousand times slower. */
+        if (status != KITE_ERROR_UNSUPPORTED || p->backend != KITE_BACKEND_AUTO || p->weights == KITE_WEIGHTS_FP8)
+            return status;
         kind = KITE_BACKEND_CPU;
     }
     if (kind == KITE_BACKEND_CPU) return cpu_backend_create(&m->config, m->weights, &bp, &m->backend);

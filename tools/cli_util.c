@@ -19,12 +19,23 @@ bool cli_parse_backend(const char *text, kite_backend_kind *out) {
     return true;
 }
 
+bool cli_parse_weights(const char *text, kite_weights *out) {
+    if (strcmp(text, "bf16") == 0) *out = KITE_WEIGHTS_BF16;
+    else if (strcmp(text, "fp8") == 0) *out = KITE_WEIGHTS_FP8;
+    else {
+        fprintf(stderr, "kite: --weights: '%s' is not one of bf16, fp8\n", text);
+        return false;
+    }
+    return true;
+}
+
 /* The shared options' ranges, once: `name` is how messages call the option, `value` its text. */
 static cli_option_result engine_option_set(int id, const char *name, const char *value, kite_load_params *load,
                                            kite_engine_params *engine) {
     long long v;
     switch (id) {
     case CLI_ID_BACKEND: return cli_parse_backend(value, &load->backend) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
+    case CLI_ID_WEIGHTS: return cli_parse_weights(value, &load->weights) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
     case CLI_ID_THREADS:
         if (!cli_parse_int(name, value, 0, 4096, &v)) return CLI_OPTION_BAD;
         load->n_threads = (int32_t)v;

@@ -25,12 +25,20 @@ enum {
     CLI_ID_TOP_P,
     CLI_ID_MIN_P,
     CLI_ID_REPEAT_PENALTY,
+    CLI_ID_WEIGHTS,
 };
+
+#define CLI_WEIGHTS_OPTION                                                                                     \
+    {CLI_ID_WEIGHTS, "weights", 0, "bf16|fp8",                                                                 \
+     "linear layers' weights: bf16 as stored (FP8 checkpoints dequantized), or fp8 with 128x128 block scales " \
+     "(default bf16)",                                                                                         \
+     false}
 
 /* Table rows for the options of loading a model and creating an engine (`kite run`, `kite serve`). */
 #define CLI_ENGINE_OPTIONS                                                                                     \
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto: CUDA when usable)", false}, \
     {CLI_ID_THREADS, "threads", 't', "N", "CPU threads (default 0 = all cores)", false},                        \
+    CLI_WEIGHTS_OPTION,                                                                                        \
     {CLI_ID_MAX_CONTEXT, "max-context", 0, "N", "context limit (default: the model's, at most 65536)", false},   \
     {CLI_ID_KV_CACHE_MB, "kv-cache-mb", 0, "N",                                                              \
      "KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)", false},                \
@@ -56,6 +64,9 @@ typedef enum cli_option_result { CLI_OPTION_OTHER, CLI_OPTION_TAKEN, CLI_OPTION_
  * CLI_OPTION_OTHER when the option is another one. */
 cli_option_result cli_take_engine_option(const cli_parser *p, kite_load_params *load, kite_engine_params *engine);
 cli_option_result cli_take_sampling_option(const cli_parser *p, kite_sampling *sampling);
+
+/* Parses --weights bf16|fp8. */
+bool cli_parse_weights(const char *text, kite_weights *out);
 
 /* Parses --backend auto|cpu|cuda. */
 bool cli_parse_backend(const char *text, kite_backend_kind *out);

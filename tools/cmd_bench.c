@@ -31,6 +31,7 @@ static const cli_option bench_options_table[] = {
     {OPT_REPS, NULL, 'r', "R", "repetitions per row; the median is reported (default 5)", false},
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto)", false},
     {CLI_ID_THREADS, "threads", 0, "N", "CPU threads (default 0 = all cores)", false},
+    CLI_WEIGHTS_OPTION,
     {OPT_OUTPUT, NULL, 'o', "md|jsonl", "output format (default md)", false},
     {OPT_SEED, "seed", 0, "S", "seed of the dummy weights and the random prompts (default 0)", false},
     CLI_SAMPLING_OPTIONS,
@@ -62,8 +63,9 @@ typedef struct bench_printer {
 } bench_printer;
 
 static void print_header(const bench_options *o, const kite_bench_info *info) {
-    printf("kite %s (%s), model %s, backend %s on %s, %d repetitions, median\n", kite_version(), info->commit,
-           o->dummy ? o->dummy : o->model_dir, info->backend_name, info->device_name, o->reps);
+    printf("kite %s (%s), model %s, backend %s on %s, %s weights, %d repetitions, median\n", kite_version(),
+           info->commit, o->dummy ? o->dummy : o->model_dir, info->backend_name, info->device_name,
+           o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16", o->reps);
     if (info->decode_path) printf("decode: %s\n", info->decode_path);
     if (!info->sampled)
         printf("greedy tg rows: %s\n", info->greedy_overlapped
@@ -88,7 +90,8 @@ static void print_json_row(const bench_options *o, const kite_bench_info *info, 
     text_buffer b = {0};
     text_buffer_printf(&b, "{\"test\":\"%s\",\"batch\":%d,\"depth\":%d,\"model\":", row->test, row->batch, row->depth);
     text_buffer_json_string(&b, model, strlen(model));
-    text_buffer_printf(&b, ",\"backend\":\"%s\",\"gpu\":", info->backend_name);
+    text_buffer_printf(&b, ",\"backend\":\"%s\",\"weights\":\"%s\",\"gpu\":", info->backend_name,
+                       o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16");
     text_buffer_json_string(&b, info->device_name, strlen(info->device_name));
     if (row->gate_passed) {
         text_buffer_puts(&b, ",\"tok_s\":");

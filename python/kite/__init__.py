@@ -33,7 +33,7 @@ c_int32, c_int64, c_uint64, c_size_t = ctypes.c_int32, ctypes.c_int64, ctypes.c_
 
 
 class _LoadParams(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_int), ("n_threads", c_int32), ("device", c_int32)]
+    _fields_ = [("backend", ctypes.c_int), ("n_threads", c_int32), ("device", c_int32), ("weights", ctypes.c_int)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -110,6 +110,7 @@ class _EngineStats(ctypes.Structure):
 
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
+_WEIGHTS = {"bf16": 0, "fp8": 1}  # kite_weights: how the linear layers' weights are held
 # Generation options and their defaults (greedy, up to 128 new tokens), shared by generate, generate_batch
 # and stream; the names are OpenAI's / vLLM's. seed None draws a fresh seed per request.
 _DEFAULT_OPTIONS = {"max_tokens": 128, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
@@ -368,10 +369,12 @@ class Model:
     KiteError("the model is closed") when resumed and end quietly when closed or collected.
     Threads: a Model may be shared by threads. The C engine is single-threaded, so every call into the library
     holds the Model's lock; a stream holds it only while it steps the engine, so streams and generate calls
-    from several threads interleave, each getting the tokens it would get alone (batch-invariant)."""
+    from several threads interleave, each getting the tokens it would get alone (batch-invariant).
+    weights: "bf16" (as stored; an FP8 checkpoint dequantized) or "fp8" (E4M3 with 128x128 block scales,
+    quantized at load from a bf16 checkpoint); docs/FP8.md."""
 
     def __init__(self, path: Optional[str] = None, *, backend: str = "auto", threads: int = 0, device: int = 0,
-                 dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
+                 weights: str = "bf16", dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
                  kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0):
         # Set first: close() and __del__ see a half-made Model when a check below raises.
         self._lock = threading.RLock()
@@ -382,12 +385,15 @@ class Model:
         lib = load_library(library)
         if not isinstance(backend, str) or backend not in _BACKENDS:
             raise KiteError(f"kite: backend {backend!r} is not one of {', '.join(_BACKENDS)}")
+        if not isinstance(weights, str) or weights not in _WEIGHTS:
+            raise KiteError(f"kite: weights {weights!r} is not one of {', '.join(_WEIGHTS)}")
         if (path is None) == (dummy is None):
             raise KiteError("kite: give a checkpoint directory or dummy=SHAPE, not both and not neither")
         params = lib.kite_load_params_default()
         params.backend = _BACKENDS[backend]
         params.n_threads = _integer("threads", threads, 0, _INT32_MAX)
         params.device = _integer("device", device, 0, _INT32_MAX)
+        params.weights = _WEIGHTS[weights]
         engine_params = lib.kite_engine_params_default()
         # 0 (or no kv_cache_mb) keeps the engine's default
         kv_cache_mb = 0 if kv_cache_mb is None else _integer("kv_cache_mb", kv_cache_mb, 0, _SIZE_MAX >> 20)

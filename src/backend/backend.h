@@ -114,6 +114,8 @@ typedef struct backend_params {
      * them in bf16 (GEMM inputs and outputs, the KV cache, attention probabilities), so the float32 oracle
      * can also say how much of a GPU difference bf16 storage alone explains. Off (0) for normal use. */
     int32_t emulate_bf16_activations;
+    /* The linear weights' form (kite_load_params.weights); quant/fp8_weights.h says what each gives. */
+    kite_weights weights;
 } backend_params;
 
 /* Whether the backend offers overlapped greedy decode (argmax_begin / argmax_end); the engine uses it unless
@@ -122,12 +124,14 @@ bool backend_offers_overlap(const backend *b);
 /* Bytes of KV cache for one position over all layers (K and V), at the backend's storage precision. */
 size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size);
 
-/* The CPU reference backend: float32 everywhere, weights widened at creation. */
+/* The CPU reference backend: float32 everywhere, weights widened at creation (the linear layers' as
+ * params->weights asks: quant/fp8_weights.h). */
 kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                const backend_params *params, backend **out);
 
 /* The CUDA backend. Built only when nvcc was found (KITE_HAVE_CUDA); otherwise these report
- * KITE_ERROR_UNSUPPORTED. cuda_backend_available() is false when no usable GPU is present, and then
+ * KITE_ERROR_UNSUPPORTED. It holds bf16 weights (an FP8 checkpoint dequantized on the host) and refuses
+ * params->weights KITE_WEIGHTS_FP8 with KITE_ERROR_UNSUPPORTED until its fp8 kernels exist. cuda_backend_available() is false when no usable GPU is present, and then
  * fills reason with why (for `kite info` and --backend auto). */
 int cuda_backend_available(char *reason, size_t reason_capacity);
 /* kite_backend_probe for CUDA device `device`: out->available and reason as cuda_backend_available; the device's

@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,8 +9,10 @@
 #include <string.h>
 
 #include "checkpoint/config.h"
+#include "checkpoint/quantization.h"
 #include "util/file.h"
 #include "checkpoint/safetensors.h"
+#include "quant/fp8.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/json_scan.h"
@@ -24,6 +27,7 @@
 
 struct checkpoint {
     qwen3_config config;
+    checkpoint_quantization quantization;
     qwen3_weights weights;
     size_t n_files;
     safetensors_file **files;
@@ -66,12 +70,31 @@ typedef struct tensor_slot {
     slot_kind kind;
     int32_t layer;   /* SLOT_LAYER only */
     layer_part part; /* SLOT_LAYER only */
+    bool scale_inv;  /* a linear weight's `<name>_scale_inv` (FP8 checkpoints), not the weight itself */
 } tensor_slot;
+
+#define SCALE_SUFFIX "_scale_inv"
+
+/* The linear layers Qwen's FP8 checkpoints quantize: every projection in the layers (embed_tokens, the norms
+ * and lm_head stay as they are, as transformers' and vLLM's fp8 loaders keep them). */
+static bool part_is_linear(layer_part part) {
+    switch (part) {
+    case PART_Q_PROJ:
+    case PART_K_PROJ:
+    case PART_V_PROJ:
+    case PART_O_PROJ:
+    case PART_GATE_PROJ:
+    case PART_UP_PROJ:
+    case PART_DOWN_PROJ: return true;
+    default: return false;
+    }
+}
 
 #define LAYER_PREFIX "model.layers."
 
 /* Maps a tensor name to its slot; false for names Qwen3 does not have (including layers >= n_layers). */
 static bool slot_from_name(const char *name, const qwen3_config *config, tensor_slot *slot) {
+    slot->scale_inv = false;
     if (strcmp(name, "model.embed_tokens.weight") == 0) {
         slot->kind = SLOT_EMBED_TOKENS;
         return true;
@@ -96,13 +119,17 @@ static bool slot_from_name(const char *name, const qwen3_config *config, tensor_
     }
     if (*p != '.') return false;
     p++;
+    slot->scale_inv = false;
     for (int part = 0; part < PART_COUNT; part++) {
-        if (strcmp(p, layer_part_suffix[part]) == 0) {
-            slot->kind = SLOT_LAYER;
-            slot->layer = (int32_t)layer;
-            slot->part = (layer_part)part;
-            return true;
-        }
+        size_t n = strlen(layer_part_suffix[part]);
+        if (strncmp(p, layer_part_suffix[part], n) != 0) continue;
+        bool scale = part_is_linear((layer_part)part) && strcmp(p + n, SCALE_SUFFIX) == 0;
+        if (p[n] != '\0' && !scale) continue;
+        slot->kind = SLOT_LAYER;
+        slot->layer = (int32_t)layer;
+        slot->part = (layer_part)part;
+        slot->scale_inv = scale;
+        return true;
     }
     return false;
 }
@@ -224,6 +251,111 @@ static const safetensors_tensor *find_anywhere(const checkpoint *c, const char *
     return NULL;
 }
 
+/* The file holding a tensor found by find_anywhere, for messages. */
+static const char *file_holding(const checkpoint *c, const safetensors_tensor *tensor) {
+    for (size_t i = 0; i < c->n_files; i++)
+        if (safetensors_find(c->files[i], tensor->name) == tensor) return safetensors_name(c->files[i]);
+    return "?";
+}
+
+/* A linear weight's block scales: present, F32 or BF16, shaped for the config's block size, aligned, and
+ * every value finite and not negative (a NaN, an infinity or a sign flip would silently corrupt the block). */
+static kite_status check_scale(const checkpoint *c, const safetensors_tensor *weight, const char *weight_file,
+                               const safetensors_tensor **out) {
+    char name[160];
+    snprintf(name, sizeof name, "%s" SCALE_SUFFIX, weight->name);
+    const safetensors_tensor *scale = find_anywhere(c, name);
+    if (!scale)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: tensor %s is missing: the F8_E4M3 weight %s needs its block scales", weight_file, name,
+                         weight->name);
+    const char *file = file_holding(c, scale);
+    if (scale->dtype != TENSOR_DTYPE_F32 && scale->dtype != TENSOR_DTYPE_BF16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: tensor %s: dtype %s; kite reads F32 or BF16 scales", file, name,
+                         safetensors_dtype_name(scale->dtype));
+    const checkpoint_quantization *q = &c->quantization;
+    int64_t want[2] = {fp8_block_count(weight->shape[0], q->block_rows),
+                       fp8_block_count(weight->shape[1], q->block_cols)};
+    if (scale->n_dims != 2 || scale->shape[0] != want[0] || scale->shape[1] != want[1]) {
+        char found_text[96];
+        format_shape(scale->n_dims, scale->shape, found_text, sizeof found_text);
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: tensor %s: shape %s, but weight [%" PRId64 ", %" PRId64 "] in blocks of %dx%d "
+                         "(quantization_config.weight_block_size) needs [%" PRId64 ", %" PRId64 "]",
+                         file, name, found_text, weight->shape[0], weight->shape[1], q->block_rows, q->block_cols,
+                         want[0], want[1]);
+    }
+    size_t element = tensor_dtype_size(scale->dtype);
+    if ((uintptr_t)scale->data % element != 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "%s: tensor %s: data at file offset %" PRIu64 " is not aligned to its %zu-byte elements", file,
+                         name, scale->data_begin, element);
+    size_t n = (size_t)want[0] * (size_t)want[1];
+    const unsigned char *bytes = scale->data;
+    for (size_t i = 0; i < n; i++) {
+        float value;
+        tensor_to_float(scale->dtype, bytes + i * element, &value, 1);
+        if (!isfinite(value) || value < 0.0f)
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: tensor %s: element [%zu, %zu] is %g; a scale must be finite and not negative", file,
+                             name, i / (size_t)want[1], i % (size_t)want[1], (double)value);
+    }
+    *out = scale;
+    return KITE_OK;
+}
+
+/* Where F8_E4M3 may be and must be: with quantization_config, exactly the layers' linear weights that
+ * modules_to_not_convert does not name, each with valid scales; without it, nowhere. */
+static kite_status check_quantized(const checkpoint *c, const safetensors_tensor *tensor, const tensor_slot *slot,
+                                   const char *file_name) {
+    bool f8 = tensor->dtype == TENSOR_DTYPE_F8_E4M3;
+    bool linear = slot->kind == SLOT_LAYER && part_is_linear(slot->part);
+    if (!c->quantization.fp8) {
+        if (f8)
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                             "%s: tensor %s: dtype F8_E4M3, but config.json has no quantization_config", file_name,
+                             tensor->name);
+        return KITE_OK;
+    }
+    char module[160];
+    snprintf(module, sizeof module, "%s", tensor->name);
+    char *suffix = strrchr(module, '.');
+    if (suffix) *suffix = '\0';
+    bool quantized = linear && !checkpoint_quantization_excludes(&c->quantization, module);
+    if (f8 && !linear)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "%s: tensor %s: dtype F8_E4M3; kite reads fp8 only for the layers' linear weights "
+                         "(q/k/v/o/gate/up/down_proj)",
+                         file_name, tensor->name);
+    if (f8 && !quantized)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: tensor %s: dtype F8_E4M3, but quantization_config.modules_to_not_convert keeps %s "
+                         "unquantized",
+                         file_name, tensor->name, module);
+    if (!f8 && quantized)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: tensor %s: dtype %s, but quantization_config quantizes it (F8_E4M3 with "
+                         "%s" SCALE_SUFFIX " expected)",
+                         file_name, tensor->name, safetensors_dtype_name(tensor->dtype), tensor->name);
+    return KITE_OK;
+}
+
+/* A `<weight>_scale_inv` must belong to an F8_E4M3 weight of this checkpoint. */
+static kite_status check_scale_owner(const checkpoint *c, const safetensors_tensor *scale, const char *file_name) {
+    char weight_name[160];
+    size_t n = strlen(scale->name) - strlen(SCALE_SUFFIX);
+    snprintf(weight_name, sizeof weight_name, "%.*s", (int)n, scale->name);
+    if (!c->quantization.fp8)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
+                         "%s: tensor %s: a block scale, but config.json has no quantization_config", file_name,
+                         scale->name);
+    const safetensors_tensor *weight = find_anywhere(c, weight_name);
+    if (!weight || weight->dtype != TENSOR_DTYPE_F8_E4M3)
+        return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "%s: tensor %s: a block scale for %s, which is %s", file_name,
+                         scale->name, weight_name, weight ? "not stored as F8_E4M3" : "missing");
+    return KITE_OK;
+}
+
 /* Checks names and shapes, then fills the views. Nothing is allocated until the tensors present are known
  * to cover every expected one, so a config claiming billions of layers cannot trigger a huge allocation. */
 static kite_status bind_weights(checkpoint *c, const char *dir) {
@@ -240,9 +372,18 @@ static kite_status bind_weights(checkpoint *c, const char *dir) {
                 unexpected++;
                 continue;
             }
+            if (slot.scale_inv) {
+                KITE_TRY(check_scale_owner(c, tensor, safetensors_name(file)));
+                continue;
+            }
             /* Tied: transformers points lm_head at embed_tokens and ignores a stored copy. */
             if (slot.kind == SLOT_LM_HEAD && config->tie_word_embeddings) continue;
             KITE_TRY(check_tensor(tensor, &slot, config, safetensors_name(file)));
+            KITE_TRY(check_quantized(c, tensor, &slot, safetensors_name(file)));
+            if (tensor->dtype == TENSOR_DTYPE_F8_E4M3) {
+                const safetensors_tensor *scale;
+                KITE_TRY(check_scale(c, tensor, safetensors_name(file), &scale));
+            }
             found++;
         }
     }
@@ -272,6 +413,10 @@ static kite_status bind_weights(checkpoint *c, const char *dir) {
             const safetensors_tensor *tensor = safetensors_tensor_at(file, i);
             tensor_slot slot;
             if (!slot_from_name(tensor->name, config, &slot)) continue;
+            if (slot.scale_inv) {
+                c->weight_bytes += (size_t)(tensor->data_end - tensor->data_begin);
+                continue;
+            }
             if (slot.kind == SLOT_LM_HEAD && config->tie_word_embeddings) continue;
             tensor_view *view = slot_view(&c->weights, &slot);
             view->dtype = tensor->dtype;
@@ -279,6 +424,15 @@ static kite_status bind_weights(checkpoint *c, const char *dir) {
             view->shape[0] = tensor->shape[0];
             view->shape[1] = tensor->n_dims == 2 ? tensor->shape[1] : 0;
             view->data = tensor->data;
+            if (tensor->dtype == TENSOR_DTYPE_F8_E4M3) {
+                char name[160];
+                snprintf(name, sizeof name, "%s" SCALE_SUFFIX, tensor->name);
+                const safetensors_tensor *scale = find_anywhere(c, name); /* checked above */
+                view->scale_inv = scale->data;
+                view->scale_dtype = scale->dtype;
+                view->block_rows = c->quantization.block_rows;
+                view->block_cols = c->quantization.block_cols;
+            }
             c->weight_bytes += (size_t)(tensor->data_end - tensor->data_begin);
         }
     }
@@ -467,6 +621,7 @@ kite_status checkpoint_open(const char *dir, checkpoint **out) {
     checkpoint *c = calloc(1, sizeof *c);
     if (!c) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory", dir);
     kite_status status = qwen3_config_load(dir, &c->config);
+    if (status == KITE_OK) status = checkpoint_quantization_load(dir, &c->quantization);
     if (status == KITE_OK) status = open_files(c, dir);
     if (status == KITE_OK) status = bind_weights(c, dir);
     if (status != KITE_OK) {
@@ -488,5 +643,6 @@ void checkpoint_close(checkpoint *c) {
     for (size_t i = 0; i < c->n_files; i++) safetensors_close(c->files[i]);
     free(c->files);
     free(c->weights.layers);
+    checkpoint_quantization_free(&c->quantization);
     free(c);
 }

@@ -7,6 +7,13 @@
  * Every Qwen3 tensor must be present with exactly the shape config.json implies; tensors may mix BF16, F16
  * and F32. lm_head.weight is required when tie_word_embeddings is false; when tied, lm_head aliases
  * embed_tokens and a stored lm_head.weight is ignored, as transformers does. Any other tensor is an error.
+ *
+ * FP8 checkpoints (config.json quantization_config, read by quantization.h): each layer's linear weight that
+ * modules_to_not_convert does not name is stored F8_E4M3 with `<name>_scale_inv` (F32 or BF16, one value per
+ * weight_block_size block, shape [ceil(rows / 128), ceil(cols / 128)]); its view then carries the scales
+ * (tensor_view.scale_inv). Refused by name, before anything is allocated: a missing or misshapen scale, a
+ * scale that is NaN, infinite or negative, a scale without an F8 weight, an F8 tensor that the config does
+ * not quantize (or any F8 tensor without quantization_config), and a quantized weight stored unquantized.
  * The weight views point into the read-only mappings, which live until checkpoint_close(). Each view's data
  * is aligned to its dtype size (checked; an unaligned tensor is KITE_ERROR_UNSUPPORTED).
  *

@@ -132,10 +132,7 @@ static kite_status check_unsupported_features(const json_value *root, const char
                              act->as.string);
     }
 
-    const json_value *quantization = json_object_member(root, "quantization_config");
-    if (quantization && !json_is_null(quantization))
-        return kite_fail(KITE_ERROR_UNSUPPORTED,
-                         "%s: field quantization_config: quantized checkpoints are not supported", path);
+    /* quantization_config is checkpoint/quantization.c's: it decides how the weights are stored. */
 
     /* transformers 4.54+ may list each layer's attention kind; only full attention is implemented. */
     const json_value *layer_types = json_object_member(root, "layer_types");

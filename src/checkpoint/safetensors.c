@@ -34,7 +34,7 @@ static const dtype_info dtype_table[] = {
     {"BF16", 16, true, TENSOR_DTYPE_BF16},   {"F16", 16, true, TENSOR_DTYPE_F16},
     {"F32", 32, true, TENSOR_DTYPE_F32},     {"BOOL", 8, false, TENSOR_DTYPE_F32},
     {"U8", 8, false, TENSOR_DTYPE_F32},      {"I8", 8, false, TENSOR_DTYPE_F32},
-    {"F8_E5M2", 8, false, TENSOR_DTYPE_F32}, {"F8_E4M3", 8, false, TENSOR_DTYPE_F32},
+    {"F8_E5M2", 8, false, TENSOR_DTYPE_F32}, {"F8_E4M3", 8, true, TENSOR_DTYPE_F8_E4M3},
     {"F8_E8M0", 8, false, TENSOR_DTYPE_F32}, {"I16", 16, false, TENSOR_DTYPE_F32},
     {"U16", 16, false, TENSOR_DTYPE_F32},    {"I32", 32, false, TENSOR_DTYPE_F32},
     {"U32", 32, false, TENSOR_DTYPE_F32},    {"F64", 64, false, TENSOR_DTYPE_F32},
@@ -48,6 +48,7 @@ const char *safetensors_dtype_name(tensor_dtype dtype) {
     case TENSOR_DTYPE_BF16: return "BF16";
     case TENSOR_DTYPE_F16: return "F16";
     case TENSOR_DTYPE_F32: return "F32";
+    case TENSOR_DTYPE_F8_E4M3: return "F8_E4M3";
     }
     return "?";
 }
@@ -340,7 +341,7 @@ static kite_status parse_header(safetensors_file *file, const json_value *root, 
 
     /* Reported last so a damaged file is called damaged, not merely unsupported. */
     if (unsupported_tensor)
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: tensor %s: dtype %s is not supported (kite reads BF16, F16, F32)",
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: tensor %s: dtype %s is not supported (kite reads BF16, F16, F32, F8_E4M3)",
                          file->name, unsupported_tensor, unsupported_dtype);
     for (size_t i = 0; i < file->n_tensors; i++) file->tensors[i].data = data_area + file->tensors[i].data_begin;
     return KITE_OK;

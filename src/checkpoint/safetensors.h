@@ -5,7 +5,8 @@
  * hold "__metadata__" (an object of strings). Rules checked, each failure naming file, tensor and field:
  * - file >= 8 bytes; 2 <= N <= SAFETENSORS_MAX_HEADER_BYTES; 8 + N <= file size;
  * - the header is valid UTF-8 and a JSON object; names are unique and free of control characters;
- * - dtype is a known safetensors dtype; BF16, F16 and F32 are supported, the other known ones give
+ * - dtype is a known safetensors dtype; BF16, F16, F32 and F8_E4M3 are supported (checkpoint.c decides
+ *   where F8_E4M3 may appear), the other known ones give
  *   KITE_ERROR_UNSUPPORTED (after the whole file has been checked), unknown strings are damage;
  * - before parsing: nesting at most 3 deep, no array of more than 64 items, at most
  *   SAFETENSORS_MAX_TENSORS entries and SAFETENSORS_MAX_HEADER_SEPARATORS commas and brackets;
@@ -65,7 +66,7 @@ const safetensors_tensor *safetensors_find(const safetensors_file *file, const c
 /* The value of a "__metadata__" key, or NULL. */
 const char *safetensors_metadata_get(const safetensors_file *file, const char *key);
 
-/* "BF16", "F16", "F32". */
+/* "BF16", "F16", "F32", "F8_E4M3". */
 const char *safetensors_dtype_name(tensor_dtype dtype);
 
 #endif

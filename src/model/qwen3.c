@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "quant/fp8.h"
+
 float f16_to_float(uint16_t bits) {
     uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
     uint32_t exponent = (bits >> 10) & 0x1fu;
@@ -42,5 +44,8 @@ void tensor_to_float(tensor_dtype dtype, const void *src, float *dst, size_t n) 
         }
         return;
     case TENSOR_DTYPE_F32: memcpy(dst, src, n * sizeof(float)); return;
+    case TENSOR_DTYPE_F8_E4M3:
+        for (size_t i = 0; i < n; i++) dst[i] = fp8_e4m3_to_float(bytes[i]);
+        return;
     }
 }

@@ -21,6 +21,7 @@ typedef enum tensor_dtype {
     TENSOR_DTYPE_BF16,
     TENSOR_DTYPE_F16,
     TENSOR_DTYPE_F32,
+    TENSOR_DTYPE_F8_E4M3, /* a quantized linear weight, always with its block scales (tensor_view.scale_inv) */
 } tensor_dtype;
 
 typedef struct qwen3_config {
@@ -54,6 +55,13 @@ typedef struct tensor_view {
     int32_t n_dims;      /* 1 or 2 */
     int64_t shape[2];    /* shape[0] rows (out features), shape[1] columns (in features) */
     const void *data;    /* row-major, shape[0] * shape[1] elements of dtype */
+    /* F8_E4M3 only (NULL otherwise): w = q x scale_inv of the element's block of block_rows x block_cols;
+     * scale_inv is row-major [ceil(shape[0] / block_rows)][ceil(shape[1] / block_cols)] of scale_dtype (F32
+     * or BF16), aligned to its element size. quant/fp8.h specifies the arithmetic. */
+    const void *scale_inv;
+    tensor_dtype scale_dtype;
+    int32_t block_rows;
+    int32_t block_cols;
 } tensor_view;
 
 typedef struct qwen3_layer_weights {
@@ -79,7 +87,7 @@ typedef struct qwen3_weights {
 
 /* Bytes per element of a dtype. */
 static inline size_t tensor_dtype_size(tensor_dtype dtype) {
-    return dtype == TENSOR_DTYPE_F32 ? 4 : 2;
+    return dtype == TENSOR_DTYPE_F32 ? 4 : dtype == TENSOR_DTYPE_F8_E4M3 ? 1 : 2;
 }
 
 static inline size_t tensor_view_elements(const tensor_view *t) {
@@ -103,7 +111,8 @@ static inline uint16_t float_to_bf16(float value) {
 
 float f16_to_float(uint16_t bits);
 
-/* Converts n elements of a tensor of any supported dtype to float32. */
+/* Converts n elements of a tensor of any supported dtype to float32. F8_E4M3 gives the codes' own values,
+ * without their block scales: a quantized weight is dequantized through quant/weight_convert.h. */
 void tensor_to_float(tensor_dtype dtype, const void *src, float *dst, size_t n);
 
 #ifdef __cplusplus

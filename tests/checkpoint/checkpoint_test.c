@@ -293,14 +293,15 @@ static void test_tensor_set_damage(void) {
             "tensor model.layers.0.self_attn.k_proj.weight: shape [32, 32] but config.json implies [64, 32]");
         case_end();
     }
-    /* Unsupported dtype among valid tensors. */
+    /* An fp8 tensor in a checkpoint without quantization_config, and an unknown dtype among valid tensors. */
     if (case_begin()) {
         checkpoint_writer_tensor edited[MAX_TENSORS];
         memcpy(edited, tensors, n * sizeof *tensors);
         size_t i = find_tensor(edited, n, "model.norm.weight");
         snprintf(edited[i].dtype, sizeof edited[i].dtype, "F8_E4M3");
         write_edited(&shape, edited, n);
-        EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_UNSUPPORTED, "tensor model.norm.weight: dtype F8_E4M3");
+        EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT,
+                          "tensor model.norm.weight: dtype F8_E4M3, but config.json has no quantization_config");
         snprintf(edited[i].dtype, sizeof edited[i].dtype, "X16");
         write_edited(&shape, edited, n);
         EXPECT_OPEN_FAILS(case_dir, KITE_ERROR_INVALID_CHECKPOINT, "tensor model.norm.weight: field dtype \"X16\"");

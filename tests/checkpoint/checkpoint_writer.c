@@ -29,6 +29,7 @@ static const char *dtype_string(tensor_dtype dtype) {
     case TENSOR_DTYPE_BF16: return "BF16";
     case TENSOR_DTYPE_F16: return "F16";
     case TENSOR_DTYPE_F32: return "F32";
+    case TENSOR_DTYPE_F8_E4M3: return "F8_E4M3";
     }
     return "BF16";
 }
@@ -334,6 +335,7 @@ static const char *torch_dtype_name(tensor_dtype dtype) {
     case TENSOR_DTYPE_BF16: return "bfloat16";
     case TENSOR_DTYPE_F16: return "float16";
     case TENSOR_DTYPE_F32: return "float32";
+    case TENSOR_DTYPE_F8_E4M3: break; /* not a torch_dtype: a checkpoint's dtype is its unquantized one */
     }
     return "bfloat16";
 }

@@ -241,6 +241,8 @@ def usage_errors_exit_2():
     assert run("frobnicate").returncode == 2
     p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt-ids", "999999999", "--backend", "cpu")
     assert p.returncode == 1 and "vocabulary" in p.stderr.decode(), p.stderr
+    p = run("run", "--model", os.path.join(DATA, "tiny"), "--prompt", "x", "--weights", "fp4")
+    assert p.returncode == 2 and "--weights" in p.stderr.decode(), p.stderr
 
 
 @case
@@ -284,6 +286,12 @@ def bench_rows_as_json_lines():
     assert last_json(serial.stdout)["overlapped"] is False, serial.stdout
     assert run("bench", "--dummy", "nonexistent-shape", "--backend", "cpu").returncode == 1
     assert run("bench", "--dummy", "tiny", "-o", "xml").returncode == 2
+    for r in rows:
+        assert r["weights"] == "bf16", r
+    fp8 = run("bench", "--dummy", "tiny", "--backend", "cpu", "--weights", "fp8", "-p", "8", "-n", "2", "-r", "1",
+              "-o", "jsonl", check_exit=0)
+    assert last_json(fp8.stdout)["weights"] == "fp8", fp8.stdout
+    assert run("bench", "--dummy", "tiny", "--weights", "int8").returncode == 2
 
 
 @case

@@ -55,6 +55,32 @@ def greedy_tokens_and_logprobs_match_transformers():
 
 
 @case
+def fp8_weights_from_the_script_equal_fp8_at_load():
+    # make_fp8_checkpoint.py (pure Python) writes a whole FP8 checkpoint with kite's quantization, so it runs
+    # to the tokens and logprobs of weights="fp8" on its source; "bf16" and "fp8" on the source differ.
+    import subprocess, tempfile
+    script = os.path.join(DATA, "tools", "make_fp8_checkpoint.py")
+    prompt = REF["tiny-untied"]["results"][0]["prompt_ids"]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, script, os.path.join(DATA, "tiny-untied"), out], check=True)
+        runs = {}
+        for key, path, weights in (("fp8 checkpoint", out, "fp8"), ("fp8 at load", os.path.join(DATA, "tiny-untied"), "fp8"),
+                                   ("bf16", os.path.join(DATA, "tiny-untied"), "bf16")):
+            with kite.Model(path, backend="cpu", threads=2, weights=weights, library=args.library) as m:
+                runs[key] = m.generate(prompt, max_tokens=8, ignore_eos=True, logprobs=5)
+    a, b, c = runs["fp8 checkpoint"], runs["fp8 at load"], runs["bf16"]
+    assert a.tokens == b.tokens, (a.tokens, b.tokens)
+    assert [x.top for x in a.logprobs] == [x.top for x in b.logprobs]
+    assert [x.top for x in b.logprobs] != [x.top for x in c.logprobs]
+    try:
+        kite.Model(os.path.join(DATA, "tiny"), backend="cpu", weights="int4", library=args.library)
+    except kite.KiteError as e:
+        assert "weights" in str(e) and "int4" in str(e), str(e)
+    else:
+        raise AssertionError("weights='int4' accepted")
+
+
+@case
 def a_batch_equals_its_requests_alone():
     with model() as m:
         prompts = [r["prompt_ids"] for r in REF["tiny"]["results"]]

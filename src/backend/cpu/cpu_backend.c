@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "quant/fp8_weights.h"
 #include "util/error.h"
 
 typedef struct cpu_layer {
@@ -59,6 +60,7 @@ typedef struct cpu_backend {
     qwen3_config config;
     int n_threads;
     bool emulate_bf16; /* backend_params.emulate_bf16_activations */
+    kite_weights weights; /* backend_params.weights: how the linear layers' weights are widened */
     char device_name[48]; /* "cpu (16 threads)" */
 
     float *embed_tokens; /* (vocab, hidden) */
@@ -129,21 +131,26 @@ static kite_status check_config(const qwen3_config *c) {
 }
 
 /* Checks a weight view against its expected shape (cols 0: a vector) and widens it to a new float32
- * buffer in *out. */
+ * buffer in *out. A linear layer's weight goes through fp8_weights_linear_to_float when it is stored in fp8 or
+ * the mode asks for fp8 (`mode` is only read for linear weights: pass KITE_WEIGHTS_BF16 for the others). */
 static kite_status widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
-                                float **out) {
+                                kite_weights mode, float **out) {
     *out = NULL;
-    char where[64];
+    /* Named as the checkpoint names the tensor, so a message points at it. */
+    char where[96];
     if (layer >= 0)
-        snprintf(where, sizeof where, "layer %d %s", (int)layer, name);
+        snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
     else
         snprintf(where, sizeof where, "%s", name);
     int32_t want_dims = cols == 0 ? 1 : 2;
     if (!t->data)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has no data", where);
-    if (t->dtype != TENSOR_DTYPE_BF16 && t->dtype != TENSOR_DTYPE_F16 && t->dtype != TENSOR_DTYPE_F32)
+    bool fp8 = t->dtype == TENSOR_DTYPE_F8_E4M3;
+    if (t->dtype != TENSOR_DTYPE_BF16 && t->dtype != TENSOR_DTYPE_F16 && t->dtype != TENSOR_DTYPE_F32 && !fp8)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has an unknown dtype %d", where,
                          (int)t->dtype);
+    if (fp8 && cols == 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s is a vector stored in fp8", where);
     if (t->n_dims != want_dims || t->shape[0] != rows || (want_dims == 2 && t->shape[1] != cols))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                          "cpu backend: weight %s has shape [%lld, %lld] (%d dims), expected [%lld, %lld] (%d dims)",
@@ -157,6 +164,15 @@ static kite_status widen_tensor(const tensor_view *t, const char *name, int32_t 
         return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s", bytes,
                          where);
     size_t n = bytes / sizeof(float);
+    if (fp8 || mode == KITE_WEIGHTS_FP8) {
+        kite_status status = fp8_weights_linear_to_float(t, mode, where, buffer);
+        if (status != KITE_OK) {
+            free(buffer);
+            return status;
+        }
+        *out = buffer;
+        return KITE_OK;
+    }
     /* Widening is elementwise; chunks keep large embeddings from taking seconds on one core. */
     const size_t chunk = (size_t)1 << 20;
     size_t n_chunks = (n + chunk - 1) / chunk;
@@ -224,41 +240,48 @@ static void cpu_destroy(backend *self) {
     free(b);
 }
 
-static kite_status widen_layer(const qwen3_config *c, const qwen3_layer_weights *w, int32_t l, cpu_layer *out) {
+static kite_status widen_layer(const qwen3_config *c, const qwen3_layer_weights *w, int32_t l, kite_weights mode,
+                               cpu_layer *out) {
     int64_t hidden = c->hidden_size;
     int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
     int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t inter = c->intermediate_size;
-    KITE_TRY(widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, &out->input_norm));
-    KITE_TRY(widen_tensor(&w->q_proj, "q_proj", l, q_dim, hidden, &out->q_proj));
-    KITE_TRY(widen_tensor(&w->k_proj, "k_proj", l, kv_dim, hidden, &out->k_proj));
-    KITE_TRY(widen_tensor(&w->v_proj, "v_proj", l, kv_dim, hidden, &out->v_proj));
-    KITE_TRY(widen_tensor(&w->q_norm, "q_norm", l, c->head_dim, 0, &out->q_norm));
-    KITE_TRY(widen_tensor(&w->k_norm, "k_norm", l, c->head_dim, 0, &out->k_norm));
-    KITE_TRY(widen_tensor(&w->o_proj, "o_proj", l, hidden, q_dim, &out->o_proj));
-    KITE_TRY(widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0,
+    const kite_weights vector = KITE_WEIGHTS_BF16;
+    KITE_TRY(widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, vector, &out->input_norm));
+    KITE_TRY(widen_tensor(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, &out->q_proj));
+    KITE_TRY(widen_tensor(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, &out->k_proj));
+    KITE_TRY(widen_tensor(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, &out->v_proj));
+    KITE_TRY(widen_tensor(&w->q_norm, "self_attn.q_norm", l, c->head_dim, 0, vector, &out->q_norm));
+    KITE_TRY(widen_tensor(&w->k_norm, "self_attn.k_norm", l, c->head_dim, 0, vector, &out->k_norm));
+    KITE_TRY(widen_tensor(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, &out->o_proj));
+    KITE_TRY(widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0, vector,
                           &out->post_attention_norm));
-    KITE_TRY(widen_tensor(&w->gate_proj, "gate_proj", l, inter, hidden, &out->gate_proj));
-    KITE_TRY(widen_tensor(&w->up_proj, "up_proj", l, inter, hidden, &out->up_proj));
-    KITE_TRY(widen_tensor(&w->down_proj, "down_proj", l, hidden, inter, &out->down_proj));
+    KITE_TRY(widen_tensor(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, &out->gate_proj));
+    KITE_TRY(widen_tensor(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, &out->up_proj));
+    KITE_TRY(widen_tensor(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, &out->down_proj));
     return KITE_OK;
 }
 
 static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w) {
     const qwen3_config *c = &b->config;
     if (!w->layers) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights have no layers");
-    KITE_TRY(widen_tensor(&w->embed_tokens, "embed_tokens", -1, c->vocab_size, c->hidden_size, &b->embed_tokens));
+    /* embed_tokens and lm_head stay as stored in either mode (the embedding is a lookup; the lm_head is not
+     * among the layers Qwen's FP8 checkpoints quantize). */
+    KITE_TRY(widen_tensor(&w->embed_tokens, "model.embed_tokens.weight", -1, c->vocab_size, c->hidden_size,
+                          KITE_WEIGHTS_BF16, &b->embed_tokens));
     b->layers = calloc((size_t)c->n_layers, sizeof *b->layers);
     if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the layer table");
-    for (int32_t l = 0; l < c->n_layers; l++) KITE_TRY(widen_layer(c, &w->layers[l], l, &b->layers[l]));
-    KITE_TRY(widen_tensor(&w->final_norm, "norm", -1, c->hidden_size, 0, &b->final_norm));
+    for (int32_t l = 0; l < c->n_layers; l++) KITE_TRY(widen_layer(c, &w->layers[l], l, b->weights, &b->layers[l]));
+    KITE_TRY(
+        widen_tensor(&w->final_norm, "model.norm.weight", -1, c->hidden_size, 0, KITE_WEIGHTS_BF16, &b->final_norm));
     /* A tied lm_head is a view of the embedding: share the widened copy instead of making a second. */
     if (w->lm_head.data == w->embed_tokens.data && w->lm_head.dtype == w->embed_tokens.dtype &&
         w->lm_head.n_dims == 2 && w->lm_head.shape[0] == w->embed_tokens.shape[0] &&
         w->lm_head.shape[1] == w->embed_tokens.shape[1])
         b->lm_head = b->embed_tokens;
     else
-        KITE_TRY(widen_tensor(&w->lm_head, "lm_head", -1, c->vocab_size, c->hidden_size, &b->lm_head));
+        KITE_TRY(widen_tensor(&w->lm_head, "lm_head.weight", -1, c->vocab_size, c->hidden_size, KITE_WEIGHTS_BF16,
+                              &b->lm_head));
     return KITE_OK;
 }
 
@@ -272,6 +295,9 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     int32_t n_threads = params ? params->n_threads : 0;
     if (n_threads < 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: n_threads %d is negative", n_threads);
+    if (params && params->weights != KITE_WEIGHTS_BF16 && params->weights != KITE_WEIGHTS_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights mode %d is not bf16 or fp8",
+                         (int)params->weights);
 
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the backend");
@@ -281,6 +307,7 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     /* 0: OpenMP's default team size (all cores, or OMP_NUM_THREADS when the user set it). */
     b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     b->emulate_bf16 = params && params->emulate_bf16_activations;
+    b->weights = params ? params->weights : KITE_WEIGHTS_BF16;
     if (b->n_threads < 1) b->n_threads = 1;
     snprintf(b->device_name, sizeof b->device_name, "cpu (%d thread%s)", b->n_threads,
              b->n_threads == 1 ? "" : "s");

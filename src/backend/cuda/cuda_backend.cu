@@ -275,6 +275,10 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     *out = NULL;
     if (!config || !weights)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: no config or weights");
+    if (params && params->weights != KITE_WEIGHTS_BF16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda backend: --weights fp8 needs the fp8 kernels, which are not implemented yet; use "
+                         "--weights bf16 (an FP8 checkpoint is then dequantized to bf16) or --backend cpu");
     const int device = params ? params->device : 0;
     KITE_TRY(check_device(device, NULL, 0));
     const qwen3_config *c = config;

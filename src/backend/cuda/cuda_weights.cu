@@ -1,6 +1,8 @@
 /* The CUDA backend's weights on the device (the core's, cuda_core.cuh): every matrix as bf16 (F16 / F32 checkpoints
- * converted on the host), every norm vector as fp32, all in one allocation; and the RoPE table. */
+ * converted on the host, FP8 checkpoints dequantized on the host as quant/fp8_weights.h specifies), every norm
+ * vector as fp32, all in one allocation; and the RoPE table. */
 #include "backend/cuda/cuda_core.cuh"
+#include "quant/fp8_weights.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,9 +19,31 @@ kite_status check_view(const tensor_view *t, int64_t rows, int64_t cols, const c
     return KITE_OK;
 }
 
-/* Copies a matrix to bf16 device memory, converting F16 / F32 on the host through `staging`. */
+/* An F8_E4M3 matrix dequantized (q x scale_inv in float32) and rounded to bf16, a band of whole rows at a time:
+ * the same bf16 values the CPU backend computes on for this checkpoint with --weights bf16. */
+kite_status upload_fp8_matrix(bf16 *dst, const tensor_view *t, float *staging_f32, uint16_t *staging_bf16,
+                              size_t staging_elements) {
+    KITE_TRY(fp8_weights_check_view(t, "(cuda upload)"));
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    const int64_t band = cols > 0 ? (int64_t)(staging_elements / (size_t)cols) : rows;
+    if (band < 1)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda backend: an fp8 matrix of %lld columns exceeds the staging buffer", (long long)cols);
+    for (int64_t row = 0; row < rows; row += band) {
+        const int64_t end = row + band < rows ? row + band : rows;
+        const size_t count = (size_t)(end - row) * (size_t)cols;
+        fp8_weights_dequantize_rows(t, row, end, staging_f32);
+        for (size_t i = 0; i < count; i++) staging_bf16[i] = float_to_bf16(staging_f32[i]);
+        CUDA_CHECK(cudaMemcpy(dst + (size_t)row * (size_t)cols, staging_bf16, count * sizeof(uint16_t),
+                              cudaMemcpyHostToDevice));
+    }
+    return KITE_OK;
+}
+
+/* Copies a matrix to bf16 device memory, converting F16 / F32 / F8_E4M3 on the host through `staging`. */
 kite_status upload_matrix(bf16 *dst, const tensor_view *t, float *staging_f32, uint16_t *staging_bf16,
                           size_t staging_elements) {
+    if (t->dtype == TENSOR_DTYPE_F8_E4M3) return upload_fp8_matrix(dst, t, staging_f32, staging_bf16, staging_elements);
     const size_t n = tensor_view_elements(t);
     if (t->dtype == TENSOR_DTYPE_BF16) {
         CUDA_CHECK(cudaMemcpy(dst, t->data, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
@@ -36,6 +60,8 @@ kite_status upload_matrix(bf16 *dst, const tensor_view *t, float *staging_f32, u
 }
 
 kite_status upload_vector(float *dst, const tensor_view *t, float *staging_f32) {
+    if (t->dtype == TENSOR_DTYPE_F8_E4M3)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: a norm vector stored in fp8");
     const size_t n = tensor_view_elements(t);
     tensor_to_float(t->dtype, t->data, staging_f32, n);
     CUDA_CHECK(cudaMemcpy(dst, staging_f32, n * sizeof(float), cudaMemcpyHostToDevice));

@@ -28,3 +28,20 @@ for name in tiny tiny-untied; do
   python3 "$here/reference.py" "$out/$name" "$out/$name.reference.json" "${prompts[@]}" --steps 32 --topk 5 \
     --dtype float32 --device cpu
 done
+
+# 3. The fp8 test data (pure Python; runs anywhere, seconds): the F8_E4M3 linear weights and scales of tiny and
+#    tiny-untied in Qwen's FP8 layout, which fp8_checkpoint_test compares kite's own quantization against and
+#    assembles into whole FP8 checkpoints. Made from the committed checkpoints:
+#      for name in tiny tiny-untied; do
+#        python3 tests/data/tools/make_fp8_checkpoint.py tests/data/$name /tmp/$name-fp8 --only-quantized
+#        cp /tmp/$name-fp8/model.safetensors tests/data/fp8/$name.quantized.safetensors
+#      done
+#      python3 tests/data/tools/make_fp8_checkpoint.py tests/data/tiny /tmp/tiny-fp8-bf16 --only-quantized \
+#        --scale-dtype bf16
+#      cp /tmp/tiny-fp8-bf16/model.safetensors tests/data/fp8/tiny.quantized-bf16-scales.safetensors
+for name in tiny tiny-untied; do
+  python3 "$here/make_fp8_checkpoint.py" "$out/$name" "$out/fp8/$name" --only-quantized
+  mv "$out/fp8/$name/model.safetensors" "$out/fp8/$name.quantized.safetensors" && rmdir "$out/fp8/$name"
+done
+python3 "$here/make_fp8_checkpoint.py" "$out/tiny" "$out/fp8/tiny-bf16" --only-quantized --scale-dtype bf16
+mv "$out/fp8/tiny-bf16/model.safetensors" "$out/fp8/tiny.quantized-bf16-scales.safetensors" && rmdir "$out/fp8/tiny-bf16"
