@@ -202,9 +202,9 @@ done:
 }
 
 /* dir's checkpoint (its config.json's rope scaling replaced by rope_override when that is not NULL) against
- * tests/data/REFERENCE.reference.json; name labels messages. */
+ * tests/data/REFERENCE.reference.json, its prompts of at most max_prompt tokens (0: all); name labels messages. */
 static void check_checkpoint_against(const char *dir, const char *rope_override, const char *reference,
-                                     const char *name) {
+                                     size_t max_prompt, const char *name) {
     char reference_path[1024];
     snprintf(reference_path, sizeof reference_path, "%s/%s.reference.json", KITE_TEST_DATA_DIR, reference);
     size_t length = 0;
@@ -246,8 +246,11 @@ static void check_checkpoint_against(const char *dir, const char *rope_override,
     status = b->ops->kv_reserve(b, n_blocks, BLOCK_SIZE);
     CHECK_MSG(status == KITE_OK, "kv_reserve: %s", kite_last_error());
     if (status != KITE_OK) goto done;
-    for (size_t r = 0; r < results->length; r++)
+    for (size_t r = 0; r < results->length; r++) {
+        const json_value *ids = json_object_member(&results->as.items[r], "prompt_ids");
+        if (max_prompt > 0 && json_is_array(ids) && ids->length > max_prompt) continue;
         check_prompt(b, &results->as.items[r], n_blocks, (size_t)config->vocab_size, (int)r, name);
+    }
 done:
     if (b) b->ops->destroy(b);
     if (ckpt) checkpoint_close(ckpt);
@@ -258,7 +261,7 @@ done:
 static void check_checkpoint(const char *name) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", KITE_TEST_DATA_DIR, name);
-    check_checkpoint_against(dir, NULL, name, name);
+    check_checkpoint_against(dir, NULL, name, 0, name);
 }
 
 /* A checkpoint directory made at run time: tests/data/BASE's files, but config.json, which is
@@ -308,15 +311,19 @@ static void yarn_checkpoint_remove(yarn_checkpoint *y) {
 
 /* The tiny checkpoints with YaRN: from their config.json edited as transformers ran it, against transformers'
  * outputs; and the original checkpoint with the same rope scaling given as an override (--rope-scaling), which
- * must read as the same configuration. */
+ * must read as the same configuration. The ~1,700-token prompt runs where it passes
+ * original_max_position_embeddings (tiny-yarn's 1,024); the others' prompts stay below 256 tokens, which keeps
+ * the sanitizer pass of this test short. */
 static const struct {
     const char *name, *base, *override;
+    size_t max_prompt;
 } yarn_cases[] = {
-    {"tiny-yarn", "tiny", "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":1024}"},
-    {"tiny-yarn-legacy-type", "tiny", "{\"type\":\"yarn\",\"factor\":2.0,\"mscale\":0.8,\"mscale_all_dim\":1.0}"},
+    {"tiny-yarn", "tiny", "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":1024}", 0},
+    {"tiny-yarn-legacy-type", "tiny", "{\"type\":\"yarn\",\"factor\":2.0,\"mscale\":0.8,\"mscale_all_dim\":1.0}", 256},
     {"tiny-untied-yarn", "tiny-untied",
      "{\"rope_type\":\"yarn\",\"factor\":2.0,\"beta_fast\":16,\"beta_slow\":2,\"truncate\":false,"
-     "\"attention_factor\":1.1}"},
+     "\"attention_factor\":1.1}",
+     256},
 };
 
 static void check_yarn(size_t i) {
@@ -325,7 +332,7 @@ static void check_yarn(size_t i) {
     yarn_checkpoint y;
     bool made = yarn_checkpoint_make(&y, yarn_cases[i].base, yarn_cases[i].name);
     CHECK_MSG(made, "cannot make the %s checkpoint in %s", yarn_cases[i].name, y.dir);
-    if (made) check_checkpoint_against(y.dir, NULL, reference, yarn_cases[i].name);
+    if (made) check_checkpoint_against(y.dir, NULL, reference, yarn_cases[i].max_prompt, yarn_cases[i].name);
 
     qwen3_config edited, overridden;
     char dir[1024];
