@@ -15,6 +15,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         !(config.rope_theta > 0) || config.n_eos_ids < 0 || config.n_eos_ids > QWEN3_MAX_EOS_IDS ||
         config.bos_token_id < -1 || config.bos_token_id >= config.vocab_size)
         __builtin_trap();
+    if (config.context_limit < 1 || config.context_limit > (1 << 24)) __builtin_trap();
+    if (config.rope_yarn && (!(config.yarn.factor >= 1.0) || !(config.yarn.attention_factor > 0.0) ||
+                             !(config.yarn.beta_slow > 0.0) || config.yarn.beta_fast < config.yarn.beta_slow ||
+                             config.yarn.original_max_positions < 1))
+        __builtin_trap();
     for (int32_t i = 0; i < config.n_eos_ids; i++)
         if (config.eos_ids[i] < 0 || config.eos_ids[i] >= config.vocab_size) __builtin_trap();
     return 0;

@@ -126,9 +126,16 @@ typedef enum kite_weights {
 
 typedef struct kite_load_params {
     kite_backend_kind backend;
-    int32_t n_threads;    /* CPU threads (0 = all cores) */
-    int32_t device;       /* CUDA device ordinal */
-    kite_weights weights; /* default KITE_WEIGHTS_BF16 */
+    int32_t n_threads;        /* CPU threads (0 = all cores) */
+    int32_t device;           /* CUDA device ordinal */
+    kite_weights weights;     /* default KITE_WEIGHTS_BF16 */
+    int32_t max_context;      /* lowers the model's context limit (0 = the limit config.json gives: YaRN's factor x
+                                 original_max_position_embeddings, else max_position_embeddings); a value above
+                                 it is refused with KITE_ERROR_INVALID_ARGUMENT */
+    const char *rope_scaling; /* NULL, or JSON text of a rope_scaling object that replaces config.json's rope
+                                 scaling, validated as config.json's is: {"rope_type":"yarn","factor":4.0,
+                                 "original_max_position_embeddings":32768} (as vLLM's --hf-overrides
+                                 '{"rope_scaling": ...}'); read during the load only */
 } kite_load_params;
 
 kite_load_params kite_load_params_default(void);
@@ -148,7 +155,7 @@ typedef struct kite_model_info {
     int32_t vocab_size;
     int32_t n_layers;
     int32_t hidden_size;
-    int32_t max_context;      /* max_position_embeddings */
+    int32_t max_context;      /* the context limit: a prompt has at most max_context - 1 tokens */
     int32_t n_eos_ids;
     const int32_t *eos_ids;
     bool has_tokenizer;
@@ -288,7 +295,8 @@ typedef struct kite_engine_params {
     size_t kv_cache_bytes;       /* 0 = kv_cache_fraction of free device memory (GPU) or enough for
                                     max_context tokens of one sequence plus headroom (CPU) */
     float kv_cache_fraction;     /* default 0.9 */
-    int32_t max_context;         /* 0 = the model's max_position_embeddings, capped at 65,536 */
+    int32_t max_context;         /* 0 = the model's context limit (kite_model_info.max_context); lower values lower
+                                    it, higher ones are refused */
     int32_t kv_block_size;       /* positions per KV block (default 128) */
 } kite_engine_params;
 
@@ -298,7 +306,10 @@ kite_engine_params kite_engine_params_default(void);
 kite_status kite_engine_create(kite_model *model, const kite_engine_params *params, kite_engine **out);
 void kite_engine_free(kite_engine *engine);
 
-/* Queues a request; it joins the running batch at the next step. The prompt and stop strings are copied. */
+/* Queues a request; it joins the running batch at the next step. The prompt and stop strings are copied.
+ * A prompt of max_context tokens or more (kite_engine_stats.max_context: it leaves no room for a generated
+ * token) is refused with KITE_ERROR_CAPACITY, its message naming the prompt's length, the limit and how to raise
+ * it; a prompt the whole KV cache cannot hold is accepted and ends with KITE_FINISH_CAPACITY. */
 kite_status kite_engine_submit(kite_engine *engine, const kite_request *request, kite_request_id *id);
 /* Ends a request: its blocks are freed within one step and its callback gets KITE_FINISH_CANCELLED. */
 kite_status kite_engine_cancel(kite_engine *engine, kite_request_id id);

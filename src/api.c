@@ -19,7 +19,25 @@ bool kite_built_with_cuda(void) {
 }
 
 kite_load_params kite_load_params_default(void) {
-    return (kite_load_params){.backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_BF16};
+    return (kite_load_params){
+        .backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_BF16, .max_context = 0,
+        .rope_scaling = NULL};
+}
+
+/* kite_load_params.max_context lowers the config's context limit, before the backend sizes its RoPE table. */
+static kite_status apply_max_context(kite_model *m, const kite_load_params *p) {
+    m->config_context_limit = qwen3_context_limit(&m->config);
+    if (p->max_context < 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "load params: max_context %d is negative", p->max_context);
+    if (p->max_context > m->config_context_limit)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "load params: max_context (--max-context) %d is above the model's context limit %d (%s); "
+                         "YaRN rope scaling (--rope-scaling) raises it",
+                         p->max_context, m->config_context_limit,
+                         m->config.rope_yarn ? "YaRN's factor x original_max_position_embeddings"
+                                             : "max_position_embeddings");
+    m->config.context_limit = p->max_context > 0 ? p->max_context : m->config_context_limit;
+    return KITE_OK;
 }
 
 static kite_status create_backend(kite_model *m, const kite_load_params *p) {
@@ -53,12 +71,13 @@ kite_status kite_model_load(const char *dir, const kite_load_params *params, kit
     kite_model *m = calloc(1, sizeof *m);
     if (!m) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
     /* Everything that validates files comes before the backend allocates weights. */
-    kite_status status = checkpoint_open(dir, &m->checkpoint);
+    kite_status status = checkpoint_open_overriding(dir, params->rope_scaling, &m->checkpoint);
     if (status == KITE_OK) {
         m->config = *checkpoint_config(m->checkpoint);
         m->weights = checkpoint_weights(m->checkpoint);
-        status = tokenizer_load(dir, &m->tokenizer);
+        status = apply_max_context(m, params);
     }
+    if (status == KITE_OK) status = tokenizer_load(dir, &m->tokenizer);
     if (status == KITE_OK && tokenizer_vocab_size(m->tokenizer) > m->config.vocab_size)
         status = kite_fail(KITE_ERROR_INVALID_CHECKPOINT,
                            "%s: tokenizer.json has %d ids but config.json vocab_size is %d", dir,
@@ -81,7 +100,8 @@ kite_status kite_model_load_dummy(const char *shape, uint64_t seed, const kite_l
     if (!params) params = &defaults;
     kite_model *m = calloc(1, sizeof *m);
     if (!m) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "out of memory");
-    kite_status status = known_shape_config(shape, &m->config);
+    kite_status status = known_shape_config_overriding(shape, params->rope_scaling, &m->config);
+    if (status == KITE_OK) status = apply_max_context(m, params);
     if (status == KITE_OK) status = dummy_model_create(&m->config, seed, &m->dummy);
     if (status == KITE_OK) {
         m->weights = dummy_model_weights(m->dummy);
@@ -116,7 +136,7 @@ kite_model_info kite_model_get_info(const kite_model *m) {
         .vocab_size = c->vocab_size,
         .n_layers = c->n_layers,
         .hidden_size = c->hidden_size,
-        .max_context = c->max_position_embeddings,
+        .max_context = qwen3_context_limit(c),
         .n_eos_ids = c->n_eos_ids,
         .eos_ids = c->eos_ids,
         .has_tokenizer = m->tokenizer != NULL,

@@ -56,9 +56,17 @@ static cli_option_result engine_option_set(int id, const char *name, const char 
         if (!cli_parse_int(name, value, 1, 1 << 20, &v)) return CLI_OPTION_BAD;
         engine->max_step_tokens = (int32_t)v;
         return CLI_OPTION_TAKEN;
-    case CLI_ID_MAX_CONTEXT:
+    case CLI_ID_MAX_CONTEXT: /* the model's limit, so the backend's RoPE table ends there too */
         if (!cli_parse_int(name, value, 1, INT32_MAX, &v)) return CLI_OPTION_BAD;
-        engine->max_context = (int32_t)v;
+        load->max_context = (int32_t)v;
+        return CLI_OPTION_TAKEN;
+    case CLI_ID_ROPE_SCALING: /* argv outlives the load; the library validates it there */
+        if (!value[0]) {
+            fprintf(stderr, "kite: %s: empty; give a JSON object such as '{\"rope_type\":\"yarn\",\"factor\":4.0}'\n",
+                    name);
+            return CLI_OPTION_BAD;
+        }
+        load->rope_scaling = value;
         return CLI_OPTION_TAKEN;
     default: return CLI_OPTION_OTHER;
     }

@@ -20,6 +20,7 @@ enum {
     CLI_ID_MAX_BATCH,
     CLI_ID_MAX_STEP_TOKENS,
     CLI_ID_MAX_CONTEXT,
+    CLI_ID_ROPE_SCALING,
     CLI_ID_TEMPERATURE,
     CLI_ID_TOP_K,
     CLI_ID_TOP_P,
@@ -33,13 +34,21 @@ enum {
      "linear layers' weights: bf16 as stored (FP8 checkpoints dequantized), or fp8 with 128x128 block scales " \
      "(default bf16)",                                                                                         \
      false}
+/* Table rows for the context limit and RoPE scaling of a model (`kite run`, `kite chat`, `kite serve`, `kite bench`). */
+#define CLI_CONTEXT_OPTIONS                                                                                    \
+    {CLI_ID_MAX_CONTEXT, "max-context", 0, "N",                                                              \
+     "lower the context limit (default: the model's, YaRN's factor x\noriginal_max_position_embeddings or "      \
+     "max_position_embeddings)", false},                                                                     \
+    {CLI_ID_ROPE_SCALING, "rope-scaling", 0, "JSON",                                                         \
+     "replace config.json's rope scaling, e.g. '{\"rope_type\":\"yarn\",\"factor\":4.0,\n"                   \
+     "\"original_max_position_embeddings\":32768}' (131072 positions for Qwen3)", false}
 
 /* Table rows for the options of loading a model and creating an engine (`kite run`, `kite serve`). */
 #define CLI_ENGINE_OPTIONS                                                                                     \
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto: CUDA when usable)", false}, \
     {CLI_ID_THREADS, "threads", 't', "N", "CPU threads (default 0 = all cores)", false},                        \
     CLI_WEIGHTS_OPTION,                                                                                        \
-    {CLI_ID_MAX_CONTEXT, "max-context", 0, "N", "context limit (default: the model's, at most 65536)", false},   \
+    CLI_CONTEXT_OPTIONS,                                                                                       \
     {CLI_ID_KV_CACHE_MB, "kv-cache-mb", 0, "N",                                                              \
      "KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)", false},                \
     {CLI_ID_MAX_BATCH, "max-batch", 0, "N", "sequences per step at most (default 256)", false},                 \

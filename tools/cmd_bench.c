@@ -32,6 +32,7 @@ static const cli_option bench_options_table[] = {
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto)", false},
     {CLI_ID_THREADS, "threads", 0, "N", "CPU threads (default 0 = all cores)", false},
     CLI_WEIGHTS_OPTION,
+    CLI_CONTEXT_OPTIONS,
     {OPT_OUTPUT, NULL, 'o', "md|jsonl", "output format (default md)", false},
     {OPT_SEED, "seed", 0, "S", "seed of the dummy weights and the random prompts (default 0)", false},
     CLI_SAMPLING_OPTIONS,
@@ -90,6 +91,10 @@ static void print_json_row(const bench_options *o, const kite_bench_info *info, 
     text_buffer b = {0};
     text_buffer_printf(&b, "{\"test\":\"%s\",\"batch\":%d,\"depth\":%d,\"model\":", row->test, row->batch, row->depth);
     text_buffer_json_string(&b, model, strlen(model));
+    if (o->load.rope_scaling) { /* the rows ran with this rope scaling in place of config.json's */
+        text_buffer_puts(&b, ",\"rope_scaling\":");
+        text_buffer_json_string(&b, o->load.rope_scaling, strlen(o->load.rope_scaling));
+    }
     text_buffer_printf(&b, ",\"backend\":\"%s\",\"weights\":\"%s\",\"gpu\":", info->backend_name,
                        o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16");
     text_buffer_json_string(&b, info->device_name, strlen(info->device_name));

@@ -438,8 +438,9 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         if (g->finish == KITE_FINISH_CAPACITY) {
-            fprintf(stderr, "kite: prompt %zu (%zu tokens) does not fit in the context (%d tokens) or the KV cache\n",
-                    p + 1, g->n_prompt, kite_engine_get_stats(engine).max_context);
+            /* a prompt past the context limit was refused at submit; this one outgrew the whole KV cache */
+            fprintf(stderr, "kite: prompt %zu (%zu tokens) does not fit in the KV cache (%zu tokens; --kv-cache-mb)\n",
+                    p + 1, g->n_prompt, kite_engine_get_stats(engine).kv_capacity_tokens);
             exit_code = 1;
         }
         if (json) {

@@ -33,7 +33,8 @@ c_int32, c_int64, c_uint64, c_size_t = ctypes.c_int32, ctypes.c_int64, ctypes.c_
 
 
 class _LoadParams(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_int), ("n_threads", c_int32), ("device", c_int32), ("weights", ctypes.c_int)]
+    _fields_ = [("backend", ctypes.c_int), ("n_threads", c_int32), ("device", c_int32), ("weights", ctypes.c_int),
+                ("max_context", c_int32), ("rope_scaling", ctypes.c_char_p)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -375,7 +376,8 @@ class Model:
 
     def __init__(self, path: Optional[str] = None, *, backend: str = "auto", threads: int = 0, device: int = 0,
                  weights: str = "bf16", dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
-                 kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0):
+                 kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0,
+                 rope_scaling=None):
         # Set first: close() and __del__ see a half-made Model when a check below raises.
         self._lock = threading.RLock()
         self._handle, self._engine = None, None
@@ -399,9 +401,18 @@ class Model:
         kv_cache_mb = 0 if kv_cache_mb is None else _integer("kv_cache_mb", kv_cache_mb, 0, _SIZE_MAX >> 20)
         if kv_cache_mb:
             engine_params.kv_cache_bytes = kv_cache_mb << 20
-        max_context = _integer("max_context", max_context, 0, _INT32_MAX)
-        if max_context:
-            engine_params.max_context = max_context
+        # max_context lowers the model's context limit (kite_load_params.max_context); rope_scaling (a dict, or
+        # its JSON text) replaces config.json's rope scaling, e.g. {"rope_type": "yarn", "factor": 4.0,
+        # "original_max_position_embeddings": 32768}
+        params.max_context = _integer("max_context", max_context, 0, _INT32_MAX)
+        rope_scaling_text = None
+        if rope_scaling is not None:
+            if isinstance(rope_scaling, dict):
+                rope_scaling = json.dumps(rope_scaling)
+            if not isinstance(rope_scaling, str):
+                raise KiteError(f"kite: rope_scaling must be a dict or JSON text, not {type(rope_scaling).__name__}")
+            rope_scaling_text = _c_string("rope_scaling", rope_scaling)
+        params.rope_scaling = rope_scaling_text
         max_sequences = _integer("max_sequences", max_sequences, 0, _INT32_MAX)
         if max_sequences:
             engine_params.max_sequences = max_sequences

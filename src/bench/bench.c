@@ -146,9 +146,11 @@ static kite_status plan_rows(const kite_model *model, const kite_bench_params *p
             positions = gate > positions ? gate : positions;
         }
     }
-    if (context > model->config.max_position_embeddings)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench params: rows need %d positions, the model allows %d",
-                         context, model->config.max_position_embeddings);
+    if (context > qwen3_context_limit(&model->config))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "bench params: rows need %d positions, the model's context limit is %d (--max-context and "
+                         "--rope-scaling set it)",
+                         context, qwen3_context_limit(&model->config));
     out->max_context = context > 1 ? context : 1;
     out->positions = positions > 1 ? positions : 1;
     return KITE_OK;

@@ -615,12 +615,14 @@ static kite_status open_files(checkpoint *c, const char *dir) {
     return status;
 }
 
-kite_status checkpoint_open(const char *dir, checkpoint **out) {
+kite_status checkpoint_open(const char *dir, checkpoint **out) { return checkpoint_open_overriding(dir, NULL, out); }
+
+kite_status checkpoint_open_overriding(const char *dir, const char *rope_scaling, checkpoint **out) {
     if (!dir || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "checkpoint_open: NULL argument");
     *out = NULL;
     checkpoint *c = calloc(1, sizeof *c);
     if (!c) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory", dir);
-    kite_status status = qwen3_config_load(dir, &c->config);
+    kite_status status = qwen3_config_load_overriding(dir, rope_scaling, &c->config);
     if (status == KITE_OK) status = checkpoint_quantization_load(dir, &c->quantization);
     if (status == KITE_OK) status = open_files(c, dir);
     if (status == KITE_OK) status = bind_weights(c, dir);

@@ -32,6 +32,8 @@
 typedef struct checkpoint checkpoint;
 
 kite_status checkpoint_open(const char *dir, checkpoint **out);
+/* With rope_scaling (JSON text or NULL) replacing config.json's rope scaling (qwen3_config_parse_overriding). */
+kite_status checkpoint_open_overriding(const char *dir, const char *rope_scaling, checkpoint **out);
 const qwen3_config *checkpoint_config(const checkpoint *c);
 const qwen3_weights *checkpoint_weights(const checkpoint *c);
 /* Bytes of tensor data the views cover (lm_head counted once when tied). */

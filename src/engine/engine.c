@@ -36,8 +36,6 @@
 #include "util/error.h"
 #include "util/parallel.h"
 
-#define KITE_MAX_CONTEXT_CAP 65536
-
 struct kite_engine {
     kite_model *model;
     kite_engine_params params;
@@ -163,6 +161,14 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
                          "engine params: max_sequences, max_step_tokens and kv_block_size must be positive, "
                          "kv_cache_fraction in (0, 1], max_context >= 0");
     if (p.max_step_tokens < p.max_sequences) p.max_step_tokens = p.max_sequences; /* every sequence gets a token */
+    /* The model's context limit (config.json's, YaRN's, or kite_load_params.max_context's): an engine may
+     * only lower it, since the backend's RoPE table ends there. */
+    const int32_t model_limit = qwen3_context_limit(&model->config);
+    if (p.max_context > model_limit)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "engine params: max_context %d is above the model's context limit %d (raise that with "
+                         "YaRN rope scaling: --rope-scaling / kite_load_params.rope_scaling)",
+                         p.max_context, model_limit);
     runtime_options options;
     KITE_TRY(options_read(&options));
     kite_engine *e = calloc(1, sizeof *e);
@@ -170,9 +176,7 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
     atomic_init(&e->in_call, false);
     e->model = model;
     e->params = p;
-    int32_t model_max = model->config.max_position_embeddings;
-    e->max_context = model_max < KITE_MAX_CONTEXT_CAP ? model_max : KITE_MAX_CONTEXT_CAP;
-    if (p.max_context > 0 && p.max_context < e->max_context) e->max_context = p.max_context;
+    e->max_context = p.max_context > 0 ? p.max_context : model_limit;
     e->next_id = 1;
     e->step_token_budget = p.max_step_tokens;
 
@@ -306,6 +310,21 @@ static kite_status engine_submit(kite_engine *e, const kite_request *desc, kite_
         KITE_TRY(kite_tokenize(e->model, desc->prompt_text, desc->prompt_text_length, &encoded, &n_prompt));
         prompt = encoded;
     }
+    /* A prompt that fills the context leaves no position for a generated token: it is refused before any work,
+     * with the way to a longer context. */
+    if (n_prompt >= (size_t)e->max_context) {
+        free(encoded);
+        const int32_t config_limit = e->model->config_context_limit;
+        char raise[200] = "";
+        if (e->max_context < config_limit)
+            snprintf(raise, sizeof raise, "--max-context / kite_load_params.max_context up to the model's %d, or ",
+                     config_limit);
+        return kite_fail(KITE_ERROR_CAPACITY,
+                         "request: the prompt has %zu tokens but the context limit is %d (a prompt may have at most "
+                         "%d, leaving room for one generated token); raise the limit with %sYaRN rope scaling "
+                         "(--rope-scaling / kite_load_params.rope_scaling)",
+                         n_prompt, e->max_context, e->max_context - 1, raise);
+    }
     if (e->n_requests == e->requests_capacity) {
         int32_t grown = e->requests_capacity ? e->requests_capacity * 2 : 16;
         engine_request **p = realloc(e->requests, (size_t)grown * sizeof *p);
@@ -324,8 +343,8 @@ static kite_status engine_submit(kite_engine *e, const kite_request *desc, kite_
     e->next_id++;
     e->requests[e->n_requests++] = r;
     if (id) *id = r->id;
-    /* A prompt that can never be served ends at once with a clear reason instead of waiting forever. */
-    if (r->n_prompt >= (size_t)e->max_context || kv_blocks_for(&e->pool, (int64_t)r->n_prompt + 1) > e->pool.n_blocks)
+    /* A prompt the whole KV cache cannot hold ends at once with a clear reason instead of waiting forever. */
+    if (kv_blocks_for(&e->pool, (int64_t)r->n_prompt + 1) > e->pool.n_blocks)
         finish_without_token(e, r, KITE_FINISH_CAPACITY);
     return KITE_OK;
 }

@@ -18,6 +18,8 @@ void dummy_model_free(dummy_model *model);
 
 /* The config of a named shape ("qwen3-0.6b-base", ..., "tiny"), parsed from its embedded config.json. */
 kite_status known_shape_config(const char *name, qwen3_config *out);
+/* With rope_scaling (JSON text or NULL) replacing the shape's (qwen3_config_parse_overriding). */
+kite_status known_shape_config_overriding(const char *name, const char *rope_scaling, qwen3_config *out);
 /* The names known_shape_config() accepts, comma-separated, for messages. */
 const char *known_shape_names(void);
 

@@ -29,10 +29,14 @@ static const known_shape known_shapes[] = {
 const char *known_shape_names(void) { return "qwen3-0.6b-base, qwen3-1.7b-base, qwen3-4b-base, qwen3-8b-base, tiny"; }
 
 kite_status known_shape_config(const char *name, qwen3_config *out) {
+    return known_shape_config_overriding(name, NULL, out);
+}
+
+kite_status known_shape_config_overriding(const char *name, const char *rope_scaling, qwen3_config *out) {
     for (size_t i = 0; i < sizeof known_shapes / sizeof known_shapes[0]; i++) {
         if (strcmp(known_shapes[i].name, name) != 0) continue;
         const char *text = known_shapes[i].config_json;
-        return qwen3_config_parse(text, strlen(text), name, out);
+        return qwen3_config_parse_overriding(text, strlen(text), name, rope_scaling, out);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "unknown model shape '%s' (known: %s)", name, known_shape_names());
 }

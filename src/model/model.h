@@ -11,7 +11,8 @@
 #include "tokenizer/tokenizer.h"
 
 struct kite_model {
-    qwen3_config config;
+    qwen3_config config;          /* config.context_limit lowered by kite_load_params.max_context */
+    int32_t config_context_limit; /* the context limit before kite_load_params.max_context */
     checkpoint *checkpoint;    /* a loaded directory, or NULL */
     dummy_model *dummy;        /* random weights, or NULL */
     const qwen3_weights *weights;

@@ -24,6 +24,17 @@ typedef enum tensor_dtype {
     TENSOR_DTYPE_F8_E4M3, /* a quantized linear weight, always with its block scales (tensor_view.scale_inv) */
 } tensor_dtype;
 
+/* YaRN rope scaling (rope_scaling / rope_parameters with rope_type "yarn"), as transformers'
+ * _compute_yarn_parameters reads it once its defaults are applied (checkpoint/config.c applies them). */
+typedef struct qwen3_yarn {
+    double factor;                   /* how far the context is stretched (>= 1) */
+    int32_t original_max_positions;  /* original_max_position_embeddings: the pretraining context */
+    double beta_fast;                /* the correction range's rotation counts (32 and 1 when absent, null or 0) */
+    double beta_slow;
+    bool truncate;                   /* floor / ceil the correction range's ends (true when absent) */
+    double attention_factor;         /* multiplies cos and sin: given, or from mscale / mscale_all_dim / factor */
+} qwen3_yarn;
+
 typedef struct qwen3_config {
     int32_t vocab_size;
     int32_t hidden_size;
@@ -34,6 +45,11 @@ typedef struct qwen3_config {
     int32_t head_dim;    /* given, or hidden_size / n_heads */
     int32_t max_position_embeddings;
     double rope_theta;
+    bool rope_yarn;      /* YaRN scaling (yarn holds it); else the default, unscaled rotation */
+    qwen3_yarn yarn;
+    int32_t context_limit; /* the longest sequence: yarn factor x original_max_positions with YaRN, else
+                              max_position_embeddings; kite_load_params.max_context lowers it. 0 (a config
+                              built by hand) means max_position_embeddings: read it with qwen3_context_limit */
     double rms_norm_eps;
     bool tie_word_embeddings;
     int32_t bos_token_id; /* -1 when absent or null */
@@ -41,6 +57,10 @@ typedef struct qwen3_config {
     int32_t eos_ids[QWEN3_MAX_EOS_IDS];
     tensor_dtype dtype; /* torch_dtype / dtype: what the checkpoint stores */
 } qwen3_config;
+
+static inline int32_t qwen3_context_limit(const qwen3_config *c) {
+    return c->context_limit > 0 ? c->context_limit : c->max_position_embeddings;
+}
 
 /* Derived shapes, in elements. q_dim: the query heads of one token (q_proj's rows, o_proj's columns); kv_dim: its
  * K or V heads (k_proj's or v_proj's rows); qkv_dim: the fused q/k/v projection's rows; group_heads: the query

@@ -120,7 +120,7 @@ static void test_transformers5_format(void) {
     CHECK(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000}"}) == KITE_OK);
     EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 10000}"}), KITE_ERROR_INVALID_CHECKPOINT,
                 "rope_parameters.rope_theta");
-    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000, \"rope_type\": \"yarn\"}"}),
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000, \"rope_type\": \"linear\"}"}),
                 KITE_ERROR_UNSUPPORTED, "rope_type");
     EXPECT_FAIL(PARSE(&config, {"rope_theta", NULL}), KITE_ERROR_INVALID_CHECKPOINT, "rope_theta is missing");
     CHECK(PARSE(&config, {"dtype", "\"float32\""}, {"torch_dtype", "\"bfloat16\""}) == KITE_OK);
@@ -159,11 +159,11 @@ static void test_derived_and_defaults(void) {
 }
 
 /* RoPE as transformers reads it: rope_scaling (4) or rope_parameters (5), the type as rope_type or the legacy
- * type, rope_theta at the top or inside either; only unscaled, whole-head RoPE is implemented. */
+ * type, rope_theta at the top or inside either; whole-head RoPE, unscaled or YaRN, is implemented. */
 static void test_rope_spellings(void) {
     qwen3_config config;
     static const char *const fields[] = {"rope_scaling", "rope_parameters"};
-    static const char *const types[] = {"yarn", "dynamic", "linear", "longrope", "llama3", "mrope"};
+    static const char *const types[] = {"dynamic", "linear", "longrope", "llama3", "mrope", "ntk", "YaRN"};
     for (size_t f = 0; f < 2; f++) {
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
             char value[128], needle[128];
@@ -177,6 +177,11 @@ static void test_rope_spellings(void) {
             EXPECT_FAIL(PARSE(&config, {fields[f], value}), KITE_ERROR_UNSUPPORTED, needle);
         }
         char needle[128];
+        /* YaRN in either object, under either key */
+        CHECK(PARSE(&config, {fields[f], "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}"}) == KITE_OK);
+        CHECK(config.rope_yarn && config.yarn.factor == 4.0 && config.context_limit == 131072);
+        CHECK(PARSE(&config, {fields[f], "{\"rope_type\": \"yarn\", \"factor\": 2.0}"}) == KITE_OK);
+        CHECK(config.rope_yarn && config.yarn.original_max_positions == 32768 && config.context_limit == 65536);
         /* both spellings: agreeing is fine, disagreeing is damage (transformers 4 and 5 would differ) */
         CHECK(PARSE(&config, {fields[f], "{\"type\": \"default\", \"rope_type\": \"default\"}"}) == KITE_OK);
         CHECK(PARSE(&config, {fields[f], "{\"type\": \"default\"}"}) == KITE_OK);
@@ -206,10 +211,21 @@ static void test_rope_spellings(void) {
     CHECK(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000}"}) == KITE_OK);
     EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"factor\": 4.0}"}), KITE_ERROR_INVALID_CHECKPOINT,
                 "field rope_scaling names no rope_type");
-    /* both objects: each is checked, so a scaled one is refused whichever transformers would pick */
+    /* both objects: each is checked, so an unsupported one is refused whichever transformers would pick; one
+     * scaling is read from whichever names it, two are refused */
     EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_type\": \"default\"}"},
-                      {"rope_scaling", "{\"type\": \"yarn\", \"factor\": 4.0}"}),
+                      {"rope_scaling", "{\"type\": \"linear\", \"factor\": 4.0}"}),
                 KITE_ERROR_UNSUPPORTED, "rope_scaling.type");
+    CHECK(PARSE(&config, {"rope_parameters", "{\"rope_type\": \"default\"}"},
+                {"rope_scaling", "{\"type\": \"yarn\", \"factor\": 4.0}"}) == KITE_OK);
+    CHECK(config.rope_yarn && config.context_limit == 131072);
+    /* transformers reads rope_scaling when it is there: a scaling in rope_parameters beside it is refused */
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0}"},
+                      {"rope_scaling", "{\"type\": \"default\"}"}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_parameters names a RoPE scaling");
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0}"},
+                      {"rope_scaling", "{\"type\": \"yarn\", \"factor\": 2.0}"}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_parameters names a RoPE scaling");
     EXPECT_FAIL(PARSE(&config, {"rope_parameters", "{\"rope_theta\": 1000000, \"rope_type\": \"default\"}"},
                       {"rope_scaling", "{\"type\": \"default\", \"rope_theta\": 5}"}),
                 KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.rope_theta is 5");
@@ -218,6 +234,169 @@ static void test_rope_spellings(void) {
     EXPECT_FAIL(PARSE(&config, {"partial_rotary_factor", "0.5"}), KITE_ERROR_UNSUPPORTED, "partial_rotary_factor is 0.5");
     EXPECT_FAIL(PARSE(&config, {"partial_rotary_factor", "\"half\""}), KITE_ERROR_INVALID_CHECKPOINT,
                 "partial_rotary_factor must be a number");
+}
+
+#define YARN(extra) "{\"rope_type\": \"yarn\", \"factor\": 4.0" extra "}"
+
+/* YaRN's parameters, each default and each refusal by name (transformers 5's rules, config.c says where). */
+static void test_yarn_fields(void) {
+    qwen3_config config;
+    /* Qwen3's documented YaRN: the defaults fill in beta_fast 32, beta_slow 1, truncate, 0.1 ln(4) + 1 */
+    CHECK(PARSE(&config, {"max_position_embeddings", "40960"},
+                {"rope_scaling", YARN(", \"original_max_position_embeddings\": 32768")}) == KITE_OK);
+    CHECK(config.rope_yarn && config.yarn.factor == 4.0 && config.yarn.original_max_positions == 32768);
+    CHECK(config.yarn.beta_fast == 32.0 && config.yarn.beta_slow == 1.0 && config.yarn.truncate);
+    CHECK(config.yarn.attention_factor == 0.1 * log(4.0) + 1.0);
+    CHECK(config.context_limit == 131072 && config.max_position_embeddings == 40960);
+    /* without scaling the limit is max_position_embeddings */
+    CHECK(PARSE(&config, {"max_position_embeddings", "40960"}) == KITE_OK);
+    CHECK(!config.rope_yarn && config.context_limit == 40960);
+    /* original_max_position_embeddings: absent is max_position_embeddings; at the top level it counts */
+    CHECK(PARSE(&config, {"rope_scaling", YARN("")}) == KITE_OK);
+    CHECK(config.yarn.original_max_positions == 32768 && config.context_limit == 131072);
+    CHECK(PARSE(&config, {"original_max_position_embeddings", "8192"}, {"rope_scaling", YARN("")}) == KITE_OK);
+    CHECK(config.yarn.original_max_positions == 8192 && config.context_limit == 32768);
+    CHECK(PARSE(&config, {"original_max_position_embeddings", "8192"},
+                {"rope_scaling", YARN(", \"original_max_position_embeddings\": 8192")}) == KITE_OK);
+    EXPECT_FAIL(PARSE(&config, {"original_max_position_embeddings", "8192"},
+                      {"rope_scaling", YARN(", \"original_max_position_embeddings\": 4096")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "original_max_position_embeddings is 4096 but the top-level");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"original_max_position_embeddings\": null")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.original_max_position_embeddings must be an integer");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"original_max_position_embeddings\": 0")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.original_max_position_embeddings is 0");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"original_max_position_embeddings\": 4096.5")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.original_max_position_embeddings must be an integer");
+    /* factor: required; null is max_position_embeddings / original; below 1, or not a number, refused */
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"yarn\"}"}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.factor is missing");
+    CHECK(PARSE(&config, {"rope_scaling",
+                          "{\"rope_type\": \"yarn\", \"factor\": null, \"original_max_position_embeddings\": 8192}"}) ==
+          KITE_OK);
+    CHECK(config.yarn.factor == 4.0 && config.context_limit == 32768);
+    CHECK(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 1}"}) == KITE_OK);
+    CHECK(config.yarn.factor == 1.0 && config.yarn.attention_factor == 1.0 && config.context_limit == 32768);
+    static const char *const bad_factors[][2] = {
+        {"0.5", "rope_scaling.factor is 0.5, must be at least 1"}, {"0", "rope_scaling.factor is 0"},
+        {"-4", "rope_scaling.factor is -4"},  {"\"4\"", "rope_scaling.factor must be a finite number, found string"},
+        {"true", "rope_scaling.factor must be a finite number"}, {"1e400", "rope_scaling.factor must be a finite"},
+        {"[4]", "rope_scaling.factor must be a finite number, found array"},
+    };
+    for (size_t i = 0; i < sizeof bad_factors / sizeof bad_factors[0]; i++) {
+        char value[128];
+        snprintf(value, sizeof value, "{\"rope_type\": \"yarn\", \"factor\": %s}", bad_factors[i][0]);
+        EXPECT_FAIL(PARSE(&config, {"rope_scaling", value}), KITE_ERROR_INVALID_CHECKPOINT, bad_factors[i][1]);
+    }
+    /* beta_fast / beta_slow: 0 and null are the defaults; negative, inverted or not a number refused */
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"beta_fast\": 0, \"beta_slow\": null")}) == KITE_OK);
+    CHECK(config.yarn.beta_fast == 32.0 && config.yarn.beta_slow == 1.0);
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"beta_fast\": 16, \"beta_slow\": 2.5")}) == KITE_OK);
+    CHECK(config.yarn.beta_fast == 16.0 && config.yarn.beta_slow == 2.5);
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"beta_fast\": 4, \"beta_slow\": 4")}) == KITE_OK);
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"beta_fast\": 1, \"beta_slow\": 32")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "beta_fast (1) must not be below beta_slow (32)");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"beta_fast\": -8")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.beta_fast is -8, must be positive");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"beta_slow\": -1")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.beta_slow is -1");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"beta_slow\": \"1\"")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.beta_slow must be a finite number");
+    /* truncate: true or false only */
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"truncate\": false")}) == KITE_OK);
+    CHECK(!config.yarn.truncate);
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"truncate\": null")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.truncate must be true or false, found null");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"truncate\": 1")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.truncate must be true or false");
+    /* attention_factor: given wins; else mscale / mscale_all_dim when both are non-zero; else from factor */
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"attention_factor\": 1.25, \"mscale\": 2, \"mscale_all_dim\": 1")}) ==
+          KITE_OK);
+    CHECK(config.yarn.attention_factor == 1.25);
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"attention_factor\": 1")}) == KITE_OK);
+    CHECK(config.yarn.attention_factor == 1.0);
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"mscale\": 2, \"mscale_all_dim\": 1")}) == KITE_OK);
+    CHECK(config.yarn.attention_factor == (0.1 * 2.0 * log(4.0) + 1.0) / (0.1 * 1.0 * log(4.0) + 1.0));
+    CHECK(PARSE(&config, {"rope_scaling", YARN(", \"mscale\": 0.707, \"mscale_all_dim\": 0")}) == KITE_OK);
+    CHECK(config.yarn.attention_factor == 0.1 * log(4.0) + 1.0);
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"attention_factor\": 0")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling: the attention_factor is 0, must be a positive number");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"attention_factor\": -1.0")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "the attention_factor is -1");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"attention_factor\": \"1.1\"")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.attention_factor must be a finite number");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"mscale\": -20, \"mscale_all_dim\": 1")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "the attention factor from mscale / mscale_all_dim is");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"mscale_all_dim\": {}")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_scaling.mscale_all_dim must be a finite number");
+    /* an unknown key is refused (a misspelt original_max_position_embeddings would silently fall back) */
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"orginal_max_position_embeddings\": 32768")}),
+                KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.orginal_max_position_embeddings is not a YaRN parameter");
+    EXPECT_FAIL(PARSE(&config, {"rope_parameters", YARN(", \"low_freq_factor\": 1")}), KITE_ERROR_INVALID_CHECKPOINT,
+                "rope_parameters.low_freq_factor is not a YaRN parameter");
+    /* rope_theta inside, and partial rotation, as for the default type */
+    CHECK(PARSE(&config, {"rope_theta", NULL}, {"rope_parameters", YARN(", \"rope_theta\": 10000.0")}) == KITE_OK);
+    CHECK(config.rope_theta == 10000.0 && config.rope_yarn);
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", YARN(", \"partial_rotary_factor\": 0.5")}), KITE_ERROR_UNSUPPORTED,
+                "rope_scaling.partial_rotary_factor is 0.5");
+    /* a context past 2^24 positions (float32 positions stop being exact) */
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 1024.0}"}), KITE_ERROR_UNSUPPORTED,
+                "factor 1024 x original_max_position_embeddings 32768 is 33554432 positions");
+    EXPECT_FAIL(PARSE(&config, {"max_position_embeddings", "20000000"}), KITE_ERROR_UNSUPPORTED,
+                "max_position_embeddings is 20000000");
+    /* a non-integer product rounds down */
+    CHECK(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 2.5, "
+                                          "\"original_max_position_embeddings\": 1001}"}) == KITE_OK);
+    CHECK(config.context_limit == 2502);
+}
+
+static kite_status parse_overriding(const char *const overrides[][2], size_t n_overrides, const char *rope_scaling,
+                                    qwen3_config *config) {
+    char text[4096];
+    build_config(text, sizeof text, overrides, n_overrides);
+    return qwen3_config_parse_overriding(text, strlen(text), "m/config.json", rope_scaling, config);
+}
+
+/* A rope scaling given beside config.json (--rope-scaling) replaces the file's and is validated the same way. */
+static void test_rope_override(void) {
+    qwen3_config config;
+    const char *const none[][2] = {{"unused", NULL}};
+    const char *qwen_yarn = "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":32768}";
+    CHECK(parse_overriding(none, 1, qwen_yarn, &config) == KITE_OK);
+    CHECK(config.rope_yarn && config.context_limit == 131072 && config.rope_theta == 1000000.0);
+    /* it replaces a scaling kite refuses, in either object, and can turn one off */
+    const char *const linear[][2] = {{"rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}"}};
+    CHECK(parse_overriding(linear, 1, qwen_yarn, &config) == KITE_OK);
+    CHECK(config.rope_yarn && config.yarn.factor == 4.0);
+    const char *const yarn2[][2] = {{"rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 2.0, \"rope_theta\": 1e6}"},
+                                    {"rope_theta", NULL}};
+    CHECK(parse_overriding(yarn2, 2, "{\"rope_type\": \"default\"}", &config) == KITE_OK);
+    CHECK(!config.rope_yarn && config.context_limit == 32768 && config.rope_theta == 1e6);
+    CHECK(parse_overriding(yarn2, 2, qwen_yarn, &config) == KITE_OK);
+    CHECK(config.rope_yarn && config.yarn.factor == 4.0);
+    /* the legacy key works there too */
+    CHECK(parse_overriding(none, 1, "{\"type\": \"yarn\", \"factor\": 2.0}", &config) == KITE_OK);
+    CHECK(config.rope_yarn && config.context_limit == 65536);
+    /* refusals name the override */
+    static const struct {
+        const char *override;
+        kite_status status;
+        const char *needle;
+    } bad[] = {
+        {"{\"rope_type\": \"yarn\", \"factor\": 0.5}", KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling.factor is 0.5"},
+        {"{\"rope_type\": \"llama3\", \"factor\": 8.0}", KITE_ERROR_UNSUPPORTED, "rope_scaling.rope_type is \"llama3\""},
+        {"{\"factor\": 4.0}", KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling names no rope_type"},
+        {"{\"rope_type\": \"yarn\", \"factor\": 4.0, \"rope_theta\": 10000}", KITE_ERROR_INVALID_CHECKPOINT,
+         "rope_scaling.rope_theta is 10000"},
+        {"[1]", KITE_ERROR_INVALID_CHECKPOINT, "must be an object"},
+        {"null", KITE_ERROR_INVALID_CHECKPOINT, "must be a JSON object"},
+        {"{\"rope_type\": \"yarn\", \"factor\": 4.0", KITE_ERROR_INVALID_ARGUMENT, "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kite_status status = parse_overriding(none, 1, bad[i].override, &config);
+        CHECK_MSG(status == bad[i].status && strstr(kite_last_error(), bad[i].needle) &&
+                      strstr(kite_last_error(), "--rope-scaling"),
+                  "%s: status %d: %s", bad[i].override, status, kite_last_error());
+    }
 }
 
 static void test_eos_list(void) {
@@ -267,8 +446,8 @@ static void test_bad_sizes(void) {
 static void test_unsupported(void) {
     qwen3_config config;
     EXPECT_FAIL(PARSE(&config, {"attention_bias", "true"}), KITE_ERROR_UNSUPPORTED, "attention_bias");
-    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}"}), KITE_ERROR_UNSUPPORTED,
-                "rope_scaling");
+    EXPECT_FAIL(PARSE(&config, {"rope_scaling", "{\"rope_type\": \"longrope\", \"factor\": 4.0}"}),
+                KITE_ERROR_UNSUPPORTED, "rope_scaling");
     EXPECT_FAIL(PARSE(&config, {"rope_scaling", "[]"}), KITE_ERROR_INVALID_CHECKPOINT, "rope_scaling");
     EXPECT_FAIL(PARSE(&config, {"use_sliding_window", "true"}), KITE_ERROR_UNSUPPORTED, "use_sliding_window");
     EXPECT_FAIL(PARSE(&config, {"hidden_act", "\"gelu\""}), KITE_ERROR_UNSUPPORTED, "hidden_act");
@@ -335,6 +514,8 @@ int main(void) {
     TEST_RUN(test_transformers5_format);
     TEST_RUN(test_derived_and_defaults);
     TEST_RUN(test_rope_spellings);
+    TEST_RUN(test_yarn_fields);
+    TEST_RUN(test_rope_override);
     TEST_RUN(test_eos_list);
     TEST_RUN(test_bad_sizes);
     TEST_RUN(test_unsupported);

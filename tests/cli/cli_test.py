@@ -294,6 +294,84 @@ def bench_rows_as_json_lines():
     assert run("bench", "--dummy", "tiny", "--weights", "int8").returncode == 2
 
 
+YARN_CASES = {  # tests/data/yarn/NAME: the checkpoint it edits and its rope scaling, given here as --rope-scaling
+    "tiny-yarn": ("tiny", '{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":1024}'),
+    "tiny-yarn-legacy-type": ("tiny", '{"type":"yarn","factor":2.0,"mscale":0.8,"mscale_all_dim":1.0}'),
+    "tiny-untied-yarn": ("tiny-untied", '{"rope_type":"yarn","factor":2.0,"beta_fast":16,"beta_slow":2,'
+                                         '"truncate":false,"attention_factor":1.1}'),
+}
+
+
+@case
+def rope_scaling_option_matches_transformers_yarn():
+    # the plain checkpoints with --rope-scaling against transformers run on the checkpoints' YaRN config.json
+    for name, (base, scaling) in YARN_CASES.items():
+        ref = json.load(open(os.path.join(DATA, "yarn", name + ".reference.json")))
+        for r in ref["results"][:2]:
+            p = run("run", "--model", os.path.join(DATA, base), "--rope-scaling", scaling, "--prompt-ids",
+                    ",".join(map(str, r["prompt_ids"])), "--max-tokens", str(len(r["greedy"])), "--ignore-eos",
+                    "--json", "--logprobs", "5", "--backend", "cpu", check_exit=0)
+            out = last_json(p.stdout)
+            assert out["tokens"] == r["greedy"], f"{name} {r['prompt'][:20]!r}: {out['tokens']} vs {r['greedy']}"
+            for step, (got, want) in enumerate(zip(out["logprobs"], r["steps"])):
+                for a, b in zip([t["logprob"] for t in got["top"]], want["top_logprobs"]):
+                    assert abs(a - b) <= 1e-4, f"{name} step {step}: {a} vs {b}"
+
+
+@case
+def a_prompt_past_the_context_limit_is_refused_before_any_work():
+    tiny = os.path.join(DATA, "tiny")
+    ids = ",".join(str(i) for i in range(100, 108))  # 8 tokens
+    p = run("run", "--model", tiny, "--backend", "cpu", "--max-context", "8", "--prompt-ids", ids, "-n", "4", "--json")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and p.stdout == b"", (p.returncode, p.stdout, err)
+    for needle in ("the prompt has 8 tokens but the context limit is 8", "at most 7", "--max-context",
+                   "up to the model's 4096", "--rope-scaling"):
+        assert needle in err, (needle, err)
+    # the limit minus one is served: one token, then the context is full
+    p = run("run", "--model", tiny, "--backend", "cpu", "--max-context", "8", "--prompt-ids", ids[:ids.rindex(",")],
+            "-n", "4", "--json", check_exit=0)
+    out = last_json(p.stdout)
+    assert len(out["tokens"]) == 1 and out["finish_reason"] == "length", out
+    # at the model's own limit the message offers YaRN only
+    long_ids = ",".join(["100"] * 4096)
+    p = run("run", "--model", tiny, "--backend", "cpu", "--prompt-ids", long_ids, "-n", "1")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "the prompt has 4096 tokens but the context limit is 4096" in err, err
+    assert "--max-context" not in err and "--rope-scaling" in err, err
+
+
+@case
+def max_context_lowers_and_rope_scaling_raises_the_limit():
+    tiny = os.path.join(DATA, "tiny")
+    p = run("run", "--model", tiny, "--backend", "cpu", "--max-context", "4097", "--prompt-ids", "1", "-n", "1")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "max_context (--max-context) 4097 is above the model's context limit 4096" in err, err
+    yarn = '{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":4096}'
+    run("run", "--model", tiny, "--backend", "cpu", "--rope-scaling", yarn, "--max-context", "16384",
+        "--prompt-ids", "1", "-n", "1", check_exit=0)
+    p = run("run", "--model", tiny, "--backend", "cpu", "--rope-scaling", yarn, "--max-context", "16385",
+            "--prompt-ids", "1", "-n", "1")
+    assert p.returncode == 1 and "context limit 16384 (YaRN" in p.stderr.decode(), p.stderr
+    info = run("bench", "--dummy", "tiny", "--backend", "cpu", "--rope-scaling", yarn, "-p", "8", "-n", "0", "-r", "1",
+               "-o", "jsonl", check_exit=0)
+    assert json.loads(info.stdout.decode().strip().split("\n")[-1])["rope_scaling"] == yarn, info.stdout
+
+
+@case
+def a_bad_rope_scaling_is_refused_naming_the_field():
+    tiny = os.path.join(DATA, "tiny")
+    for scaling, needle in [('{"rope_type":"dynamic","factor":2.0}', 'rope_scaling.rope_type is "dynamic"'),
+                            ('{"rope_type":"yarn","factor":0.5}', "rope_scaling.factor is 0.5"),
+                            ('{"rope_type":"yarn","factor":4.0,"beta_fast":1,"beta_slow":2}', "beta_fast (1)"),
+                            ('{"rope_type":"yarn","factor":4.0,"orig":1024}', "rope_scaling.orig is not a YaRN"),
+                            ('{"rope_type":"yarn"', "not valid JSON")]:
+        p = run("run", "--model", tiny, "--backend", "cpu", "--rope-scaling", scaling, "--prompt-ids", "1", "-n", "1")
+        err = p.stderr.decode()
+        assert p.returncode == 1 and needle in err and "--rope-scaling" in err, (scaling, p.returncode, err)
+    assert run("run", "--model", tiny, "--rope-scaling", "", "--prompt-ids", "1").returncode == 2
+
+
 @case
 def bench_sampled_decode_rows():
     # tg rows that sample on the host (as the engine does for temperature > 0) say so in the row

@@ -5,14 +5,18 @@
  * the prompt, then the reference's greedy tokens one step at a time (teacher forcing), and require at
  * every step: the same argmax, and top-5 log-probabilities within 1e-4 (ids equal except where the
  * reference's own values are within 1e-5 of a neighbour: a tie the order of which is arbitrary).
+ * tests/data/yarn/ holds the same for the tiny checkpoints with YaRN rope scaling (make_yarn_references.py), run
+ * from their config.json and from the plain checkpoint with the scaling as an override.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/config.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -197,10 +201,12 @@ done:
     free(logprobs);
 }
 
-static void check_checkpoint(const char *name) {
-    char dir[1024], reference_path[1024];
-    snprintf(dir, sizeof dir, "%s/%s", KITE_TEST_DATA_DIR, name);
-    snprintf(reference_path, sizeof reference_path, "%s/%s.reference.json", KITE_TEST_DATA_DIR, name);
+/* dir's checkpoint (its config.json's rope scaling replaced by rope_override when that is not NULL) against
+ * tests/data/REFERENCE.reference.json, its prompts of at most max_prompt tokens (0: all); name labels messages. */
+static void check_checkpoint_against(const char *dir, const char *rope_override, const char *reference,
+                                     size_t max_prompt, const char *name) {
+    char reference_path[1024];
+    snprintf(reference_path, sizeof reference_path, "%s/%s.reference.json", KITE_TEST_DATA_DIR, reference);
     size_t length = 0;
     char *text = test_read_file(reference_path, &length);
     CHECK_MSG(text != NULL, "cannot read %s", reference_path);
@@ -220,7 +226,7 @@ static void check_checkpoint(const char *name) {
     CHECK_MSG(json_is_array(results) && results->length > 0, "%s: no results", reference_path);
     if (!json_is_array(results)) goto done;
 
-    kite_status status = checkpoint_open(dir, &ckpt);
+    kite_status status = checkpoint_open_overriding(dir, rope_override, &ckpt);
     CHECK_MSG(status == KITE_OK, "checkpoint_open(%s): %s", dir, kite_last_error());
     if (status != KITE_OK) goto done;
     const qwen3_config *config = checkpoint_config(ckpt);
@@ -240,8 +246,11 @@ static void check_checkpoint(const char *name) {
     status = b->ops->kv_reserve(b, n_blocks, BLOCK_SIZE);
     CHECK_MSG(status == KITE_OK, "kv_reserve: %s", kite_last_error());
     if (status != KITE_OK) goto done;
-    for (size_t r = 0; r < results->length; r++)
+    for (size_t r = 0; r < results->length; r++) {
+        const json_value *ids = json_object_member(&results->as.items[r], "prompt_ids");
+        if (max_prompt > 0 && json_is_array(ids) && ids->length > max_prompt) continue;
         check_prompt(b, &results->as.items[r], n_blocks, (size_t)config->vocab_size, (int)r, name);
+    }
 done:
     if (b) b->ops->destroy(b);
     if (ckpt) checkpoint_close(ckpt);
@@ -249,11 +258,110 @@ done:
     free(text);
 }
 
+static void check_checkpoint(const char *name) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", KITE_TEST_DATA_DIR, name);
+    check_checkpoint_against(dir, NULL, name, 0, name);
+}
+
+/* A checkpoint directory made at run time: tests/data/BASE's files, but config.json, which is
+ * tests/data/yarn/NAME.config.json (transformers' references were made on exactly this). */
+typedef struct yarn_checkpoint {
+    char dir[64];
+    char paths[8][1100];
+    int n_paths;
+} yarn_checkpoint;
+
+static bool yarn_checkpoint_make(yarn_checkpoint *y, const char *base, const char *name) {
+    static const char *const files[] = {"model.safetensors", "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                                        "tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    y->n_paths = 0;
+    snprintf(y->dir, sizeof y->dir, "/tmp/kite-yarn-XXXXXX");
+    if (!mkdtemp(y->dir)) return false;
+    char dir[sizeof y->dir], source[1024];
+    memcpy(dir, y->dir, sizeof dir);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(source, sizeof source, "%s/%s/%s", KITE_TEST_DATA_DIR, base, files[i]);
+        if (access(source, F_OK) != 0) continue;
+        char *real = realpath(source, NULL);
+        snprintf(y->paths[y->n_paths], sizeof y->paths[0], "%s/%s", dir, files[i]);
+        bool linked = real && symlink(real, y->paths[y->n_paths]) == 0;
+        free(real);
+        if (!linked) return false;
+        y->n_paths++;
+    }
+    snprintf(source, sizeof source, "%s/yarn/%s.config.json", KITE_TEST_DATA_DIR, name);
+    size_t length = 0;
+    char *config = test_read_file(source, &length);
+    if (!config) return false;
+    snprintf(y->paths[y->n_paths], sizeof y->paths[0], "%s/config.json", dir);
+    FILE *f = fopen(y->paths[y->n_paths], "wb");
+    bool written = f && fwrite(config, 1, length, f) == length;
+    if (f && fclose(f) != 0) written = false;
+    free(config);
+    if (f) y->n_paths++;
+    return written;
+}
+
+static void yarn_checkpoint_remove(yarn_checkpoint *y) {
+    for (int i = 0; i < y->n_paths; i++) CHECK_MSG(unlink(y->paths[i]) == 0, "unlink %s", y->paths[i]);
+    CHECK_MSG(rmdir(y->dir) == 0, "rmdir %s", y->dir);
+}
+
+/* The tiny checkpoints with YaRN: from their config.json edited as transformers ran it, against transformers'
+ * outputs; and the original checkpoint with the same rope scaling given as an override (--rope-scaling), which
+ * must read as the same configuration. The ~1,700-token prompt runs where it passes
+ * original_max_position_embeddings (tiny-yarn's 1,024); the others' prompts stay below 256 tokens, which keeps
+ * the sanitizer pass of this test short. */
+static const struct {
+    const char *name, *base, *override;
+    size_t max_prompt;
+} yarn_cases[] = {
+    {"tiny-yarn", "tiny", "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":1024}", 0},
+    {"tiny-yarn-legacy-type", "tiny", "{\"type\":\"yarn\",\"factor\":2.0,\"mscale\":0.8,\"mscale_all_dim\":1.0}", 256},
+    {"tiny-untied-yarn", "tiny-untied",
+     "{\"rope_type\":\"yarn\",\"factor\":2.0,\"beta_fast\":16,\"beta_slow\":2,\"truncate\":false,"
+     "\"attention_factor\":1.1}",
+     256},
+};
+
+static void check_yarn(size_t i) {
+    char reference[128];
+    snprintf(reference, sizeof reference, "yarn/%s", yarn_cases[i].name);
+    yarn_checkpoint y;
+    bool made = yarn_checkpoint_make(&y, yarn_cases[i].base, yarn_cases[i].name);
+    CHECK_MSG(made, "cannot make the %s checkpoint in %s", yarn_cases[i].name, y.dir);
+    if (made) check_checkpoint_against(y.dir, NULL, reference, yarn_cases[i].max_prompt, yarn_cases[i].name);
+
+    qwen3_config edited, overridden;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", KITE_TEST_DATA_DIR, yarn_cases[i].base);
+    CHECK_MSG(made && qwen3_config_load(y.dir, &edited) == KITE_OK, "%s: %s", yarn_cases[i].name, kite_last_error());
+    CHECK_MSG(qwen3_config_load_overriding(dir, yarn_cases[i].override, &overridden) == KITE_OK, "%s override: %s",
+              yarn_cases[i].name, kite_last_error());
+    CHECK_MSG(edited.rope_yarn && overridden.rope_yarn && edited.rope_theta == overridden.rope_theta &&
+                  edited.context_limit == overridden.context_limit &&
+                  edited.yarn.factor == overridden.yarn.factor &&
+                  edited.yarn.original_max_positions == overridden.yarn.original_max_positions &&
+                  edited.yarn.beta_fast == overridden.yarn.beta_fast &&
+                  edited.yarn.beta_slow == overridden.yarn.beta_slow && edited.yarn.truncate == overridden.yarn.truncate &&
+                  edited.yarn.attention_factor == overridden.yarn.attention_factor,
+              "%s: the override reads differently from the edited config.json", yarn_cases[i].name);
+    yarn_checkpoint_remove(&y);
+}
+
 static void test_tiny(void) { check_checkpoint("tiny"); }
 static void test_tiny_untied(void) { check_checkpoint("tiny-untied"); }
+static void test_tiny_yarn(void) { check_yarn(0); }
+static void test_tiny_yarn_legacy_type(void) { check_yarn(1); }
+static void test_tiny_untied_yarn(void) { check_yarn(2); }
 
 int main(void) {
     TEST_RUN(test_tiny);
     TEST_RUN(test_tiny_untied);
+    TEST_RUN(test_tiny_yarn);
+    TEST_RUN(test_tiny_yarn_legacy_type);
+    TEST_RUN(test_tiny_untied_yarn);
     return test_finish();
 }

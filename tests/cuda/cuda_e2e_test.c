@@ -11,7 +11,8 @@
  *   cuBLASLt throughout; by default all three with o_proj and down split along k in 4 slices), then B=33 in 2
  *   slices and B=13 unsplit (cuda_backend_set_batch_split);
  * - overlapped decode (each step's tokens taken on the device from the previous step's argmax) equals serial
- *   decode on every path. */
+ *   decode on every path;
+ * - with YaRN rope scaling (Qwen3's documented factor 4 over 32,768 positions), teacher-forced logits again. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -445,6 +446,23 @@ static void test_overlapped_decode(void) {
     CHECK(gpu->ops->forward(gpu, &d) != KITE_OK);
 }
 
+/* Both backends rebuilt with Qwen3's documented YaRN: the CPU computes its angles per token and the CUDA backend
+ * uploads a table of 131,072 positions, both from model/rope.c (YaRN's frequencies, cos and sin scaled by the
+ * attention factor); the teacher-forced comparison then runs again on the same weights. */
+static void test_yarn_teacher_forced(void) {
+    const char *yarn = "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":32768}";
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
+    TRY(known_shape_config_overriding("qwen3-0.6b-base", yarn, &config));
+    CHECK(config.rope_yarn && config.context_limit == 131072);
+    backend_params params = {.n_threads = 0, .device = 0};
+    TRY(cpu_backend_create(&config, dummy_model_weights(model), &params, &cpu));
+    TRY(cuda_backend_create(&config, dummy_model_weights(model), &params, &gpu));
+    TRY(cpu->ops->kv_reserve(cpu, BATCH_BASE + BATCH_BLOCKS * BATCH_MAX_SEQS, BLOCK_SIZE));
+    TRY(gpu->ops->kv_reserve(gpu, BATCH_BASE + 2 * BATCH_BLOCKS * BATCH_MAX_SEQS, BLOCK_SIZE));
+    test_teacher_forced();
+}
+
 int main(void) {
     char reason[256];
     if (!cuda_backend_available(reason, sizeof reason)) {
@@ -475,6 +493,7 @@ int main(void) {
     TEST_RUN(test_bulk_vs_split);
     TEST_RUN(test_batched_decode);
     TEST_RUN(test_overlapped_decode);
+    TEST_RUN(test_yarn_teacher_forced); /* last: it replaces both backends */
     gpu->ops->destroy(gpu);
     cpu->ops->destroy(cpu);
     dummy_model_free(model);

@@ -165,21 +165,69 @@ static void test_preemption(void) {
     CHECK_MSG(before == after, "free blocks %d before, %d after", before, after);
 }
 
-/* A prompt that can never fit ends with KITE_FINISH_CAPACITY instead of waiting forever. */
-static void test_capacity(void) {
+/* A prompt that leaves no room for a generated token (length + 1 past the context limit) is refused by
+ * kite_engine_submit before any work, with a message naming its length, the limit and how to raise it; one of
+ * exactly the limit minus one is served and gets its one token. */
+static void test_prompt_past_the_context_limit(void) {
     kite_model *m = load_tiny();
     if (!m) return;
     kite_engine_params params = kite_engine_params_default();
     params.max_context = 100;
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
+    CHECK(kite_engine_get_stats(e).max_context == 100);
     token_record c = {0};
     kite_request r = greedy_request(&prompts[n_prompts - 1], 8, &c); /* 143 tokens > 100 */
+    kite_request_id id = -1;
+    CHECK(kite_engine_submit(e, &r, &id) == KITE_ERROR_CAPACITY && id == 0);
+    const char *message = kite_last_error();
+    CHECK_MSG(strstr(message, "the prompt has 143 tokens but the context limit is 100") &&
+                  strstr(message, "at most 99") && strstr(message, "--max-context") &&
+                  strstr(message, "up to the model's 4096") && strstr(message, "--rope-scaling"),
+              "%s", message);
+    CHECK(kite_engine_idle(e) && c.n == 0 && c.finals == 0);
+    r.n_prompt_ids = 100; /* fills the limit: no position is left for a token */
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_ERROR_CAPACITY && strstr(kite_last_error(), "has 100 tokens"));
+    r.n_prompt_ids = 99; /* the limit minus one: one token, then the context is full */
     CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
     CHECK(kite_engine_run(e) == KITE_OK);
-    CHECK(c.finish == KITE_FINISH_CAPACITY && c.n == 0);
+    CHECK_MSG(c.n == 1 && c.finish == KITE_FINISH_LENGTH && c.finals == 1, "%d tokens, finish %d", c.n, c.finish);
+    kite_engine_free(e);
+    /* an engine may lower the model's limit, not raise it */
+    params.max_context = 4097;
+    CHECK(kite_engine_create(m, &params, &e) == KITE_ERROR_INVALID_ARGUMENT && e == NULL);
+    CHECK_MSG(strstr(kite_last_error(), "max_context 4097 is above the model's context limit 4096"), "%s",
+              kite_last_error());
+    kite_model_free(m);
+}
+
+/* kite_load_params.max_context lowers the model's context limit (the message then offers raising it back);
+ * above the config's limit it is refused when the model loads. */
+static void test_load_max_context(void) {
+    kite_load_params p = kite_load_params_default();
+    p.backend = KITE_BACKEND_CPU;
+    p.n_threads = 2;
+    p.max_context = 64;
+    kite_model *m = NULL;
+    CHECK_MSG(kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m) == KITE_OK, "%s", kite_last_error());
+    if (!m) return;
+    CHECK(kite_model_get_info(m).max_context == 64);
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    CHECK(kite_engine_get_stats(e).max_context == 64);
+    token_record c = {0};
+    kite_request r = greedy_request(&prompts[n_prompts - 1], 8, &c);
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_ERROR_CAPACITY);
+    CHECK_MSG(strstr(kite_last_error(), "context limit is 64") && strstr(kite_last_error(), "up to the model's 4096"),
+              "%s", kite_last_error());
     kite_engine_free(e);
     kite_model_free(m);
+    p.max_context = 4097;
+    CHECK(kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m) == KITE_ERROR_INVALID_ARGUMENT && m == NULL);
+    CHECK_MSG(strstr(kite_last_error(), "max_context (--max-context) 4097 is above the model's context limit 4096"),
+              "%s", kite_last_error());
+    p.max_context = -1;
+    CHECK(kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m) == KITE_ERROR_INVALID_ARGUMENT && m == NULL);
 }
 
 /* A KV budget larger than the memory that is to hold it (SIZE_MAX is what a negative size wraps to) is refused
@@ -556,7 +604,8 @@ int main(void) {
     TEST_RUN(test_greedy_matches_reference);
     TEST_RUN(test_batch_invariance);
     TEST_RUN(test_preemption);
-    TEST_RUN(test_capacity);
+    TEST_RUN(test_prompt_past_the_context_limit);
+    TEST_RUN(test_load_max_context);
     TEST_RUN(test_cancel);
     TEST_RUN(test_a_callback_cannot_reenter_its_engine);
     TEST_RUN(test_outgrowing_the_cache);

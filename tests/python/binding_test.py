@@ -462,6 +462,42 @@ def integers_past_their_c_type_are_refused():
 
 
 @case
+def rope_scaling_matches_transformers_yarn():
+    # tests/data/yarn/tiny-yarn: transformers on tiny with this rope scaling in config.json
+    ref = json.load(open(os.path.join(DATA, "yarn", "tiny-yarn.reference.json")))
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+    for given in (scaling, json.dumps(scaling)):
+        with kite.Model(os.path.join(DATA, "tiny"), backend="cpu", threads=2, library=args.library,
+                        rope_scaling=given) as m:
+            assert m.info["max_context"] == 4096, m.info
+            r = ref["results"][0]
+            out = m.generate(r["prompt_ids"], max_tokens=len(r["greedy"]), ignore_eos=True, logprobs=5)
+            assert out.tokens == r["greedy"], (out.tokens, r["greedy"])
+            for got, want in zip(out.logprobs, r["steps"]):
+                for (_, a), b in zip(got.top, want["top_logprobs"]):
+                    assert abs(a - b) <= 1e-4, (a, b)
+    tiny = os.path.join(DATA, "tiny")
+    raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, rope_scaling={"rope_type": "llama3"}),
+           'rope_scaling.rope_type is "llama3"', "--rope-scaling")
+    raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, rope_scaling=4), "rope_scaling")
+    raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, rope_scaling="{\"rope_type\"\0"), "NUL")
+
+
+@case
+def a_prompt_past_the_context_limit_raises():
+    tiny = os.path.join(DATA, "tiny")
+    with kite.Model(tiny, backend="cpu", threads=2, library=args.library, max_context=8) as m:
+        assert m.info["max_context"] == 8 and m.engine_stats()["max_context"] == 8
+        message = raises(lambda: m.generate(list(range(100, 108)), max_tokens=2), "the prompt has 8 tokens",
+                         "context limit is 8", "--max-context", "--rope-scaling")
+        assert "up to the model's 4096" in message, message
+        out = m.generate(list(range(100, 107)), max_tokens=4)  # the limit minus one: one token
+        assert len(out.tokens) == 1 and out.finish_reason == "length", out
+    raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, max_context=4097),
+           "max_context (--max-context) 4097 is above the model's context limit 4096")
+
+
+@case
 def a_stop_string_is_one_string_not_its_characters():
     # the case: stop="Dx" became the stop strings "D" and "x"
     with model() as m:

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "model/rope.h"
 #include "quant/fp8_weights.h"
 #include "util/error.h"
 
@@ -67,6 +68,8 @@ typedef struct cpu_backend {
     cpu_layer *layers;   /* n_layers */
     float *final_norm;   /* (hidden) */
     float *lm_head;      /* (vocab, hidden); the same buffer as embed_tokens when tied */
+    float *rope_inv_freq;        /* (head_dim / 2) rope_inv_freq's, shared with the CUDA backend's tables */
+    float rope_attention_factor; /* rope_attention_factor: YaRN's scale of cos and sin, else 1 */
 
     int32_t kv_n_blocks;
     int32_t kv_block_size;
@@ -210,6 +213,7 @@ static void scratch_free(cpu_scratch *s) {
 static void cpu_destroy(backend *self) {
     if (!self) return;
     cpu_backend *b = (cpu_backend *)self;
+    free(b->rope_inv_freq);
     if (b->layers) {
         for (int32_t l = 0; l < b->config.n_layers; l++) {
             cpu_layer *layer = &b->layers[l];
@@ -311,6 +315,14 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     if (b->n_threads < 1) b->n_threads = 1;
     snprintf(b->device_name, sizeof b->device_name, "cpu (%d thread%s)", b->n_threads,
              b->n_threads == 1 ? "" : "s");
+
+    b->rope_inv_freq = malloc((size_t)(config->head_dim / 2) * sizeof(float));
+    if (!b->rope_inv_freq) {
+        cpu_destroy(&b->base);
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the RoPE frequencies");
+    }
+    rope_inv_freq(&b->config, b->rope_inv_freq);
+    b->rope_attention_factor = rope_attention_factor(&b->config);
 
     kite_status status = cpu_create_weights(b, weights);
     if (status != KITE_OK) {
@@ -678,8 +690,8 @@ static kite_status cpu_forward(backend *self, const step_batch *batch) {
         for (int32_t t = start; t < end; t++) {
             s->token_seq[t] = seq;
             s->token_pos[t] = first_position + (t - start);
-            cpu_rope_angles(s->rope_cos + (size_t)t * half, s->rope_sin + (size_t)t * half, s->token_pos[t],
-                            c->head_dim, c->rope_theta);
+            rope_position_angles(b->rope_inv_freq, half, b->rope_attention_factor, s->token_pos[t],
+                                 s->rope_cos + (size_t)t * half, s->rope_sin + (size_t)t * half);
         }
     }
     for (int32_t t = 0; t < batch->n_tokens; t++)

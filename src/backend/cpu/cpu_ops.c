@@ -328,16 +328,6 @@ void cpu_rmsnorm(float *out, const float *x, const float *weight, int32_t n, flo
     for (int32_t i = 0; i < n; i++) out[i] = weight[i] * (x[i] * inverse_rms);
 }
 
-void cpu_rope_angles(float *cos_out, float *sin_out, int32_t position, int32_t head_dim, double theta) {
-    int32_t half = head_dim / 2;
-    for (int32_t i = 0; i < half; i++) {
-        double inv_freq = pow(theta, -2.0 * (double)i / (double)head_dim);
-        double angle = (double)position * inv_freq;
-        cos_out[i] = (float)cos(angle);
-        sin_out[i] = (float)sin(angle);
-    }
-}
-
 void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, int32_t head_dim) {
     int32_t half = head_dim / 2;
     for (int32_t i = 0; i < half; i++) {

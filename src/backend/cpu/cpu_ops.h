@@ -55,10 +55,6 @@ size_t cpu_matmul_scratch_floats(int32_t n_cols);
  * The mean is accumulated in double; the rest in float32, in transformers' order. */
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int32_t n, float eps);
 
-/* cos/sin of the rotary angles for one position: cos_out[i], sin_out[i] for i < head_dim / 2, with
- * inv_freq[i] = theta^(-2i / head_dim) and the angle position * inv_freq[i], both in double. */
-void cpu_rope_angles(float *cos_out, float *sin_out, int32_t position, int32_t head_dim, double theta);
-
 /* Rotate-half RoPE of one head in place: x * cos + cat(-x2, x1) * sin. */
 void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, int32_t head_dim);
 

@@ -2,6 +2,7 @@
  * converted on the host, FP8 checkpoints dequantized on the host as quant/fp8_weights.h specifies), every norm
  * vector as fp32, all in one allocation; and the RoPE table. */
 #include "backend/cuda/cuda_core.cuh"
+#include "model/rope.h"
 #include "quant/fp8_weights.h"
 
 #include <math.h>
@@ -162,28 +163,27 @@ kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
     return status;
 }
 
-/* RoPE angles in double, as the CPU reference computes them: inv_freq_i = theta^(-2i/d). */
+/* The RoPE table of every position up to the context limit, built by model/rope.c as the CPU backend builds
+ * its angles (YaRN's frequencies and attention factor included), so the two backends rotate alike. */
 kite_status upload_rope(cuda_core *core) {
     const qwen3_config *c = &core->config;
     const int half = c->head_dim / 2;
-    const int32_t positions = c->max_position_embeddings > 0 ? c->max_position_embeddings : 32768;
+    const int32_t positions = qwen3_context_limit(c);
     const size_t n = (size_t)positions * (size_t)half;
     float *cos_host = static_cast<float *>(malloc(n * sizeof(float)));
     float *sin_host = static_cast<float *>(malloc(n * sizeof(float)));
-    double *inv_freq = static_cast<double *>(malloc((size_t)half * sizeof(double)));
+    float *inv_freq = static_cast<float *>(malloc((size_t)half * sizeof(float)));
     if (!cos_host || !sin_host || !inv_freq) {
         free(cos_host);
         free(sin_host);
         free(inv_freq);
         return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory for the RoPE table");
     }
-    for (int i = 0; i < half; i++) inv_freq[i] = pow(c->rope_theta, -2.0 * (double)i / (double)c->head_dim);
+    rope_inv_freq(c, inv_freq);
+    const float attention_factor = rope_attention_factor(c);
     for (int32_t p = 0; p < positions; p++)
-        for (int i = 0; i < half; i++) {
-            const double angle = (double)p * inv_freq[i];
-            cos_host[(size_t)p * half + i] = (float)cos(angle);
-            sin_host[(size_t)p * half + i] = (float)sin(angle);
-        }
+        rope_position_angles(inv_freq, half, attention_factor, p, cos_host + (size_t)p * half,
+                             sin_host + (size_t)p * half);
     free(inv_freq);
     kite_status status = KITE_OK;
     cudaError_t e1 = cudaMalloc(&core->rope_cos, n * sizeof(float));
