@@ -51,9 +51,16 @@ kite_status sample_reduced_rows(backend *b, sampler *const *samplers, int32_t n,
     for (int32_t i = 0; i < n; i++)
         if (!sampler_top_suffices(samplers[i], BACKEND_TOP_MAX)) return KITE_OK;
     KITE_TRY(b->ops->read_top(b, n, BACKEND_TOP_MAX, r->logits, r->ids, r->stats));
+    for (int32_t i = 0; i < n; i++) { /* a NaN or +inf allows no token, greedy or sampled: the step fails here */
+        const backend_row_top *st = &r->stats[i];
+        if (st->bad_index >= 0)
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "%s backend: logits row %d: logits[%d] is NaN or +inf (the "
+                             "weights or activations are not finite): no token can be chosen", b->ops->name, (int)i,
+                             (int)st->bad_index);
+    }
     for (int32_t i = 0; i < n; i++) { /* every row usable, or none is drawn from */
         const sampler_top_row row = reduced_row(r, i);
-        if (r->stats[i].bad_index >= 0 || !sampler_top_row_usable(samplers[i], &row)) return KITE_OK;
+        if (!sampler_top_row_usable(samplers[i], &row)) return KITE_OK;
     }
     draw_context context = {samplers, r, ids, logprobs};
     KITE_TRY(kite_parallel_for(n, draw_row, &context));

@@ -24,8 +24,9 @@ void reduced_rows_free(reduced_rows *r);
 
 /* Samples rows [0, n) of the backend's kept logits, row i with samplers[i] (token ids[i], logprobs[i] when
  * logprobs is not NULL), rows in parallel, when every sampler can take a reduced row (sampler_top_suffices)
- * and the backend reduced every row usably (read_top's n = -1, a NaN / +inf, top_k not below the finite count
- * are not): *sampled true. Otherwise *sampled false and nothing is drawn. n <= r->capacity. */
+ * and the backend reduced every row usably (read_top's n = -1, top_k not below the finite count are not): *sampled
+ * true. Otherwise *sampled false and nothing is drawn. A row holding a NaN or +inf fails with KITE_ERROR_INVALID_INPUT,
+ * as sampling the whole row would. n <= r->capacity. */
 kite_status sample_reduced_rows(backend *b, sampler *const *samplers, int32_t n, reduced_rows *r, int32_t *ids,
                                 float *logprobs, bool *sampled);
 

@@ -660,8 +660,8 @@ static void test_gemv(void) {
 /* The screened lm_head against cuda_gemv's ARGMAX on the same input: with every row a candidate its exact logits
  * must be the GEMV's bit for bit (the screen's premise), and screened, the same id. What is planted: 0 nothing; 1 the
  * best row copied to a higher id (a tie: the lower id wins) and a row one bf16 step off it; 2 a row with +inf and
- * one with NaN (inf wins, NaN never does); 3 every row the same (all tie: id 0, every row a candidate); 4 a NaN in
- * the input (every logit NaN: id 0, as the GEMV says). */
+ * one with NaN (a NaN logit allows no token: id -1, ARGMAX_NO_TOKEN); 3 every row the same (all tie: id 0, every row
+ * a candidate); 4 a NaN in the input (every logit NaN: id -1, as the GEMV says). */
 static void check_lm_head_screen(int rows, int cols, int plant) {
     const size_t wn = (size_t)rows * cols;
     uint16_t *w_bits = xmalloc(wn * 2);
@@ -735,8 +735,9 @@ static void check_lm_head_screen(int rows, int cols, int plant) {
         CHECK_MSG(candidates >= 1 && candidates <= (unsigned)rows, "screen %d x %d: %u candidates", rows, cols, candidates);
     }
     if (plant == 3 || plant == 4)
-        CHECK_MSG(candidates == (unsigned)rows && id == 0, "screen plant %d: %u of %d rows candidates, id %d", plant,
-                  candidates, rows, id);
+        CHECK_MSG(candidates == (unsigned)rows && id == (plant == 3 ? 0 : -1), "screen plant %d: %u of %d rows candidates, id %d",
+                  plant, candidates, rows, id);
+    if (plant == 2) CHECK_MSG(id == -1, "screen plant 2 (a NaN row): id %d, not -1", id);
     if (plant == 1 && rows >= 100) CHECK_MSG(candidates >= 3, "screen: the tie and the near row must be candidates (%u)", candidates);
     printf("  lm_head screen %d x %d, plant %d: id %d, %u candidate rows, |exact - estimate| at most %.3f of the bound\n",
            rows, cols, plant, id, candidates, widest);
@@ -1066,15 +1067,15 @@ static void check_argmax_rows(int vocab) {
     logits[77] = 50.0f;
     logits[vocab - 5] = 50.0f; /* tie: the lowest id wins */
     logits[(size_t)vocab + vocab - 1] = 60.0f;
-    logits[2 * (size_t)vocab + 3] = NAN; /* NaN never wins */
+    logits[2 * (size_t)vocab + 3] = NAN; /* a NaN allows no token: -1 (ARGMAX_NO_TOKEN), whatever the rest holds */
     logits[2 * (size_t)vocab + 100] = 40.0f;
-    for (int i = 0; i < vocab; i++) logits[3 * (size_t)vocab + i] = NAN; /* all NaN: id 0 */
+    for (int i = 0; i < vocab; i++) logits[3 * (size_t)vocab + i] = -INFINITY; /* no finite logit: -1 */
     float *d_logits = device_buffer((size_t)rows * vocab * 4, logits);
     int32_t *d_ids = device_buffer(rows * 4, NULL);
     DEVICE_CHECK(cuda_argmax_rows(d_logits, d_ids, rows, vocab, NULL));
     int32_t ids[4];
     DEVICE_CHECK(kite_cuda_copy_to_host(ids, d_ids, sizeof ids));
-    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == 100 && ids[3] == 0, "argmax (vocab %d) %d %d %d %d", vocab,
+    CHECK_MSG(ids[0] == 77 && ids[1] == vocab - 1 && ids[2] == -1 && ids[3] == -1, "argmax (vocab %d) %d %d %d %d", vocab,
               ids[0], ids[1], ids[2], ids[3]);
     CHECK(guard_intact(d_ids, rows * 4));
     kite_cuda_free(d_logits);

@@ -734,6 +734,17 @@ static kite_status cpu_read_logits(backend *self, float *out, int32_t n_rows) {
     return KITE_OK;
 }
 
+/* The refusal of a kept row that allows no greedy token: its first NaN or +inf, or that no logit is finite. */
+static kite_status nonfinite_row_failure(const float *logits, size_t vocab, int32_t row) {
+    for (size_t i = 0; i < vocab; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "cpu backend: logits row %d: logits[%zu] is %s (the weights "
+                             "or activations are not finite): no token can be chosen", (int)row, i,
+                             isnan(logits[i]) ? "NaN" : "+inf");
+    return kite_fail(KITE_ERROR_INVALID_INPUT, "cpu backend: logits row %d: all %zu logits are -inf: no token can be "
+                     "chosen", (int)row, vocab);
+}
+
 static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     cpu_backend *b = (cpu_backend *)self;
     KITE_TRY(check_rows(b, out_ids, n_rows, "argmax"));
@@ -741,9 +752,15 @@ static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
     for (int32_t r = 0; r < n_rows; r++) {
         const float *logits = b->logits + (size_t)r * vocab;
         size_t best = 0;
-        /* Strictly greater: the lowest id wins ties (and a NaN never wins). */
+        /* Strictly greater: the lowest id wins ties. */
         for (size_t i = 1; i < vocab; i++)
             if (logits[i] > logits[best]) best = i;
+        /* A NaN or +inf anywhere, or no finite logit, allows no token (the sampler refuses the same rows): the
+         * request ends with an error instead of a made-up token. One more pass over a row the argmax just read
+         * costs nothing beside the lm_head that wrote it. */
+        if (!isfinite(logits[best])) return nonfinite_row_failure(logits, vocab, r);
+        for (size_t i = 0; i < vocab; i++)
+            if (isnan(logits[i])) return nonfinite_row_failure(logits, vocab, r);
         out_ids[r] = (int32_t)best;
     }
     return KITE_OK;

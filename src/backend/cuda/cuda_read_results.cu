@@ -1,6 +1,6 @@
 /* Reading a step's results back from the CUDA backend: the kept rows of logits whole, their top candidates, or
- * their argmax ids, waited for at once (argmax) or begun now and waited for later (argmax_begin / argmax_end, so
- * the host prepares the next step while this one runs). */
+ * their argmax ids (a row that allows no token refused), waited for at once (argmax) or begun now and waited for
+ * later (argmax_begin / argmax_end, so the host prepares the next step while this one runs). */
 #include "backend/cuda/read_results.cuh"
 
 #include <math.h>
@@ -10,6 +10,16 @@
 static kite_status ids_only_refusal(const char *what) {
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: %s after a forward that kept only its argmax ids "
                      "(step_batch.ids_only)", what);
+}
+
+/* The argmax kernels report a row holding a NaN or +inf, or no finite logit, as ARGMAX_NO_TOKEN (cuda_common.cuh):
+ * such a row allows no token, greedy or sampled, and the step fails here as sampling the row would. */
+static kite_status refuse_rows_without_token(const int32_t *ids, int32_t n_rows) {
+    for (int32_t row = 0; row < n_rows; row++)
+        if (ids[row] < 0)
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "cuda backend: logits row %d holds a NaN or +inf, or no finite "
+                             "logit (the weights or activations are not finite): no token can be chosen", (int)row);
+    return KITE_OK;
 }
 
 namespace {
@@ -117,7 +127,7 @@ kite_status read_argmax(const cuda_core *core, results_state *r, const kept_rows
     if (const volatile int32_t *mapped = kept.published) { /* the step wrote its ids to the host itself */
         CUDA_CHECK(cudaStreamSynchronize(core->stream));
         for (int32_t i = 0; i < n_rows; i++) out_ids[i] = mapped[i];
-        return KITE_OK;
+        return refuse_rows_without_token(out_ids, n_rows);
     }
     KITE_TRY(ensure_ids(core, r, n_rows)); /* ids_host */
     const int32_t *ids = NULL;
@@ -125,7 +135,7 @@ kite_status read_argmax(const cuda_core *core, results_state *r, const kept_rows
     CUDA_CHECK(cudaMemcpyAsync(r->ids_host, ids, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, core->stream));
     CUDA_CHECK(cudaStreamSynchronize(core->stream));
     memcpy(out_ids, r->ids_host, (size_t)n_rows * sizeof(int32_t));
-    return KITE_OK;
+    return refuse_rows_without_token(out_ids, n_rows);
 }
 
 kite_status argmax_begin(const cuda_core *core, results_state *r, const kept_rows &kept, int32_t n_rows) {
@@ -181,7 +191,7 @@ kite_status argmax_end(results_state *r, int32_t *out_ids, int32_t n_rows) {
     else
         memcpy(out_ids, r->begun_host[slot], (size_t)n_rows * sizeof(int32_t));
     r->n_ended++;
-    return KITE_OK;
+    return refuse_rows_without_token(out_ids, n_rows);
 }
 
 void results_free(results_state *r) {

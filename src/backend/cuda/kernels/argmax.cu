@@ -1,5 +1,5 @@
 /* Argmax of each logits row (the prefill path; the decode graph fuses its argmax into the lm_head
- * GEMV). One block per row; ties go to the lowest id; NaN never wins. */
+ * GEMV). One block per row; ties go to the lowest id; a NaN or +inf gives ARGMAX_NO_TOKEN (cuda_common.cuh). */
 #include "backend/cuda/kernels/cuda_common.cuh"
 
 #include <float.h>

@@ -92,20 +92,33 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
     return warp_sum(total);
 }
 
-/* Argmax bookkeeping shared by every kernel that reduces logits to a token id: ties go to the lowest id,
- * NaN never wins (it compares false), and an all-NaN row reports id 0 rather than an invalid one. */
+/* Argmax bookkeeping shared by every kernel that reduces logits to a token id: ties go to the lowest id, and a NaN
+ * ranks as +inf, so a row holding a NaN or +inf reduces to one of them, whatever the order of the reduction. Such a
+ * row (or one with no finite logit) allows no token: argmax_id reports it as ARGMAX_NO_TOKEN, which the host
+ * refuses when it reads the ids (cuda_read_results.cu) and the embedding of a chained step turns into a NaN row
+ * (embed.cu). The check costs a select per logit inside a reduction that reads every logit anyway. */
+#define ARGMAX_NO_TOKEN (-1)
+
 struct argmax_entry {
     float value;
     int32_t index;
 };
 
+/* A bit test, not v != v: it holds whatever the compiler assumes of NaN. */
+__device__ __forceinline__ float argmax_key(float v) {
+    return (__float_as_uint(v) & 0x7fffffffu) > 0x7f800000u ? __uint_as_float(0x7f800000u) : v;
+}
+
 __device__ __forceinline__ bool argmax_better(float v, int32_t i, float best_v, int32_t best_i) {
-    return v > best_v || (v == best_v && i < best_i);
+    const float key = argmax_key(v), best_key = argmax_key(best_v);
+    return key > best_key || (key == best_key && i < best_i);
 }
 
 __device__ __forceinline__ argmax_entry argmax_none(void) { return argmax_entry{-FLT_MAX, INT32_MAX}; }
 
-__device__ __forceinline__ int32_t argmax_id(argmax_entry e) { return e.index == INT32_MAX ? 0 : e.index; }
+__device__ __forceinline__ int32_t argmax_id(argmax_entry e) {
+    return e.index != INT32_MAX && argmax_key(e.value) < __uint_as_float(0x7f800000u) ? e.index : ARGMAX_NO_TOKEN;
+}
 
 /* Every lane gets the best entry of the warp. */
 __device__ __forceinline__ argmax_entry warp_argmax(argmax_entry e) {

@@ -167,7 +167,7 @@ kite_status cuda_attention_decode_rows(const float *qkv, void *out, int out_bf16
  *   STORE   y[r] = w_r . in                                   (rows outputs)
  *   ADD     y[r] += w_r . in                                  (the residual add)
  *   SWIGLU  y[i] = silu(w_i . in) * (w_{i + rows/2} . in)      (rows/2 outputs; gate rows then up rows)
- *   ARGMAX  y[r] = w_r . in, and argmax_out[0] = the lowest r of the largest y[r]
+ *   ARGMAX  y[r] = w_r . in, and argmax_out[0] = the lowest r of the largest y[r] (-1 if a y[r] is NaN or +inf)
  *   ADD_SETTLED  as ADD, for a y last written before the kernel launched just before this one: under PDL
  *           the old y is read before waiting on that kernel (one memory round trip less at the end).
  *           (When kernel N runs at all, kernel N - 2 is complete: N - 1 signals its dependents only after
@@ -228,7 +228,8 @@ int cuda_top_candidates_fits(int vocab, int k);
 kite_status cuda_top_candidates(const float *logits, int n_rows, int vocab, int k, float *top_logits, int32_t *top_ids,
                                 cuda_row_top *stats, void *workspace, void *stream);
 
-/* ids[r] = argmax_v logits[r, v] (ties: the lowest v; NaN never wins). logits fp32 (n_rows, vocab). */
+/* ids[r] = argmax_v logits[r, v] (ties: the lowest v; -1 for a row holding a NaN or +inf, or no finite logit).
+ * logits fp32 (n_rows, vocab). */
 kite_status cuda_argmax_rows(const float *logits, int32_t *ids, int n_rows, int vocab, void *stream);
 /* ring[(*parity & 1) * n + i] = ids[i] for i < n: a step's ids into one of two slots of mapped host memory. */
 kite_status cuda_publish_ids(const int32_t *ids, int n, const int32_t *parity, int32_t *ring, void *stream,

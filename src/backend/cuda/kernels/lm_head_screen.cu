@@ -5,7 +5,7 @@
  * per row: half the bytes) is read first. It gives every row an approximate logit and a rigorous bound on how far
  * the exact logit can be from it. Only a row whose upper bound reaches the best lower bound can hold the argmax;
  * those few rows' exact logits are then computed from the bf16 rows with the lm_head GEMV's own arithmetic
- * (gemv.cu), so the id is the one the full product gives, ties (lowest id) and NaN (never wins) included.
+ * (gemv.cu), so the id is the one the full product gives, ties (lowest id) and NaN / +inf (ARGMAX_NO_TOKEN) included.
  * test_lm_head_screen checks that bit for bit against cuda_gemv.
  *
  * The screen's arithmetic is integer: each block also quantizes the staged input in two int8 levels,
