@@ -1,4 +1,5 @@
-/* The cases of a non-finite logits row, for one backend (nonfinite_test on the CPU, engine_gpu_test on CUDA):
+/* The cases of a non-finite logits row, for one backend (nonfinite_test on the CPU; the CUDA backend does not run
+ * the tiny checkpoint's head_dim, so its end-to-end case needs a head_dim-128 checkpoint):
  * copies of the tiny checkpoint made at test time (poisoned_checkpoint.h) with model.norm.weight set to NaN (every
  * logit NaN) and with a +inf in the embedding row of a prompt token (the residual stream, and so every logit, turns
  * non-finite) must give KITE_ERROR_INVALID_INPUT from the engine, with a message naming the NaN / inf and no token,

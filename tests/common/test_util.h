@@ -17,6 +17,8 @@
 static int test_cases_passed __attribute__((unused));
 static int test_cases_failed __attribute__((unused));
 static int test_current_failures __attribute__((unused));
+static int test_checks_failed __attribute__((unused));          /* every failed check, in a case or not */
+static int test_checks_failed_in_cases __attribute__((unused)); /* those counted by TEST_RUN */
 
 /* Whether KITE_TEST_ONLY (unset or empty: every case) names this case. */
 static inline int test_selected(const char *name) {
@@ -37,6 +39,7 @@ static inline int test_selected(const char *name) {
         if (!(cond)) {                                                                                   \
             fprintf(stderr, "  CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);                \
             test_current_failures++;                                                                     \
+            test_checks_failed++;                                                                        \
         }                                                                                                \
     } while (0)
 
@@ -47,6 +50,7 @@ static inline int test_selected(const char *name) {
             fprintf(stderr, __VA_ARGS__);                                                                \
             fputc('\n', stderr);                                                                         \
             test_current_failures++;                                                                     \
+            test_checks_failed++;                                                                        \
         }                                                                                                \
     } while (0)
 
@@ -58,6 +62,7 @@ static inline int test_selected(const char *name) {
         }                                                                                                \
         test_current_failures = 0;                                                                       \
         fn();                                                                                            \
+        test_checks_failed_in_cases += test_current_failures;                                            \
         if (test_current_failures == 0) {                                                                \
             test_cases_passed++;                                                                         \
             printf("PASS %s\n", #fn);                                                                    \
@@ -70,6 +75,11 @@ static inline int test_selected(const char *name) {
 
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", test_cases_passed, test_cases_failed);
+    /* A check outside any case (in main or a setup step) fails the executable too. */
+    if (test_checks_failed > test_checks_failed_in_cases) {
+        printf("%d checks failed outside a test case\n", test_checks_failed - test_checks_failed_in_cases);
+        return 1;
+    }
     if (test_cases_passed + test_cases_failed == 0 && getenv("KITE_TEST_ONLY") != NULL) {
         printf("KITE_TEST_ONLY=%s matched no case\n", getenv("KITE_TEST_ONLY"));
         return 1;

@@ -347,14 +347,8 @@ static void run_all(kite_backend_kind backend) {
     model = NULL;
 }
 
+/* CPU only: the tiny checkpoint's head_dim (32) is one the CUDA backend does not run. */
 int main(void) {
     run_all(KITE_BACKEND_CPU);
-    kite_backend_probe_result probe;
-    if (kite_built_with_cuda() && kite_backend_probe(KITE_BACKEND_CUDA, 0, &probe) == KITE_OK && probe.available) {
-        printf("the same on CUDA (%s)\n", probe.device_name);
-        run_all(KITE_BACKEND_CUDA);
-    } else {
-        printf("CUDA not run here\n");
-    }
     return test_finish();
 }
