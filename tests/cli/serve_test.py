@@ -223,6 +223,11 @@ def every_field_is_checked():
     out = complete({"prompt": [1, 2], "max_tokens": 3, "presence_penalty": 1.5, "frequency_penalty": 0.5,
                     "min_tokens": 3})
     assert out["usage"]["completion_tokens"] == 3, out
+    # A key given twice is refused on every endpoint, naming it.
+    for path, body in (("/v1/completions", '{"prompt": [1], "max_tokens": 2, "max_tokens": 3}'),
+                       ("/tokenize", '{"prompt": "a", "prompt": "b"}')):
+        status, data = request("POST", path, body)
+        assert status == 400 and "duplicate" in json.loads(data)["error"]["message"], (path, status, data)
     # A NUL inside the prompt text is text like any other.
     out = complete({"prompt": "a\u0000b", "max_tokens": 1})
     assert out["usage"]["prompt_tokens"] == 3, out

@@ -18,8 +18,9 @@ void field_error_set(field_error *e, const char *param, const char *format, ...)
 json_t *request_fields_load(const char *body, size_t length, field_error *e) {
     json_error_t error;
     /* Any value at the top (so a non-object gets its own message); "\u0000" kept inside strings. A key given
-     * twice keeps its last value, as Python's json (and so vLLM) does. */
-    json_t *root = json_loadb(body, length, JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
+     * twice is refused, as the chat template's reader refuses it: Python's json (and so vLLM) would keep the last
+     * value silently, and which of two values a client meant is a guess. */
+    json_t *root = json_loadb(body, length, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &error);
     if (!root) {
         field_error_set(e, NULL, "the body is not JSON: %s at line %d column %d", error.text, error.line,
                         error.column);
