@@ -201,7 +201,8 @@ def every_field_is_checked():
            ({"prompt": [1], "stop": ["a", 3]}, "stop"), ({"prompt": [1], "stop": list("abcdefghi")}, "stop"),
            ({"prompt": [1], "stream": 1}, "stream"), ({"prompt": [1], "ignore_eos": "yes"}, "ignore_eos"),
            ({"prompt": [1], "echo": True}, "echo"), ({"prompt": [1], "suffix": "x"}, "suffix"),
-           ({"prompt": [1], "best_of": 2}, "best_of"), ({"prompt": [1], "logprobs": 1}, "logprobs"),
+           ({"prompt": [1], "best_of": 2}, "best_of"), ({"prompt": [1], "logprobs": 0}, "logprobs"),
+           ({"prompt": [1], "logprobs": 2, "stream": True}, "logprobs"),
            ({"prompt": [1], "presence_penalty": 2.5}, "presence_penalty"),
            ({"prompt": [1], "frequency_penalty": -3}, "frequency_penalty"),
            ({"prompt": [1], "min_tokens": -1}, "min_tokens"), ({"prompt": [1], "logit_bias": [1]}, "logit_bias"),
@@ -223,6 +224,18 @@ def every_field_is_checked():
     out = complete({"prompt": [1, 2], "max_tokens": 3, "presence_penalty": 1.5, "frequency_penalty": 0.5,
                     "min_tokens": 3})
     assert out["usage"]["completion_tokens"] == 3, out
+    # logprobs in OpenAI's completions shape: the chosen token is the greedy one, so its logprob is the best of its
+    # top; the tokens spell the text; text_offset counts the characters before each token.
+    out = complete({"prompt": "The capital of France is", "max_tokens": 4, "logprobs": 3, "ignore_eos": True})
+    choice = out["choices"][0]
+    lp = choice["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == 4, lp
+    assert "".join(lp["tokens"]) == choice["text"], (lp, choice["text"])
+    offset = 0
+    for token, value, top, at in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"]):
+        assert at == offset and len(top) <= 3 and value <= 0, lp
+        assert token in top and abs(top[token] - value) < 1e-6 and value >= max(top.values()) - 1e-6, lp
+        offset += len(token)
     # A key given twice is refused on every endpoint, naming it.
     for path, body in (("/v1/completions", '{"prompt": [1], "max_tokens": 2, "max_tokens": 3}'),
                        ("/tokenize", '{"prompt": "a", "prompt": "b"}')):

@@ -15,6 +15,6 @@ void completions_chunk_json(text_buffer *b, const char *model_name, const serve_
 /* include_usage's last chunk: empty choices and the usage. */
 void completions_usage_chunk_json(text_buffer *b, const char *model_name, const serve_request *r);
 /* The whole response of a request that is not streamed (its text collected in whole_text). */
-void completions_whole_json(text_buffer *b, const char *model_name, const serve_request *r);
+void completions_whole_json(text_buffer *b, const kite_model *model, const char *model_name, const serve_request *r);
 
 #endif

@@ -2,6 +2,7 @@
 #include "serve/engine_link.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Puts a request on the outbox unless it is there already; the outbox holds a reference. Under the mutex. */
@@ -48,12 +49,38 @@ static void mark_out_of_memory_locked(serve_request *r) {
     snprintf(r->error, sizeof r->error, "out of memory collecting the output");
 }
 
+/* The token's log-probabilities, kept for a response that reports them. */
+static void keep_logprob_locked(serve_request *r, const kite_token_event *event) {
+    if (r->request.n_logprobs <= 0 || event->token < 0 || r->failed) return;
+    if (r->n_logprobs_kept == r->logprobs_capacity) {
+        const size_t capacity = r->logprobs_capacity ? 2 * r->logprobs_capacity : 64;
+        serve_logprob *grown = realloc(r->logprobs, capacity * sizeof *grown);
+        if (!grown) {
+            r->failed = true;
+            r->failed_status = KITE_ERROR_OUT_OF_MEMORY;
+            snprintf(r->error, sizeof r->error, "out of memory collecting the logprobs");
+            return;
+        }
+        r->logprobs = grown;
+        r->logprobs_capacity = capacity;
+    }
+    serve_logprob *lp = &r->logprobs[r->n_logprobs_kept++];
+    lp->token = event->token;
+    lp->logprob = event->logprob;
+    lp->n_top = event->n_top < KITE_MAX_LOGPROBS ? event->n_top : KITE_MAX_LOGPROBS;
+    for (int32_t i = 0; i < lp->n_top; i++) {
+        lp->top_ids[i] = event->top_ids[i];
+        lp->top_logprobs[i] = event->top_logprobs[i];
+    }
+}
+
 static void on_token(const kite_token_event *event, void *user_data) {
     serve_request *r = user_data;
     engine_link *link = r->link;
     pthread_mutex_lock(&link->mutex);
     if (event->text_length > 0 && !r->failed) text_buffer_append(&r->text, event->text, event->text_length);
     mark_out_of_memory_locked(r);
+    keep_logprob_locked(r, event);
     note_token_locked(r, event->token);
     if (event->finish != KITE_FINISH_NONE)
         finish_locked(link, r, event->finish);

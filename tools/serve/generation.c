@@ -244,7 +244,7 @@ static void deliver_whole(router *rt, serve_request *r) {
         if (r->endpoint == SERVE_ENDPOINT_CHAT)
             chat_completions_whole_json(&b, rt->options.model_name, r);
         else
-            completions_whole_json(&b, rt->options.model_name, r);
+            completions_whole_json(&b, rt->link->model, rt->options.model_name, r);
         send_body(r->http, status, &b);
         text_buffer_free(&b);
     }

@@ -23,6 +23,15 @@ struct engine_link;
 
 typedef enum serve_endpoint { SERVE_ENDPOINT_COMPLETIONS, SERVE_ENDPOINT_CHAT } serve_endpoint;
 
+/* One generated token's log-probabilities (raw: before penalties and temperature, as vLLM's default). */
+typedef struct serve_logprob {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[KITE_MAX_LOGPROBS];
+    float top_logprobs[KITE_MAX_LOGPROBS];
+} serve_logprob;
+
 typedef struct serve_request {
     /* Built by the loop thread before the hand-over; read-only afterwards. */
     serve_endpoint endpoint;
@@ -43,6 +52,8 @@ typedef struct serve_request {
     text_buffer calls; /* completed tool calls, each a JSON object followed by '\n' */
     int n_calls;
     int32_t n_generated;
+    serve_logprob *logprobs; /* one per generated token when the request asks for logprobs */
+    size_t n_logprobs_kept, logprobs_capacity;
     kite_finish_reason finish;
     bool done;                /* the engine will not touch the request again */
     bool failed;              /* refused or failed in the engine: `error` says why */
