@@ -561,17 +561,39 @@ def tokenize_and_detokenize():
 
 
 @case
-def a_prompt_past_the_context_is_answered():
-    # the library ends it at submission (finish_reason "capacity", or a 400 once it refuses such a prompt);
-    # either way the server answers and stays up
+def a_prompt_past_the_context_is_refused():
+    # the library refuses it at submission, naming its length and the limit (4,096 for tiny); the server says 400
     for endpoint, body in [("/v1/completions", {"prompt": [1] * 5000, "max_tokens": 2}),
                            ("/v1/completions", {"prompt": [1] * 5000, "max_tokens": 2, "stream": True})]:
-        status, data = request("POST", endpoint, body)
-        if status == 200:
-            assert b"capacity" in data, data
-        else:
-            error_of(status, data, 400)
+        e = error_of(*request("POST", endpoint, body), 400)
+        assert "5000" in e["message"] and "4096" in e["message"], e
     assert request("GET", "/health") == (200, b'{"status":"ok"}')
+
+
+@case
+def metrics_in_prometheus_format():
+    complete({"prompt": [1, 2, 3], "max_tokens": 3, "ignore_eos": True})
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    text = r.read().decode()
+    c.close()
+    assert r.status == 200 and r.getheader("Content-Type").startswith("text/plain"), (r.status, text)
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        values[name] = float(value)
+        assert name.startswith("kite_"), line
+    assert values['kite_requests_total{endpoint="/v1/completions",status="200"}'] >= 1, text
+    assert values['kite_generation_tokens_total'] >= 3 and values['kite_prompt_tokens_total'] >= 3, text
+    for h in ("kite_time_to_first_token_seconds", "kite_e2e_request_latency_seconds", "kite_time_per_output_token_seconds"):
+        assert values[h + '_bucket{le="+Inf"}'] == values[h + "_count"] >= 1, (h, text)
+    # idle: every KV block is free, nothing runs or waits
+    assert values["kite_kv_blocks_used"] == 0 and values["kite_kv_blocks_free"] > 0, text
+    assert values["kite_requests_running"] == 0 and values["kite_requests_waiting"] == 0, text
+    assert "kite_preemptions_total" in values, text
 
 
 @case

@@ -33,7 +33,7 @@ static int failure_status(const serve_request *r) {
     }
 }
 
-static void log_request(const router *rt, const serve_request *r, int status) {
+static void log_request(router *rt, const serve_request *r, int status) {
     char id[48];
     snprintf(id, sizeof id, "%s-%ld", r->endpoint == SERVE_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", r->number);
     const double now = serve_now_seconds();
@@ -50,6 +50,7 @@ static void log_request(const router *rt, const serve_request *r, int status) {
                                                                                   : NULL,
     };
     access_log_write(rt->options.access_log, &e);
+    metrics_record(&rt->metrics, &e);
 }
 
 #define FLUSH_SECONDS 5.0

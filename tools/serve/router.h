@@ -9,6 +9,7 @@
 
 #include "serve/engine_link.h"
 #include "serve/http_server.h"
+#include "serve/metrics.h"
 
 struct event;
 struct evhttp_request;
@@ -36,6 +37,7 @@ typedef struct router {
     bool load_failed;
     int in_flight; /* generation requests admitted and not yet answered */
     long next_number;
+    serve_metrics metrics;
 } router;
 
 /* evhttp's callback for every request. */

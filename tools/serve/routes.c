@@ -39,12 +39,13 @@ bool router_request_path(struct evhttp_request *request, char *path, size_t size
     return true;
 }
 
-static void log_simple(const router *rt, struct evhttp_request *request, int status) {
+static void log_simple(router *rt, struct evhttp_request *request, int status) {
     char path[256];
     if (!router_request_path(request, path, sizeof path)) snprintf(path, sizeof path, "(too long)");
     access_log_entry e = {.method = router_method_name(request), .endpoint = path, .status = status,
                           .ttft_seconds = -1};
     access_log_write(rt->options.access_log, &e);
+    metrics_record(&rt->metrics, &e);
 }
 
 void router_send_json(router *rt, struct evhttp_request *request, int status, const char *body, size_t length) {
@@ -114,6 +115,25 @@ static void model_object(text_buffer *b, const char *name) {
     text_buffer_puts(b, ",\"object\":\"model\",\"owned_by\":\"kite\"}");
 }
 
+static void send_metrics(router *rt, struct evhttp_request *request) {
+    const kite_engine_stats stats = engine_link_get_stats(rt->link);
+    text_buffer b = {0};
+    metrics_render(&rt->metrics, &stats, &b);
+    struct evbuffer *out = b.failed ? NULL : evbuffer_new();
+    if (!out || evbuffer_add(out, b.data, b.length) != 0) {
+        if (out) evbuffer_free(out);
+        text_buffer_free(&b);
+        router_send_error(rt, request, 500, "out of memory", NULL, 0);
+        return;
+    }
+    log_simple(rt, request, 200); /* counted before it is rendered next time */
+    (void)evhttp_add_header(evhttp_request_get_output_headers(request), "Content-Type",
+                            "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(request, 200, "OK", out);
+    evbuffer_free(out);
+    text_buffer_free(&b);
+}
+
 static void send_models(router *rt, struct evhttp_request *request, const char *id) {
     text_buffer b = {0};
     if (id && strcmp(id, rt->options.model_name) != 0) {
@@ -179,6 +199,10 @@ void router_handle(struct evhttp_request *request, void *argument) {
     }
     if (strcmp(path, "/health") == 0) {
         if (method_is(rt, request, EVHTTP_REQ_GET)) send_health(rt, request);
+        return;
+    }
+    if (strcmp(path, "/metrics") == 0) { /* Prometheus scrapes it without the API key, as vLLM's */
+        if (method_is(rt, request, EVHTTP_REQ_GET)) send_metrics(rt, request);
         return;
     }
     const bool tokenize = strcmp(path, "/tokenize") == 0, detokenize = strcmp(path, "/detokenize") == 0;
