@@ -53,6 +53,9 @@ void router_start_drain(router *r);
 
 /* Sends a JSON body with the status (and logs it). */
 void router_send_json(router *rt, struct evhttp_request *request, int status, const char *body, size_t length);
+/* Sends a response built in `b` with status 200 and this content type, or a 500 when building it ran out of
+ * memory (and logs it); frees `b`. */
+void router_send_built(router *rt, struct evhttp_request *request, text_buffer *b, const char *content_type);
 /* Sends an OpenAI-shaped error (and logs it); retry_after_seconds > 0 adds Retry-After. */
 void router_send_error(router *rt, struct evhttp_request *request, int status, const char *message,
                        const char *param, int retry_after_seconds);

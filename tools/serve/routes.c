@@ -48,9 +48,10 @@ static void log_simple(router *rt, struct evhttp_request *request, int status) {
     metrics_record(&rt->metrics, &e);
 }
 
-void router_send_json(router *rt, struct evhttp_request *request, int status, const char *body, size_t length) {
+static void send_body(router *rt, struct evhttp_request *request, int status, const char *content_type,
+                      const char *body, size_t length) {
     struct evbuffer *out = evbuffer_new();
-    (void)evhttp_add_header(evhttp_request_get_output_headers(request), "Content-Type", "application/json");
+    (void)evhttp_add_header(evhttp_request_get_output_headers(request), "Content-Type", content_type);
     if (!out || evbuffer_add(out, body, length) != 0) {
         if (out) evbuffer_free(out);
         api_error_send(request, 500, "out of memory", NULL, 0);
@@ -60,6 +61,18 @@ void router_send_json(router *rt, struct evhttp_request *request, int status, co
     log_simple(rt, request, status);
     evhttp_send_reply(request, status, api_error_reason(status), out);
     evbuffer_free(out);
+}
+
+void router_send_json(router *rt, struct evhttp_request *request, int status, const char *body, size_t length) {
+    send_body(rt, request, status, "application/json", body, length);
+}
+
+void router_send_built(router *rt, struct evhttp_request *request, text_buffer *b, const char *content_type) {
+    if (b->failed)
+        router_send_error(rt, request, 500, "out of memory", NULL, 0);
+    else
+        send_body(rt, request, 200, content_type, b->data ? b->data : "", b->length);
+    text_buffer_free(b);
 }
 
 void router_send_error(router *rt, struct evhttp_request *request, int status, const char *message,
@@ -118,20 +131,8 @@ static void model_object(text_buffer *b, const char *name) {
 static void send_metrics(router *rt, struct evhttp_request *request) {
     const kite_engine_stats stats = engine_link_get_stats(rt->link);
     text_buffer b = {0};
-    metrics_render(&rt->metrics, &stats, &b);
-    struct evbuffer *out = b.failed ? NULL : evbuffer_new();
-    if (!out || evbuffer_add(out, b.data, b.length) != 0) {
-        if (out) evbuffer_free(out);
-        text_buffer_free(&b);
-        router_send_error(rt, request, 500, "out of memory", NULL, 0);
-        return;
-    }
-    log_simple(rt, request, 200); /* counted before it is rendered next time */
-    (void)evhttp_add_header(evhttp_request_get_output_headers(request), "Content-Type",
-                            "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(request, 200, "OK", out);
-    evbuffer_free(out);
-    text_buffer_free(&b);
+    metrics_render(&rt->metrics, &stats, &b); /* this request is counted in the next one */
+    router_send_built(rt, request, &b, "text/plain; version=0.0.4; charset=utf-8");
 }
 
 static void send_models(router *rt, struct evhttp_request *request, const char *id) {
@@ -151,11 +152,7 @@ static void send_models(router *rt, struct evhttp_request *request, const char *
         model_object(&b, rt->options.model_name);
         text_buffer_puts(&b, "]}");
     }
-    if (b.failed)
-        router_send_error(rt, request, 500, "out of memory", NULL, 0);
-    else
-        router_send_json(rt, request, 200, b.data, b.length);
-    text_buffer_free(&b);
+    router_send_built(rt, request, &b, "application/json");
 }
 
 /* Checks the method; false after a 405. */

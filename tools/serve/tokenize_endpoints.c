@@ -90,11 +90,7 @@ void tokenize_endpoints_tokenize(router *rt, struct evhttp_request *request) {
                            engine_link_get_stats(rt->link).max_context);
         text_buffer_json_int_array(&b, tokens, count);
         text_buffer_puts(&b, ",\"token_strs\":null}");
-        if (b.failed)
-            router_send_error(rt, request, 500, "out of memory", NULL, 0);
-        else
-            router_send_json(rt, request, 200, b.data, b.length);
-        text_buffer_free(&b);
+        router_send_built(rt, request, &b, "application/json");
     }
     kite_free(ids);
     kite_chat_prompt_free(&rendered);
@@ -141,11 +137,7 @@ void tokenize_endpoints_detokenize(router *rt, struct evhttp_request *request) {
         text_buffer_puts(&b, "{\"prompt\":");
         text_buffer_json_string(&b, text ? text : "", length);
         text_buffer_puts(&b, "}");
-        if (b.failed)
-            router_send_error(rt, request, 500, "out of memory", NULL, 0);
-        else
-            router_send_json(rt, request, 200, b.data, b.length);
-        text_buffer_free(&b);
+        router_send_built(rt, request, &b, "application/json");
     }
     kite_free(text);
     free(ids);
