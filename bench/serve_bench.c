@@ -7,7 +7,7 @@
  *   kite-serve-bench --tokenizer DIR --text FILE [--host H] [--port P] [--dataset random|shared-prefix]
  *       [--input-len N] [--prefix-len N] [--output-len N] [--num-requests N] [--warmup N]
  *       [--concurrency C] [--rate R] [--seed S] [--reference FILE] [--model NAME] [--api-key KEY]
- *       [--server LABEL] [--gpu NAME] [--commit HASH] [--timeout S] [--out results.jsonl]
+ *       [--server LABEL] [--gpu NAME] [--commit HASH] [--timeout S] [--wait S] [--out results.jsonl]
  *
  * The gate: every request (reference, warm-up and measured) is HTTP 200, a well-formed event stream ending in
  * [DONE], finish_reason "length", usage.completion_tokens = --output-len (the server's count); with --reference,
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat/python_json.h"
 #include "kite.h"
@@ -39,6 +40,7 @@ typedef struct options {
     const char *host, *tokenizer_dir, *text_path, *dataset, *reference_path, *model, *api_key;
     const char *server, *gpu, *commit, *out_path;
     int port, timeout_seconds;
+    size_t wait_seconds;
     size_t input_len, prefix_len, output_len, num_requests, warmup, concurrency;
     bool warmup_given;
     double rate;
@@ -68,6 +70,7 @@ static void usage(FILE *f) {
             "  --server LABEL        the row's server (default: /v1/models' owned_by)\n"
             "  --gpu NAME, --commit HASH   labels for the row (default unknown)\n"
             "  --timeout S           a read or write stalled S seconds fails the request (600)\n"
+            "  --wait S              first wait up to S seconds for GET /health to answer 200 (0: do not wait)\n"
             "  --out FILE            append the row (one JSON line) to FILE\n");
 }
 
@@ -111,6 +114,7 @@ static bool parse_options(int argc, char **argv, options *o) {
         else if (strcmp(a, "--num-requests") == 0) ok = parse_size(a, v, 1, &o->num_requests);
         else if (strcmp(a, "--warmup") == 0) ok = parse_size(a, v, 0, &o->warmup) && (o->warmup_given = true);
         else if (strcmp(a, "--concurrency") == 0) ok = parse_size(a, v, 1, &o->concurrency);
+        else if (strcmp(a, "--wait") == 0) ok = parse_size(a, v, 0, &o->wait_seconds);
         else if (strcmp(a, "--timeout") == 0) ok = parse_size(a, v, 1, &n) && ((o->timeout_seconds = (int)n), true);
         else if (strcmp(a, "--rate") == 0) {
             char *end = NULL;
@@ -436,7 +440,35 @@ static bool reference_load(const char *path, const char *model, reference **out,
     return true;
 }
 
-/* ---- the server's model ---- */
+/* ---- the server ---- */
+
+/* Polls GET /health every 100 ms until it answers 200 (a server loading its model answers 503, one not yet
+ * listening refuses the connection), for at most `seconds`. */
+static bool wait_healthy(struct event_base *base, serve_pool *pool, size_t seconds) {
+    const double deadline = serve_now() + (double)seconds;
+    for (;;) {
+        serve_call call = {.method = "GET", .path = "/health"};
+        if (!phase_run(base, pool, &call, 1, 1, 0, NULL, NULL)) return false;
+        const int status = call.status;
+        char last[200];
+        if (call.transport_error[0]) {
+            snprintf(last, sizeof last, "%s", call.transport_error);
+        } else {
+            snprintf(last, sizeof last, "HTTP %d", status);
+        }
+        serve_call_clear(&call);
+        if (status == 200) return true;
+        if (serve_now() >= deadline) {
+            fprintf(stderr, "kite-serve-bench: GET /health did not answer 200 within %zu s (last: %s)\n", seconds, last);
+            return false;
+        }
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
+        if (nanosleep(&pause, NULL) != 0 && errno != EINTR) {
+            perror("kite-serve-bench: nanosleep");
+            return false;
+        }
+    }
+}
 
 /* GET /v1/models: the first model's id and owned_by (malloc'd), so that requests name what the server serves. */
 static bool query_models(struct event_base *base, serve_pool *pool, char **id, char **owned_by) {
@@ -470,11 +502,31 @@ static bool query_models(struct event_base *base, serve_pool *pool, char **id, c
     return ok;
 }
 
+/* The command line as a shell would take it back: an argument with anything but [A-Za-z0-9_./=:,+-] in
+ * single quotes. */
 static char *join_command(int argc, char **argv) {
     text_builder b = {0};
-    for (int i = 0; i < argc; i++) {
-        if (i) text_builder_putc(&b, ' ');
-        text_builder_puts(&b, i == 0 ? "kite-serve-bench" : argv[i]);
+    text_builder_puts(&b, "kite-serve-bench");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool plain = a[0] != '\0';
+        for (const char *c = a; *c && plain; c++)
+            plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                    strchr("_./=:,+-", *c) != NULL;
+        text_builder_putc(&b, ' ');
+        if (plain) {
+            text_builder_puts(&b, a);
+            continue;
+        }
+        text_builder_putc(&b, '\'');
+        for (const char *c = a; *c; c++) {
+            if (*c == '\'') {
+                text_builder_puts(&b, "'\\''");
+            } else {
+                text_builder_putc(&b, *c);
+            }
+        }
+        text_builder_putc(&b, '\'');
     }
     return text_builder_take(&b, NULL);
 }
@@ -533,6 +585,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kite-serve-bench: cannot set up libevent\n");
         goto done;
     }
+    if (o.wait_seconds && !wait_healthy(base, pool, o.wait_seconds)) goto done;
     if (!query_models(base, pool, &model, &owned_by)) goto done;
     if (o.model) {
         free(model);

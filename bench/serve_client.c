@@ -139,7 +139,7 @@ static void on_done(struct evhttp_request *request, void *arg) {
     serve_call *call = c->call;
     call->done_at = serve_now();
     if (request == NULL || evhttp_request_get_response_code(request) == 0) {
-        if (!call->transport_error[0]) snprintf(call->transport_error, sizeof call->transport_error, "no response");
+        if (!call->transport_error[0]) snprintf(call->transport_error, sizeof call->transport_error, "no response (connection refused, reset or closed)");
     } else {
         call->status = evhttp_request_get_response_code(request);
         /* Bytes evhttp still holds (a body read whole without the chunk callback). */
