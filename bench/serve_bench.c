@@ -48,30 +48,30 @@ typedef struct options {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kite-serve-bench --tokenizer DIR --text FILE [options]\n"
-            "  --host HOST           the server (127.0.0.1)\n"
-            "  --port PORT           (8080)\n"
-            "  --dataset NAME        random (prompts of --input-len tokens) or shared-prefix (a common\n"
-            "                        --prefix-len system prompt + a --input-len user turn each)\n"
-            "  --input-len N         prompt (or user turn) tokens, cut from --text with the tokenizer (256)\n"
-            "  --prefix-len N        shared-prefix: the common prompt's tokens (2048)\n"
-            "  --output-len N        max_tokens with ignore_eos: every request generates exactly N (128)\n"
-            "  --num-requests N      measured requests (64)\n"
-            "  --warmup N            requests before the measured ones, not counted (default: --concurrency, or 1)\n"
-            "  --concurrency C       at most C requests in flight (closed loop when --rate is not given)\n"
-            "  --rate R              open loop: Poisson arrivals at R requests/s (default: all at once)\n"
-            "  --seed S              prompts and arrival times (0)\n"
-            "  --reference FILE      JSON lines ({\"prompt\" or \"prompt_tokens\", \"text\", \"tokens\" or \"max_tokens\"},\n"
-            "                        such as `kite run --json --ignore-eos` prints): each completed greedily must\n"
-            "                        give exactly its text, before anything is measured\n"
-            "  --model NAME          the request's model (default: the first of GET /v1/models)\n"
-            "  --api-key KEY         sent as Authorization: Bearer KEY\n"
-            "  --server LABEL        the row's server (default: /v1/models' owned_by)\n"
-            "  --gpu NAME, --commit HASH   labels for the row (default unknown)\n"
-            "  --timeout S           a read or write stalled S seconds fails the request (600)\n"
-            "  --wait S              first wait up to S seconds for GET /health to answer 200 (0: do not wait)\n"
-            "  --out FILE            append the row (one JSON line) to FILE\n");
+    fprintf(f, "usage: kite-serve-bench --tokenizer DIR --text FILE [options]\n"
+               "  --host HOST           the server (127.0.0.1)\n"
+               "  --port PORT           (8080)\n"
+               "  --dataset NAME        random (prompts of --input-len tokens) or shared-prefix (a common\n"
+               "                        --prefix-len system prompt + a --input-len user turn each)\n"
+               "  --input-len N         prompt (or user turn) tokens, cut from --text with the tokenizer (256)\n"
+               "  --prefix-len N        shared-prefix: the common prompt's tokens (2048)\n"
+               "  --output-len N        max_tokens with ignore_eos: every request generates exactly N (128)\n"
+               "  --num-requests N      measured requests (64)\n"
+               "  --warmup N            requests before the measured ones, not counted (default: --concurrency, or 1)\n"
+               "  --concurrency C       at most C requests in flight (closed loop when --rate is not given)\n"
+               "  --rate R              open loop: Poisson arrivals at R requests/s (default: all at once)\n"
+               "  --seed S              prompts and arrival times (0)\n"
+               "  --reference FILE      JSON lines ({\"prompt\" or \"prompt_tokens\", \"text\",\n"
+               "                        \"tokens\" or \"max_tokens\"}, such as `kite run --json --ignore-eos`\n"
+               "                        prints): each completed greedily must\n"
+               "                        give exactly its text, before anything is measured\n"
+               "  --model NAME          the request's model (default: the first of GET /v1/models)\n"
+               "  --api-key KEY         sent as Authorization: Bearer KEY\n"
+               "  --server LABEL        the row's server (default: /v1/models' owned_by)\n"
+               "  --gpu NAME, --commit HASH   labels for the row (default unknown)\n"
+               "  --timeout S           a read or write stalled S seconds fails the request (600)\n"
+               "  --wait S              first wait up to S seconds for GET /health to answer 200 (0: do not wait)\n"
+               "  --out FILE            append the row (one JSON line) to FILE\n");
 }
 
 static bool parse_size(const char *name, const char *text, size_t min, size_t *out) {
@@ -87,9 +87,17 @@ static bool parse_size(const char *name, const char *text, size_t min, size_t *o
 }
 
 static bool parse_options(int argc, char **argv, options *o) {
-    *o = (options){.host = "127.0.0.1", .dataset = "random", .port = 8080, .timeout_seconds = 600,
-                   .input_len = 256, .prefix_len = 2048, .output_len = 128, .num_requests = 64,
-                   .server = NULL, .gpu = "unknown", .commit = "unknown"};
+    *o = (options){.host = "127.0.0.1",
+                   .dataset = "random",
+                   .port = 8080,
+                   .timeout_seconds = 600,
+                   .input_len = 256,
+                   .prefix_len = 2048,
+                   .output_len = 128,
+                   .num_requests = 64,
+                   .server = NULL,
+                   .gpu = "unknown",
+                   .commit = "unknown"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -103,19 +111,32 @@ static bool parse_options(int argc, char **argv, options *o) {
         const char *v = argv[++i];
         size_t n = 0;
         bool ok = true;
-        if (strcmp(a, "--host") == 0) o->host = v;
-        else if (strcmp(a, "--port") == 0) ok = parse_size(a, v, 1, &n) && n <= 65535 && ((o->port = (int)n), true);
-        else if (strcmp(a, "--tokenizer") == 0) o->tokenizer_dir = v;
-        else if (strcmp(a, "--text") == 0) o->text_path = v;
-        else if (strcmp(a, "--dataset") == 0) o->dataset = v;
-        else if (strcmp(a, "--input-len") == 0) ok = parse_size(a, v, 1, &o->input_len);
-        else if (strcmp(a, "--prefix-len") == 0) ok = parse_size(a, v, 1, &o->prefix_len);
-        else if (strcmp(a, "--output-len") == 0) ok = parse_size(a, v, 1, &o->output_len);
-        else if (strcmp(a, "--num-requests") == 0) ok = parse_size(a, v, 1, &o->num_requests);
-        else if (strcmp(a, "--warmup") == 0) ok = parse_size(a, v, 0, &o->warmup) && (o->warmup_given = true);
-        else if (strcmp(a, "--concurrency") == 0) ok = parse_size(a, v, 1, &o->concurrency);
-        else if (strcmp(a, "--wait") == 0) ok = parse_size(a, v, 0, &o->wait_seconds);
-        else if (strcmp(a, "--timeout") == 0) ok = parse_size(a, v, 1, &n) && ((o->timeout_seconds = (int)n), true);
+        if (strcmp(a, "--host") == 0)
+            o->host = v;
+        else if (strcmp(a, "--port") == 0)
+            ok = parse_size(a, v, 1, &n) && n <= 65535 && ((o->port = (int)n), true);
+        else if (strcmp(a, "--tokenizer") == 0)
+            o->tokenizer_dir = v;
+        else if (strcmp(a, "--text") == 0)
+            o->text_path = v;
+        else if (strcmp(a, "--dataset") == 0)
+            o->dataset = v;
+        else if (strcmp(a, "--input-len") == 0)
+            ok = parse_size(a, v, 1, &o->input_len);
+        else if (strcmp(a, "--prefix-len") == 0)
+            ok = parse_size(a, v, 1, &o->prefix_len);
+        else if (strcmp(a, "--output-len") == 0)
+            ok = parse_size(a, v, 1, &o->output_len);
+        else if (strcmp(a, "--num-requests") == 0)
+            ok = parse_size(a, v, 1, &o->num_requests);
+        else if (strcmp(a, "--warmup") == 0)
+            ok = parse_size(a, v, 0, &o->warmup) && (o->warmup_given = true);
+        else if (strcmp(a, "--concurrency") == 0)
+            ok = parse_size(a, v, 1, &o->concurrency);
+        else if (strcmp(a, "--wait") == 0)
+            ok = parse_size(a, v, 0, &o->wait_seconds);
+        else if (strcmp(a, "--timeout") == 0)
+            ok = parse_size(a, v, 1, &n) && ((o->timeout_seconds = (int)n), true);
         else if (strcmp(a, "--rate") == 0) {
             char *end = NULL;
             errno = 0;
@@ -125,13 +146,20 @@ static bool parse_options(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--seed") == 0) {
             ok = parse_size(a, v, 0, &n);
             o->seed = n;
-        } else if (strcmp(a, "--reference") == 0) o->reference_path = v;
-        else if (strcmp(a, "--model") == 0) o->model = v;
-        else if (strcmp(a, "--api-key") == 0) o->api_key = v;
-        else if (strcmp(a, "--server") == 0) o->server = v;
-        else if (strcmp(a, "--gpu") == 0) o->gpu = v;
-        else if (strcmp(a, "--commit") == 0) o->commit = v;
-        else if (strcmp(a, "--out") == 0) o->out_path = v;
+        } else if (strcmp(a, "--reference") == 0)
+            o->reference_path = v;
+        else if (strcmp(a, "--model") == 0)
+            o->model = v;
+        else if (strcmp(a, "--api-key") == 0)
+            o->api_key = v;
+        else if (strcmp(a, "--server") == 0)
+            o->server = v;
+        else if (strcmp(a, "--gpu") == 0)
+            o->gpu = v;
+        else if (strcmp(a, "--commit") == 0)
+            o->commit = v;
+        else if (strcmp(a, "--out") == 0)
+            o->out_path = v;
         else {
             fprintf(stderr, "kite-serve-bench: unknown option %s (--help lists them)\n", a);
             return false;
@@ -161,11 +189,11 @@ typedef struct phase {
     serve_pool *pool;
     serve_call *calls;
     size_t n;
-    size_t next;      /* the next call to start */
-    size_t released;  /* calls whose arrival time has come */
+    size_t next;     /* the next call to start */
+    size_t released; /* calls whose arrival time has come */
     size_t in_flight, finished;
-    size_t cap;       /* the most in flight; SIZE_MAX: none */
-    double rate;      /* arrivals per second; 0: all at once */
+    size_t cap;  /* the most in flight; SIZE_MAX: none */
+    double rate; /* arrivals per second; 0: all at once */
     serve_rng *rng;
     struct event *arrival;
     bool start_failed;
@@ -218,8 +246,8 @@ static void phase_on_done(serve_call *call, void *arg) {
 /* Runs calls[0..n) to their end; false when one could not even be started (the message is on stderr). */
 static bool phase_run(struct event_base *base, serve_pool *pool, serve_call *calls, size_t n, size_t cap, double rate,
                       serve_rng *rng, double *duration) {
-    phase p = {.base = base, .pool = pool, .calls = calls, .n = n, .cap = cap ? cap : SIZE_MAX, .rate = rate,
-               .rng = rng};
+    phase p = {
+        .base = base, .pool = pool, .calls = calls, .n = n, .cap = cap ? cap : SIZE_MAX, .rate = rate, .rng = rng};
     if (n == 0) return true;
     if (rate > 0) {
         p.arrival = evtimer_new(base, phase_on_arrival, &p);
@@ -252,8 +280,9 @@ static char *completion_body(const char *model, const char *prompt_json, size_t 
     text_builder b = {0};
     text_builder_puts(&b, "{\"model\":");
     python_json_string(&b, model, strlen(model));
-    text_builder_printf(&b, ",\"prompt\":%s,\"max_tokens\":%zu,\"temperature\":0,\"ignore_eos\":true,"
-                            "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+    text_builder_printf(&b,
+                        ",\"prompt\":%s,\"max_tokens\":%zu,\"temperature\":0,\"ignore_eos\":true,"
+                        "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
                         prompt_json, max_tokens);
     return text_builder_take(&b, length);
 }
@@ -309,9 +338,12 @@ static bool gate_check(gate *g, const char *phase_name, size_t index, const serv
     } else if (expected && (e->text.length != expected_length ||
                             (expected_length && memcmp(e->text.data, expected, expected_length) != 0))) {
         size_t at = 0;
-        while (at < e->text.length && at < expected_length && e->text.data[at] == expected[at]) at++;
-        gate_fail(g, phase_name, index, "the completion differs from the reference at byte %zu (%zu bytes, the "
-                                        "reference's %zu)", at, e->text.length, expected_length);
+        while (at < e->text.length && at < expected_length && e->text.data[at] == expected[at])
+            at++;
+        gate_fail(g, phase_name, index,
+                  "the completion differs from the reference at byte %zu (%zu bytes, the "
+                  "reference's %zu)",
+                  at, e->text.length, expected_length);
     } else {
         return true;
     }
@@ -344,11 +376,16 @@ static bool reference_line(const char *path, int line_number, const char *line, 
     const json_value *finish = json_object_member(root, "finish_reason");
     const char *problem = NULL;
     int64_t k = 0;
-    if (!json_is_object(root)) problem = "not a JSON object";
-    else if (!json_is_string(text)) problem = "no string \"text\"";
-    else if (!json_is_string(prompt) && !json_is_array(ids)) problem = "no \"prompt\" string or \"prompt_tokens\" array";
-    else if (json_is_array(tokens)) k = (int64_t)tokens->length;
-    else if (!json_get_int64(max_tokens, &k)) problem = "no \"tokens\" array or integer \"max_tokens\"";
+    if (!json_is_object(root))
+        problem = "not a JSON object";
+    else if (!json_is_string(text))
+        problem = "no string \"text\"";
+    else if (!json_is_string(prompt) && !json_is_array(ids))
+        problem = "no \"prompt\" string or \"prompt_tokens\" array";
+    else if (json_is_array(tokens))
+        k = (int64_t)tokens->length;
+    else if (!json_get_int64(max_tokens, &k))
+        problem = "no \"tokens\" array or integer \"max_tokens\"";
     if (!problem && k < 1) problem = "no tokens to generate";
     if (!problem && finish && !(json_is_string(finish) && strcmp(finish->as.string, "length") == 0))
         problem = "finish_reason is not \"length\" (make it with --ignore-eos, so that the server, which ignores "
@@ -360,7 +397,8 @@ static bool reference_line(const char *path, int line_number, const char *line, 
         text_builder_putc(&p, '[');
         for (size_t i = 0; i < ids->length && !problem; i++) {
             int64_t id = 0;
-            if (!json_get_int64(&ids->as.items[i], &id) || id < 0 || id > INT32_MAX) problem = "a prompt token is not a token id";
+            if (!json_get_int64(&ids->as.items[i], &id) || id < 0 || id > INT32_MAX)
+                problem = "a prompt token is not a token id";
             text_builder_printf(&p, "%s%lld", i ? "," : "", (long long)id);
         }
         text_builder_putc(&p, ']');
@@ -407,7 +445,8 @@ static bool reference_load(const char *path, const char *model, reference **out,
         line_number++;
         size_t line_length = (size_t)(end - line);
         bool blank = true;
-        for (size_t i = 0; i < line_length; i++) blank = blank && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r');
+        for (size_t i = 0; i < line_length; i++)
+            blank = blank && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r');
         if (!blank) {
             if (n == capacity) {
                 capacity = capacity ? 2 * capacity : 8;
@@ -431,7 +470,8 @@ static bool reference_load(const char *path, const char *model, reference **out,
         ok = false;
     }
     if (!ok) {
-        for (size_t i = 0; i < n; i++) free(refs[i].body), free(refs[i].text);
+        for (size_t i = 0; i < n; i++)
+            free(refs[i].body), free(refs[i].text);
         free(refs);
         return false;
     }
@@ -459,7 +499,8 @@ static bool wait_healthy(struct event_base *base, serve_pool *pool, size_t secon
         serve_call_clear(&call);
         if (status == 200) return true;
         if (serve_now() >= deadline) {
-            fprintf(stderr, "kite-serve-bench: GET /health did not answer 200 within %zu s (last: %s)\n", seconds, last);
+            fprintf(stderr, "kite-serve-bench: GET /health did not answer 200 within %zu s (last: %s)\n", seconds,
+                    last);
             return false;
         }
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
@@ -540,8 +581,8 @@ static bool make_calls(const char *model, char **prompts, size_t n, size_t max_t
             fprintf(stderr, "kite-serve-bench: out of memory building requests\n");
             return false;
         }
-        calls[i] = (serve_call){.method = "POST", .path = "/v1/completions", .body = body, .body_length = length,
-                                .stream = true};
+        calls[i] = (serve_call){
+            .method = "POST", .path = "/v1/completions", .body = body, .body_length = length, .stream = true};
     }
     return true;
 }
@@ -558,7 +599,8 @@ static void free_calls(serve_call *calls, size_t n) {
 int main(int argc, char **argv) {
     options o;
     if (!parse_options(argc, argv, &o)) return 2;
-    const serve_dataset_kind kind = strcmp(o.dataset, "random") == 0 ? SERVE_DATASET_RANDOM : SERVE_DATASET_SHARED_PREFIX;
+    const serve_dataset_kind kind =
+        strcmp(o.dataset, "random") == 0 ? SERVE_DATASET_RANDOM : SERVE_DATASET_SHARED_PREFIX;
     int rc = 1;
     kite_tokenizer *tokenizer = NULL;
     serve_corpus corpus = {0};
@@ -603,17 +645,20 @@ int main(int argc, char **argv) {
     gate g = {0};
     /* The reference prompts one at a time: the comparison is with a single-sequence run. */
     for (size_t i = 0; i < n_refs; i++) {
-        ref_calls[i] = (serve_call){.method = "POST", .path = "/v1/completions", .body = refs[i].body,
-                                    .body_length = refs[i].body_length, .stream = true};
+        ref_calls[i] = (serve_call){.method = "POST",
+                                    .path = "/v1/completions",
+                                    .body = refs[i].body,
+                                    .body_length = refs[i].body_length,
+                                    .stream = true};
         if (!phase_run(base, pool, &ref_calls[i], 1, 1, 0, NULL, NULL)) goto done;
         gate_check(&g, "reference", i, &ref_calls[i], refs[i].max_tokens, refs[i].text, refs[i].text_length);
     }
     const size_t warmup_cap = o.concurrency ? o.concurrency : o.warmup;
     if (!g.failures && !phase_run(base, pool, calls, o.warmup, warmup_cap, 0, NULL, NULL)) goto done;
-    for (size_t i = 0; i < o.warmup && !g.failures; i++) gate_check(&g, "warm-up", i, &calls[i], o.output_len, NULL, 0);
+    for (size_t i = 0; i < o.warmup && !g.failures; i++)
+        gate_check(&g, "warm-up", i, &calls[i], o.output_len, NULL, 0);
     double duration = 0;
-    if (!g.failures &&
-        !phase_run(base, pool, calls + o.warmup, o.num_requests, o.concurrency, o.rate, &rng, &duration))
+    if (!g.failures && !phase_run(base, pool, calls + o.warmup, o.num_requests, o.concurrency, o.rate, &rng, &duration))
         goto done;
     for (size_t i = 0; i < o.num_requests && !g.failures; i++)
         gate_check(&g, "measured", i, &calls[o.warmup + i], o.output_len, NULL, 0);
@@ -624,20 +669,32 @@ int main(int argc, char **argv) {
         goto done;
     }
     command = join_command(argc, argv);
-    serve_run_info info = {.server = o.server ? o.server : owned_by, .model = model, .dataset = o.dataset,
-                           .input_len = o.input_len, .prefix_len = kind == SERVE_DATASET_SHARED_PREFIX ? o.prefix_len : 0,
-                           .output_len = o.output_len, .concurrency = o.concurrency, .rate = o.rate,
-                           .num_requests = o.num_requests, .warmup = o.warmup, .reference_prompts = n_refs,
-                           .seed = o.seed, .gpu = o.gpu, .commit = o.commit, .command = command ? command : "?"};
+    serve_run_info info = {.server = o.server ? o.server : owned_by,
+                           .model = model,
+                           .dataset = o.dataset,
+                           .input_len = o.input_len,
+                           .prefix_len = kind == SERVE_DATASET_SHARED_PREFIX ? o.prefix_len : 0,
+                           .output_len = o.output_len,
+                           .concurrency = o.concurrency,
+                           .rate = o.rate,
+                           .num_requests = o.num_requests,
+                           .warmup = o.warmup,
+                           .reference_prompts = n_refs,
+                           .seed = o.seed,
+                           .gpu = o.gpu,
+                           .commit = o.commit,
+                           .command = command ? command : "?"};
     if (serve_report(&info, calls + o.warmup, o.num_requests, duration, o.out_path)) rc = 0;
 
 done:
     free_calls(calls, n_all);
     if (ref_calls) {
-        for (size_t i = 0; i < n_refs; i++) serve_call_clear(&ref_calls[i]);
+        for (size_t i = 0; i < n_refs; i++)
+            serve_call_clear(&ref_calls[i]);
         free(ref_calls);
     }
-    for (size_t i = 0; i < n_refs; i++) free(refs[i].body), free(refs[i].text);
+    for (size_t i = 0; i < n_refs; i++)
+        free(refs[i].body), free(refs[i].text);
     free(refs);
     serve_pool_free(pool);
     if (base) event_base_free(base);

@@ -89,12 +89,18 @@ void serve_call_clear(serve_call *call) {
 
 static const char *request_error_name(enum evhttp_request_error error) {
     switch (error) {
-    case EVREQ_HTTP_TIMEOUT: return "timed out";
-    case EVREQ_HTTP_EOF: return "the server closed the connection";
-    case EVREQ_HTTP_INVALID_HEADER: return "an invalid response header";
-    case EVREQ_HTTP_BUFFER_ERROR: return "a read or write error (connection refused or reset)";
-    case EVREQ_HTTP_REQUEST_CANCEL: return "cancelled";
-    case EVREQ_HTTP_DATA_TOO_LONG: return "a response too long";
+    case EVREQ_HTTP_TIMEOUT:
+        return "timed out";
+    case EVREQ_HTTP_EOF:
+        return "the server closed the connection";
+    case EVREQ_HTTP_INVALID_HEADER:
+        return "an invalid response header";
+    case EVREQ_HTTP_BUFFER_ERROR:
+        return "a read or write error (connection refused or reset)";
+    case EVREQ_HTTP_REQUEST_CANCEL:
+        return "cancelled";
+    case EVREQ_HTTP_DATA_TOO_LONG:
+        return "a response too long";
     }
     return "an unknown evhttp error";
 }
@@ -139,7 +145,9 @@ static void on_done(struct evhttp_request *request, void *arg) {
     serve_call *call = c->call;
     call->done_at = serve_now();
     if (request == NULL || evhttp_request_get_response_code(request) == 0) {
-        if (!call->transport_error[0]) snprintf(call->transport_error, sizeof call->transport_error, "no response (connection refused, reset or closed)");
+        if (!call->transport_error[0])
+            snprintf(call->transport_error, sizeof call->transport_error,
+                     "no response (connection refused, reset or closed)");
     } else {
         call->status = evhttp_request_get_response_code(request);
         /* Bytes evhttp still holds (a body read whole without the chunk callback). */

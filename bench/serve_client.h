@@ -22,17 +22,17 @@ typedef void (*serve_call_done_fn)(serve_call *call, void *arg);
 
 struct serve_call {
     /* in */
-    const char *method;     /* "GET" or "POST" */
-    const char *path;       /* "/v1/completions" */
-    const char *body;       /* POST: the JSON body (not copied: valid until the call is done) */
+    const char *method; /* "GET" or "POST" */
+    const char *path;   /* "/v1/completions" */
+    const char *body;   /* POST: the JSON body (not copied: valid until the call is done) */
     size_t body_length;
-    bool stream;            /* a 200's body is server-sent events */
+    bool stream; /* a 200's body is server-sent events */
     /* out */
-    int status;             /* the HTTP status; 0 when no response came */
-    double sent_at;         /* monotonic seconds when the request was handed to the connection */
-    double done_at;         /* when its last byte (or its failure) arrived */
-    serve_stream events;    /* stream and status 200 */
-    text_builder response;  /* otherwise: the body */
+    int status;                /* the HTTP status; 0 when no response came */
+    double sent_at;            /* monotonic seconds when the request was handed to the connection */
+    double done_at;            /* when its last byte (or its failure) arrived */
+    serve_stream events;       /* stream and status 200 */
+    text_builder response;     /* otherwise: the body */
     char transport_error[160]; /* non-empty when the connection failed (refused, reset, timed out, body too large) */
     /* the pool's */
     struct serve_connection *connection;

@@ -79,13 +79,15 @@ static char *window_text(const serve_corpus *corpus, const kite_tokenizer *token
         if (utf8_valid((const unsigned char *)text, text_length)) return text;
         kite_free(text);
     }
-    fprintf(stderr, "kite-serve-bench: --text: no window of %zu tokens decodes to whole UTF-8 characters in %d "
-                    "tries\n", length, SERVE_WINDOW_TRIES);
+    fprintf(stderr,
+            "kite-serve-bench: --text: no window of %zu tokens decodes to whole UTF-8 characters in %d "
+            "tries\n",
+            length, SERVE_WINDOW_TRIES);
     return NULL;
 }
 
-bool serve_dataset_make(serve_dataset_kind kind, const serve_corpus *corpus, const kite_tokenizer *tokenizer,
-                        size_t n, size_t input_len, size_t prefix_len, serve_rng *rng, char ***prompts) {
+bool serve_dataset_make(serve_dataset_kind kind, const serve_corpus *corpus, const kite_tokenizer *tokenizer, size_t n,
+                        size_t input_len, size_t prefix_len, serve_rng *rng, char ***prompts) {
     *prompts = NULL;
     const size_t longest = kind == SERVE_DATASET_SHARED_PREFIX && prefix_len > input_len ? prefix_len : input_len;
     if (input_len == 0 || (kind == SERVE_DATASET_SHARED_PREFIX && prefix_len == 0)) {
@@ -94,8 +96,8 @@ bool serve_dataset_make(serve_dataset_kind kind, const serve_corpus *corpus, con
         return false;
     }
     if (corpus->n_ids < longest) {
-        fprintf(stderr, "kite-serve-bench: --text has %zu tokens; a window of %zu needs a longer text\n",
-                corpus->n_ids, longest);
+        fprintf(stderr, "kite-serve-bench: --text has %zu tokens; a window of %zu needs a longer text\n", corpus->n_ids,
+                longest);
         return false;
     }
     char **out = calloc(n ? n : 1, sizeof *out);
@@ -143,6 +145,7 @@ bool serve_dataset_make(serve_dataset_kind kind, const serve_corpus *corpus, con
 
 void serve_dataset_free(char **prompts, size_t n) {
     if (!prompts) return;
-    for (size_t i = 0; i < n; i++) free(prompts[i]);
+    for (size_t i = 0; i < n; i++)
+        free(prompts[i]);
     free(prompts);
 }

@@ -37,8 +37,8 @@ double serve_rng_uniform(serve_rng *rng); /* in (0, 1] */
 
 /* n prompts (malloc'd, NUL-terminated, in *prompts[0..n)), or false with a message on stderr. prefix_len is read
  * for SHARED_PREFIX only. */
-bool serve_dataset_make(serve_dataset_kind kind, const serve_corpus *corpus, const kite_tokenizer *tokenizer,
-                        size_t n, size_t input_len, size_t prefix_len, serve_rng *rng, char ***prompts);
+bool serve_dataset_make(serve_dataset_kind kind, const serve_corpus *corpus, const kite_tokenizer *tokenizer, size_t n,
+                        size_t input_len, size_t prefix_len, serve_rng *rng, char ***prompts);
 void serve_dataset_free(char **prompts, size_t n);
 
 #endif

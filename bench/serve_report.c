@@ -31,7 +31,8 @@ static summary summarize(double *v, size_t n) {
     summary s = {0};
     if (n == 0) return s;
     double total = 0;
-    for (size_t i = 0; i < n; i++) total += v[i];
+    for (size_t i = 0; i < n; i++)
+        total += v[i];
     s.mean = 1e3 * total / (double)n;
     s.p50 = 1e3 * serve_percentile(v, n, 50);
     s.p90 = 1e3 * serve_percentile(v, n, 90);
@@ -81,7 +82,8 @@ static bool append_line(const char *path, const char *line, size_t length) {
 bool serve_report(const serve_run_info *info, const serve_call *calls, size_t n, double duration,
                   const char *out_path) {
     size_t n_itl = 0;
-    for (size_t i = 0; i < n; i++) n_itl += calls[i].events.n_chunk_times - 1;
+    for (size_t i = 0; i < n; i++)
+        n_itl += calls[i].events.n_chunk_times - 1;
     double *ttft = malloc((n ? n : 1) * sizeof *ttft), *tpot = malloc((n ? n : 1) * sizeof *tpot);
     double *e2el = malloc((n ? n : 1) * sizeof *e2el), *itl = malloc((n_itl ? n_itl : 1) * sizeof *itl);
     if (!ttft || !tpot || !e2el || !itl) {
@@ -101,7 +103,8 @@ bool serve_report(const serve_run_info *info, const serve_call *calls, size_t n,
         ttft[i] = e->chunk_times[0] - c->sent_at;
         e2el[i] = c->done_at - c->sent_at;
         if (e->completion_tokens > 1) tpot[n_tpot++] = (e2el[i] - ttft[i]) / (double)(e->completion_tokens - 1);
-        for (size_t j = 1; j < e->n_chunk_times; j++) itl[at++] = e->chunk_times[j] - e->chunk_times[j - 1];
+        for (size_t j = 1; j < e->n_chunk_times; j++)
+            itl[at++] = e->chunk_times[j] - e->chunk_times[j - 1];
     }
     const summary s_ttft = summarize(ttft, n), s_tpot = summarize(tpot, n_tpot), s_itl = summarize(itl, n_itl),
                   s_e2el = summarize(e2el, n);
@@ -166,8 +169,8 @@ bool serve_report(const serve_run_info *info, const serve_call *calls, size_t n,
     } else {
         text_builder_puts(&b, ", \"request_rate\": \"inf\"");
     }
-    text_builder_printf(&b, ", \"num_requests\": %zu, \"warmup\": %zu, \"seed\": %llu", info->num_requests, info->warmup,
-                        info->seed);
+    text_builder_printf(&b, ", \"num_requests\": %zu, \"warmup\": %zu, \"seed\": %llu", info->num_requests,
+                        info->warmup, info->seed);
     text_builder_printf(&b, ", \"completed\": %zu, \"failed\": 0, \"gate\": \"pass\", \"reference_prompts\": %zu", n,
                         info->reference_prompts);
     put_number(&b, "duration_s", duration);

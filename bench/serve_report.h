@@ -13,14 +13,14 @@
 #include "serve_client.h"
 
 typedef struct serve_run_info {
-    const char *server;     /* the label of the row: "kite serve", "llama-server" */
-    const char *model;      /* the model id the server reported */
-    const char *dataset;    /* "random" or "shared-prefix" */
-    size_t input_len;       /* tokens of each prompt (shared-prefix: of each user turn) */
-    size_t prefix_len;      /* shared-prefix: tokens of the common system prompt; else 0 */
-    size_t output_len;      /* max_tokens, ignore_eos: every request generates exactly this many */
-    size_t concurrency;     /* the most requests in flight; 0: no bound */
-    double rate;            /* Poisson arrivals per second; 0: all at once */
+    const char *server;  /* the label of the row: "kite serve", "llama-server" */
+    const char *model;   /* the model id the server reported */
+    const char *dataset; /* "random" or "shared-prefix" */
+    size_t input_len;    /* tokens of each prompt (shared-prefix: of each user turn) */
+    size_t prefix_len;   /* shared-prefix: tokens of the common system prompt; else 0 */
+    size_t output_len;   /* max_tokens, ignore_eos: every request generates exactly this many */
+    size_t concurrency;  /* the most requests in flight; 0: no bound */
+    double rate;         /* Poisson arrivals per second; 0: all at once */
     size_t num_requests, warmup, reference_prompts;
     unsigned long long seed;
     const char *gpu, *commit, *command;
@@ -31,7 +31,6 @@ double serve_percentile(double *v, size_t n, double p);
 
 /* Prints the table on stdout and, when out_path is not NULL, appends the row (one JSON line) to it. `duration`
  * is the run's wall time in seconds. False with a message on stderr when memory or the file fails. */
-bool serve_report(const serve_run_info *info, const serve_call *calls, size_t n, double duration,
-                  const char *out_path);
+bool serve_report(const serve_run_info *info, const serve_call *calls, size_t n, double duration, const char *out_path);
 
 #endif

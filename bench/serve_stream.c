@@ -95,7 +95,8 @@ static bool stream_read_event(serve_stream *s, const char *data, size_t length, 
     }
     json_error error;
     json_document *document = json_parse(data, length, &error);
-    if (!document) return stream_fail(s, "an event is not JSON (%s at byte %zu): %.120s", error.message, error.offset, data);
+    if (!document)
+        return stream_fail(s, "an event is not JSON (%s at byte %zu): %.120s", error.message, error.offset, data);
     const json_value *root = json_root(document);
     bool ok = true;
     const json_value *server_error = json_object_member(root, "error");
@@ -141,7 +142,8 @@ static bool stream_read_line(serve_stream *s, const char *line, size_t length, d
     text_builder_append(&s->data, value, value_length);
     s->in_event = true;
     if (s->data.failed) return stream_fail(s, "out of memory holding an event");
-    if (s->data.length > SERVE_STREAM_MAX_EVENT) return stream_fail(s, "an event longer than %u bytes", SERVE_STREAM_MAX_EVENT);
+    if (s->data.length > SERVE_STREAM_MAX_EVENT)
+        return stream_fail(s, "an event longer than %u bytes", SERVE_STREAM_MAX_EVENT);
     return true;
 }
 
@@ -169,7 +171,8 @@ bool serve_stream_feed(serve_stream *s, const char *bytes, size_t length, double
     }
     text_builder_append(&s->line, bytes + start, length - start);
     if (s->line.failed) return stream_fail(s, "out of memory holding a line");
-    if (s->line.length > SERVE_STREAM_MAX_EVENT) return stream_fail(s, "a line longer than %u bytes", SERVE_STREAM_MAX_EVENT);
+    if (s->line.length > SERVE_STREAM_MAX_EVENT)
+        return stream_fail(s, "a line longer than %u bytes", SERVE_STREAM_MAX_EVENT);
     return true;
 }
 

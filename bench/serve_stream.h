@@ -15,18 +15,18 @@
 #include "util/text_builder.h"
 
 typedef struct serve_stream {
-    text_builder line;          /* the line being read, without its end */
-    text_builder data;          /* the data lines of the event being read, joined by '\n' (the SSE rule) */
-    bool in_event;              /* a data line was read since the last blank line */
-    bool after_cr;              /* the last byte was '\r': a '\n' right after it ends no second line */
-    text_builder text;          /* every choice's text, in order */
-    double *chunk_times;        /* monotonic seconds at which each chunk with a token arrived (serve_stream.c) */
+    text_builder line;   /* the line being read, without its end */
+    text_builder data;   /* the data lines of the event being read, joined by '\n' (the SSE rule) */
+    bool in_event;       /* a data line was read since the last blank line */
+    bool after_cr;       /* the last byte was '\r': a '\n' right after it ends no second line */
+    text_builder text;   /* every choice's text, in order */
+    double *chunk_times; /* monotonic seconds at which each chunk with a token arrived (serve_stream.c) */
     size_t n_chunk_times, chunk_times_capacity;
-    char finish_reason[32];     /* "" until a choice carries one */
+    char finish_reason[32]; /* "" until a choice carries one */
     bool has_usage;
     int64_t prompt_tokens, completion_tokens; /* the server's usage, once has_usage */
-    bool done;                  /* "data: [DONE]" was read */
-    bool failed;                /* the stream is not a valid completion stream: `error` says why */
+    bool done;                                /* "data: [DONE]" was read */
+    bool failed;                              /* the stream is not a valid completion stream: `error` says why */
     char error[512];
 } serve_stream;
 

@@ -37,7 +37,8 @@ static void test_whole_and_split(void) {
     /* One byte at a time, each stamped with its position: a chunk's time is that of the byte that ends it. */
     serve_stream t = {0};
     const size_t n = strlen(good_stream);
-    for (size_t i = 0; i < n; i++) CHECK(serve_stream_feed(&t, good_stream + i, 1, (double)i));
+    for (size_t i = 0; i < n; i++)
+        CHECK(serve_stream_feed(&t, good_stream + i, 1, (double)i));
     CHECK(serve_stream_finish(&t));
     check_good(&t);
     const char *first_end = strstr(good_stream, "}\n\n") + 2;
