@@ -2,7 +2,7 @@
 # On the build machine: packs Release binaries of one or more builds for a call to the lent GPU machine, which
 # receives only the checkout and the ignored paths named in the call's `carry` (64 MiB in all).
 #   bash bench/device_pack.sh TAG NAME=BUILD_DIR[:binary,binary...] [NAME=BUILD_DIR...]
-# Default binaries: cuda_ops_test cuda_e2e_test engine_gpu_test cuda_soak_test bench_gpu_test cuda_forward_bench kite (those a
+# Default binaries: cuda_ops_test cuda_e2e_test engine_gpu_test cuda_soak_test bench_gpu_test cuda_forward_bench kite-serve-bench kite (those a
 # build has). Writes .device_in/TAG/NAME/*.gz (stripped, gzip -9) and .device_in/TAG/unpack.sh; carry
 # .device_in/TAG, and on the device start the command with `source .device_in/TAG/unpack.sh`: it unpacks NAME's
 # binaries to /tmp/f/NAME/ and links /work/main and each build's source tree to the checkout (the tests find
@@ -16,7 +16,7 @@ shift
 dest=$root/.device_in/$tag
 rm -rf "$dest"
 mkdir -p "$dest"
-defaults="tests/cuda/cuda_ops_test tests/cuda/cuda_e2e_test tests/engine_gpu/engine_gpu_test tests/engine_gpu/cuda_soak_test tests/bench/bench_gpu_test bench/cuda_forward_bench kite"
+defaults="tests/cuda/cuda_ops_test tests/cuda/cuda_e2e_test tests/engine_gpu/engine_gpu_test tests/engine_gpu/cuda_soak_test tests/bench/bench_gpu_test bench/cuda_forward_bench bench/kite-serve-bench kite"
 links="/work/main"
 for spec in "$@"; do
   name=${spec%%=*}

@@ -55,7 +55,9 @@ static void *arena_alloc(json_document *doc, size_t size) {
     if (!chunk || chunk->capacity - chunk->used < size) {
         size_t want = doc->next_chunk_size;
         if (want < size + sizeof(arena_chunk)) want = size + sizeof(arena_chunk);
-        want = round_up(want, HUGE_PAGE);
+        /* Only blocks that come from mmap are rounded to huge pages: a small document (a config.json, one
+         * streamed chunk) stays one malloc, not a fresh 2 MiB mapping faulted in for a few hundred bytes. */
+        if (want >= BIG_BLOCK_THRESHOLD) want = round_up(want, HUGE_PAGE);
         chunk = block_map(want);
         if (!chunk) return NULL;
         chunk->capacity = want - sizeof(arena_chunk);
