@@ -352,6 +352,14 @@ def errors_have_openais_shape():
     error_of(*request("GET", "/nowhere"), 404)
     error_of(*request("GET", "/v1/completions"), 405)
     error_of(*request("POST", "/v1/models"), 405)
+    # a model this server does not serve is 404 naming "model", as vLLM answers; the served one's name is fine
+    for path, body in (("/v1/completions", {"model": "other", "prompt": "x", "max_tokens": 1}),
+                       ("/v1/chat/completions", {"model": "other", "messages": [{"role": "user", "content": "x"}]})):
+        e = error_of(*request("POST", path, body), 404)
+        assert e["param"] == "model" and "other" in e["message"], e
+        e = error_of(*request("POST", path, dict(body, model=5)), 400)
+        assert e["param"] == "model", e
+    assert complete({"model": "tiny", "prompt": "x", "max_tokens": 1})["usage"]["completion_tokens"] == 1
 
 
 @case
