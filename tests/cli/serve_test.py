@@ -12,74 +12,11 @@ ap.add_argument("--data", required=True)
 args = ap.parse_args()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from cases import case, finish  # noqa: E402
+from kite_server import KiteServer  # noqa: E402
 
-class Server:
-    """One `kite serve` on the tiny checkpoint; its stderr (the access log among it) is collected by a thread
-    so that the pipe never fills."""
-
-    def __init__(self, *extra, host="127.0.0.1", env=None):
-        self.process = subprocess.Popen([args.kite, "serve", "--model", os.path.join(args.data, "tiny"), "--port", "0",
-                                         "--host", host, "--backend", "cpu", "--threads", "2",
-                                         "--max-step-tokens", "64", *extra],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        env=dict(os.environ, **(env or {})))
-        self.lines = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        line = self.process.stdout.readline()  # "listening on HOST:PORT", printed once the socket listens
-        if not line.startswith("listening on "):
-            self.process.kill()
-            self.reader.join(10)
-            raise RuntimeError("server did not start: %r %s" % (line, "".join(self.lines)))
-        self.port = int(line.strip().rsplit(":", 1)[1])
-        self.host = host
-        self.wait_until_ready()
-
-    def _read(self):
-        for line in self.process.stderr:
-            self.lines.append(line)
-
-    def wait_until_ready(self, deadline_seconds=60):
-        """/health answers 503 while the model loads, 200 once it is ready."""
-        deadline = time.time() + deadline_seconds
-        while time.time() < deadline:
-            c = http.client.HTTPConnection(self.host, self.port, timeout=10)
-            try:
-                c.request("GET", "/health")
-                r = c.getresponse()
-                body = r.read()
-                if r.status == 200:
-                    return
-                assert r.status == 503 and json.loads(body)["status"] == "loading", (r.status, body)
-            except ConnectionError:
-                pass
-            finally:
-                c.close()
-            time.sleep(0.05)
-        raise AssertionError("the server did not become ready")
-
-    def access_log(self):
-        return [json.loads(l) for l in list(self.lines) if l.startswith('{"log":"access"')]
-
-    def stop(self, timeout=30):
-        """SIGTERM; returns the exit code and asserts that every KV block came back."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise AssertionError("the server did not stop within %d s" % timeout)
-        self.reader.join(10)
-        stopped = [l for l in self.lines if l.startswith("kite serve: stopped; KV blocks free ")]
-        assert code == 0, (code, "".join(self.lines[-20:]))
-        assert stopped, self.lines[-5:]
-        free, total = stopped[-1].split("free ")[1].split(" of ")
-        assert int(free) == int(total), stopped[-1]
-        return code
-
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.kill()
+def Server(*extra, host="127.0.0.1", env=None):
+    """One `kite serve` on the tiny checkpoint (tests/common/kite_server.py)."""
+    return KiteServer(args.kite, os.path.join(args.data, "tiny"), *extra, host=host, env=env)
 
 
 try:
@@ -352,6 +289,14 @@ def errors_have_openais_shape():
     error_of(*request("GET", "/nowhere"), 404)
     error_of(*request("GET", "/v1/completions"), 405)
     error_of(*request("POST", "/v1/models"), 405)
+    # a model this server does not serve is 404 naming "model", as vLLM answers; the served one's name is fine
+    for path, body in (("/v1/completions", {"model": "other", "prompt": "x", "max_tokens": 1}),
+                       ("/v1/chat/completions", {"model": "other", "messages": [{"role": "user", "content": "x"}]})):
+        e = error_of(*request("POST", path, body), 404)
+        assert e["param"] == "model" and "other" in e["message"], e
+        e = error_of(*request("POST", path, dict(body, model=5)), 400)
+        assert e["param"] == "model", e
+    assert complete({"model": "tiny", "prompt": "x", "max_tokens": 1})["usage"]["completion_tokens"] == 1
 
 
 @case

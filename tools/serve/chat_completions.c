@@ -44,7 +44,8 @@ static bool parse_fields(json_t *root, serve_request *r, field_error *e) {
     return true;
 }
 
-serve_request *chat_completions_parse(const kite_model *model, const char *body, size_t length, field_error *e) {
+serve_request *chat_completions_parse(const kite_model *model, const char *served_model, const char *body,
+                                      size_t length, field_error *e) {
     const kite_chat *chat = kite_model_chat(model);
     if (!chat) {
         field_error_set(e, NULL, "this model has no chat template (use /v1/completions)");
@@ -60,7 +61,7 @@ serve_request *chat_completions_parse(const kite_model *model, const char *body,
     }
     r->request.sampling = kite_chat_sampling_defaults(chat);
     r->request.max_tokens = 0; /* until the turn ends (or the context does), as OpenAI's chat default */
-    bool ok = parse_fields(root, r, e);
+    bool ok = request_fields_model(root, served_model, e) && parse_fields(root, r, e);
     json_decref(root);
     if (ok && kite_chat_render(chat, body, length, &r->prompt) != KITE_OK) {
         field_error_set(e, "messages", "%s", kite_last_error());

@@ -6,7 +6,8 @@
 #include "serve/request_fields.h"
 
 /* NULL with `e` filled when the body is not acceptable or the model has no chat template. */
-serve_request *chat_completions_parse(const kite_model *model, const char *body, size_t length, field_error *e);
+serve_request *chat_completions_parse(const kite_model *model, const char *served_model, const char *body,
+                                      size_t length, field_error *e);
 
 /* One streamed chunk with the new pieces (the role in the first; finish_reason in the last). `calls` holds
  * complete tool calls, each a JSON object followed by '\n'. */

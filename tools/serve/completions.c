@@ -78,7 +78,8 @@ static bool refuse_unimplemented(const json_t *root, field_error *e) {
     return true;
 }
 
-serve_request *completions_parse(const kite_model *model, const char *body, size_t length, field_error *e) {
+serve_request *completions_parse(const kite_model *model, const char *served_model, const char *body, size_t length,
+                                 field_error *e) {
     json_t *root = request_fields_load(body, length, e);
     if (!root) return NULL;
     serve_request *r = serve_request_new(SERVE_ENDPOINT_COMPLETIONS);
@@ -91,7 +92,8 @@ serve_request *completions_parse(const kite_model *model, const char *body, size
     const json_t *seed = json_object_get(root, "seed");
     /* Fields kite does not know are ignored, as OpenAI-compatible servers do; those of OpenAI's API that kite
      * does not implement yet are refused. */
-    const bool ok = refuse_unimplemented(root, e) && parse_prompt(model, json_object_get(root, "prompt"), r, e) &&
+    const bool ok = request_fields_model(root, served_model, e) && refuse_unimplemented(root, e) &&
+                    parse_prompt(model, json_object_get(root, "prompt"), r, e) &&
                     request_fields_numbers(root, &r->request, e) && request_fields_logit_bias(root, r, e) &&
                     request_fields_stop(root, r, e) && request_fields_stream(root, r, e) &&
                     request_fields_bool(root, "ignore_eos", &r->request.ignore_eos, e); /* vLLM's extension */

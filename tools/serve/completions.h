@@ -6,7 +6,8 @@
 
 /* A request from the body (the prompt tokenized here, on the caller's thread); NULL with `e` filled when the
  * body is not acceptable. */
-serve_request *completions_parse(const kite_model *model, const char *body, size_t length, field_error *e);
+serve_request *completions_parse(const kite_model *model, const char *served_model, const char *body, size_t length,
+                                 field_error *e);
 
 /* One streamed chunk of `text`; the last carries finish_reason (and, unless include_usage asks for a chunk of
  * its own, nothing more). */

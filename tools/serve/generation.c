@@ -333,11 +333,13 @@ void router_generate(router *rt, struct evhttp_request *request, serve_connectio
                           RETRY_AFTER_SECONDS);
         return;
     }
-    field_error e = {{0}, {0}};
-    serve_request *r = endpoint == SERVE_ENDPOINT_CHAT ? chat_completions_parse(rt->link->model, body, length, &e)
-                                                       : completions_parse(rt->link->model, body, length, &e);
+    field_error e = {0};
+    const char *served = rt->options.model_name;
+    serve_request *r = endpoint == SERVE_ENDPOINT_CHAT
+                           ? chat_completions_parse(rt->link->model, served, body, length, &e)
+                           : completions_parse(rt->link->model, served, body, length, &e);
     if (!r) {
-        router_send_error(rt, request, 400, e.message, e.param[0] ? e.param : NULL, 0);
+        router_send_error(rt, request, e.status ? e.status : 400, e.message, e.param[0] ? e.param : NULL, 0);
         return;
     }
     r->number = ++rt->next_number;

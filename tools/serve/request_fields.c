@@ -34,6 +34,20 @@ json_t *request_fields_load(const char *body, size_t length, field_error *e) {
     return root;
 }
 
+bool request_fields_model(const json_t *root, const char *served_model, field_error *e) {
+    const json_t *model = json_object_get(root, "model");
+    if (!model || json_is_null(model)) return true;
+    if (!json_is_string(model)) {
+        field_error_set(e, "model", "'model' must be a string");
+        return false;
+    }
+    if (strcmp(json_string_value(model), served_model) == 0) return true;
+    field_error_set(e, "model", "the model '%.200s' does not exist (this server serves '%.200s')",
+                    json_string_value(model), served_model);
+    e->status = 404;
+    return false;
+}
+
 static bool optional_number(const json_t *object, const char *key, bool *present, double *out, field_error *e) {
     const json_t *v = json_object_get(object, key);
     *present = false;

@@ -14,6 +14,7 @@
 typedef struct field_error {
     char message[512];
     char param[64]; /* the field at fault ("" for the body as a whole) */
+    int status;     /* the HTTP status to answer: 0 for 400, 404 for a model this server does not serve */
 } field_error;
 
 void field_error_set(field_error *e, const char *param, const char *format, ...) __attribute__((format(printf, 3, 4)));
@@ -21,6 +22,8 @@ void field_error_set(field_error *e, const char *param, const char *format, ...)
 /* Parses the body as a JSON object; NULL with the error filled otherwise. */
 json_t *request_fields_load(const char *body, size_t length, field_error *e);
 
+/* "model", when given, must be the served model's name; another is 404 (vLLM's answer), a non-string 400. */
+bool request_fields_model(const json_t *root, const char *served_model, field_error *e);
 bool request_fields_bool(const json_t *root, const char *key, bool *out, field_error *e);
 /* max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty,
  * min_tokens, seed and n into the request. */

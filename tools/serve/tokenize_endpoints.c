@@ -16,7 +16,7 @@ static json_t *load_body(router *rt, struct evhttp_request *request, const char 
     struct evbuffer *input = evhttp_request_get_input_buffer(request);
     const size_t length = evbuffer_get_length(input);
     const char *body = length ? (const char *)evbuffer_pullup(input, -1) : "";
-    field_error e = {{0}, {0}};
+    field_error e = {0};
     json_t *root = body ? request_fields_load(body, length, &e) : NULL;
     if (!root) {
         router_send_error(rt, request, body ? 400 : 500, body ? e.message : "out of memory", NULL, 0);
@@ -104,7 +104,7 @@ void tokenize_endpoints_detokenize(router *rt, struct evhttp_request *request) {
     const json_t *tokens = json_object_get(root, "tokens");
     const size_t n = json_is_array(tokens) ? json_array_size(tokens) : 0;
     int32_t *ids = json_is_array(tokens) ? malloc((n ? n : 1) * sizeof *ids) : NULL;
-    field_error e = {{0}, {0}};
+    field_error e = {0};
     bool ok = true;
     if (!json_is_array(tokens)) {
         field_error_set(&e, "tokens", "'tokens' must be an array of token ids");
