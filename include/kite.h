@@ -298,6 +298,10 @@ typedef struct kite_engine_params {
     int32_t max_context;         /* 0 = the model's context limit (kite_model_info.max_context); lower values lower
                                     it, higher ones are refused */
     int32_t kv_block_size;       /* positions per KV block (default 128) */
+    bool prefix_cache;           /* automatic prefix caching (default true): full KV blocks are kept after their
+                                    request and shared by later requests whose tokens begin the same way, so those
+                                    compute only the rest (docs/ARCHITECTURE.md, Prefix caching); the tokens are
+                                    the same either way */
 } kite_engine_params;
 
 kite_engine_params kite_engine_params_default(void);
@@ -323,7 +327,7 @@ bool kite_engine_idle(const kite_engine *engine);
 typedef struct kite_engine_stats {
     int32_t kv_block_size;
     int32_t kv_blocks_total;
-    int32_t kv_blocks_free;
+    int32_t kv_blocks_free;         /* blocks no request holds: truly free ones and kv_blocks_cached */
     size_t kv_capacity_tokens;      /* kv_blocks_total * kv_block_size */
     int32_t max_concurrent_full;    /* sequences of max_context tokens that fit at once */
     int32_t max_context;
@@ -333,6 +337,14 @@ typedef struct kite_engine_stats {
     int64_t steps;
     int64_t steps_ahead;            /* greedy decode steps enqueued before the previous step's ids were read
                                        (overlapped decode; KITE_ENGINE_OVERLAP=0 turns it off) */
+    /* Prefix caching (kite_engine_params.prefix_cache): */
+    int32_t kv_blocks_cached;       /* of kv_blocks_free, those holding a cached prefix: a request with that prefix
+                                       takes them back, any other evicts them (least recently freed first) when no
+                                       block is truly free. Idle, kv_blocks_free == kv_blocks_total */
+    bool prefix_cache;              /* on in this engine */
+    int64_t prefix_cache_queried_tokens; /* tokens of the requests admitted (a resumed one counts again) */
+    int64_t prefix_cache_hit_tokens;     /* of those, the tokens found in the cache and not computed */
+    int64_t prefix_cache_evictions;      /* cached blocks reused for other content */
 } kite_engine_stats;
 
 kite_engine_stats kite_engine_get_stats(const kite_engine *engine);
@@ -452,6 +464,9 @@ typedef struct kite_bench_params {
     kite_sampling sampling; /* tg rows: temperature 0 (the default) decodes greedily on the device; above 0 every
                                sequence is sampled by the engine's sampler with these filters, its seed
                                sampling.seed + the sequence's index */
+    bool prefix_cache;      /* the rows' engine caches prefixes (kite_engine_params.prefix_cache; default true, as
+                               an engine's): its random prompts never hit, so a row pays what registering the
+                               full blocks costs and nothing is skipped */
 } kite_bench_params;
 
 kite_bench_params kite_bench_params_default(void); /* the arrays are static */

@@ -60,6 +60,9 @@ static cli_option_result engine_option_set(int id, const char *name, const char 
         if (!cli_parse_int(name, value, 1, INT32_MAX, &v)) return CLI_OPTION_BAD;
         load->max_context = (int32_t)v;
         return CLI_OPTION_TAKEN;
+    case CLI_ID_NO_PREFIX_CACHE:
+        engine->prefix_cache = false;
+        return CLI_OPTION_TAKEN;
     case CLI_ID_ROPE_SCALING: /* argv outlives the load; the library validates it there */
         if (!value[0]) {
             fprintf(stderr, "kite: %s: empty; give a JSON object such as '{\"rope_type\":\"yarn\",\"factor\":4.0}'\n",

@@ -27,7 +27,14 @@ enum {
     CLI_ID_MIN_P,
     CLI_ID_REPEAT_PENALTY,
     CLI_ID_WEIGHTS,
+    CLI_ID_NO_PREFIX_CACHE,
 };
+
+/* The row of --no-prefix-cache (`kite run`, `kite chat`, `kite serve`, `kite bench`). */
+#define CLI_PREFIX_CACHE_OPTION                                                                                \
+    {CLI_ID_NO_PREFIX_CACHE, "no-prefix-cache", 0, NULL,                                                     \
+     "turn off automatic prefix caching (default on: full KV blocks of earlier requests\nare reused by "       \
+     "requests that begin with the same tokens; the tokens are the same either way)", false}
 
 #define CLI_WEIGHTS_OPTION                                                                                     \
     {CLI_ID_WEIGHTS, "weights", 0, "bf16|fp8",                                                                 \
@@ -53,7 +60,8 @@ enum {
      "KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)", false},                \
     {CLI_ID_MAX_BATCH, "max-batch", 0, "N", "sequences per step at most (default 256)", false},                 \
     {CLI_ID_MAX_STEP_TOKENS, "max-step-tokens", 0, "N",                                                      \
-     "tokens per step at most, the chunked-prefill budget (default 2048)", false}
+     "tokens per step at most, the chunked-prefill budget (default 2048)", false},                           \
+    CLI_PREFIX_CACHE_OPTION
 
 /* Table rows for the sampling options (`kite run`, `kite bench`; not --seed, which means the prompts' seed to
  * the bench). */

@@ -33,6 +33,7 @@ static const cli_option bench_options_table[] = {
     {CLI_ID_THREADS, "threads", 0, "N", "CPU threads (default 0 = all cores)", false},
     CLI_WEIGHTS_OPTION,
     CLI_CONTEXT_OPTIONS,
+    CLI_PREFIX_CACHE_OPTION,
     {OPT_OUTPUT, NULL, 'o', "md|jsonl", "output format (default md)", false},
     {OPT_SEED, "seed", 0, "S", "seed of the dummy weights and the random prompts (default 0)", false},
     CLI_SAMPLING_OPTIONS,
@@ -53,6 +54,7 @@ typedef struct bench_options {
     bool jsonl;
     uint64_t seed;
     kite_load_params load;
+    kite_engine_params engine; /* of the shared engine options, the bench takes --no-prefix-cache */
     kite_sampling sampling; /* tg rows sample on the host when temperature > 0; the seed is the bench's */
 } bench_options;
 
@@ -187,6 +189,7 @@ static int run_bench(const bench_options *o) {
     params.repetitions = o->reps;
     params.seed = o->seed;
     params.sampling = o->sampling;
+    params.prefix_cache = o->engine.prefix_cache;
     bench_printer printer = {.options = o};
     status = kite_bench_describe(model, &params, &printer.info);
     if (status != KITE_OK) {
@@ -211,12 +214,12 @@ static bool take_list(const cli_parser *p, bool zero_means_none, long long min, 
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_options o = {.reps = 5, .load = kite_load_params_default(), .sampling = kite_sampling_default()};
+    bench_options o = {.reps = 5, .load = kite_load_params_default(), .engine = kite_engine_params_default(),
+                       .sampling = kite_sampling_default()};
     static const int32_t default_prefill[] = {256, 2048}, default_decode[] = {128}, default_batch[] = {1},
                          default_depth[] = {256};
     bool have_prefill = false, have_decode = false, have_batch = false, have_depth = false, ok = true;
     static const char *const formats[] = {"md", "jsonl", NULL};
-    kite_engine_params unused_engine = kite_engine_params_default();
     cli_parser p;
     cli_parser_init(&p, &bench_command, argc, argv);
     for (int id; ok && (id = cli_parser_next(&p)) != CLI_END;) {
@@ -244,7 +247,7 @@ int cmd_bench(int argc, char **argv) {
             o.seed = (uint64_t)value;
             break;
         default:
-            if (cli_take_engine_option(&p, &o.load, &unused_engine) == CLI_OPTION_TAKEN) break;
+            if (cli_take_engine_option(&p, &o.load, &o.engine) == CLI_OPTION_TAKEN) break;
             ok = cli_take_sampling_option(&p, &o.sampling) == CLI_OPTION_TAKEN;
             break;
         }

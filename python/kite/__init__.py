@@ -100,14 +100,17 @@ _ChatCallback = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ChatEvent), ctypes.c_void
 
 class _EngineParams(ctypes.Structure):
     _fields_ = [("max_sequences", c_int32), ("max_step_tokens", c_int32), ("kv_cache_bytes", c_size_t),
-                ("kv_cache_fraction", ctypes.c_float), ("max_context", c_int32), ("kv_block_size", c_int32)]
+                ("kv_cache_fraction", ctypes.c_float), ("max_context", c_int32), ("kv_block_size", c_int32),
+                ("prefix_cache", ctypes.c_bool)]
 
 
 class _EngineStats(ctypes.Structure):
     _fields_ = [("kv_block_size", c_int32), ("kv_blocks_total", c_int32), ("kv_blocks_free", c_int32),
                 ("kv_capacity_tokens", c_size_t), ("max_concurrent_full", c_int32), ("max_context", c_int32),
                 ("running", c_int32), ("waiting", c_int32), ("preemptions", c_int64), ("steps", c_int64),
-                ("steps_ahead", c_int64)]
+                ("steps_ahead", c_int64), ("kv_blocks_cached", c_int32), ("prefix_cache", ctypes.c_bool),
+                ("prefix_cache_queried_tokens", c_int64), ("prefix_cache_hit_tokens", c_int64),
+                ("prefix_cache_evictions", c_int64)]
 
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
@@ -372,12 +375,14 @@ class Model:
     holds the Model's lock; a stream holds it only while it steps the engine, so streams and generate calls
     from several threads interleave, each getting the tokens it would get alone (batch-invariant).
     weights: "bf16" (as stored; an FP8 checkpoint dequantized) or "fp8" (E4M3 with 128x128 block scales,
-    quantized at load from a bf16 checkpoint); docs/FP8.md."""
+    quantized at load from a bf16 checkpoint); docs/FP8.md.
+    prefix_cache: automatic prefix caching (default True): requests that begin with the same tokens share the
+    full KV blocks already computed; the tokens are the same either way (docs/ARCHITECTURE.md)."""
 
     def __init__(self, path: Optional[str] = None, *, backend: str = "auto", threads: int = 0, device: int = 0,
                  weights: str = "bf16", dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
                  kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0,
-                 rope_scaling=None):
+                 rope_scaling=None, prefix_cache: bool = True):
         # Set first: close() and __del__ see a half-made Model when a check below raises.
         self._lock = threading.RLock()
         self._handle, self._engine = None, None
@@ -416,6 +421,10 @@ class Model:
         max_sequences = _integer("max_sequences", max_sequences, 0, _INT32_MAX)
         if max_sequences:
             engine_params.max_sequences = max_sequences
+        # automatic prefix caching (kite_engine_params.prefix_cache): the same tokens either way
+        if not isinstance(prefix_cache, bool):
+            raise KiteError(f"kite: prefix_cache must be True or False, not {prefix_cache!r}")
+        engine_params.prefix_cache = prefix_cache
         handle = ctypes.c_void_p()
         if dummy is not None:
             shape = _c_string("dummy", dummy)

@@ -55,7 +55,8 @@ kite_bench_params kite_bench_params_default(void) {
                                .n_depth = 1,
                                .repetitions = 5,
                                .seed = 0,
-                               .sampling = kite_sampling_default()};
+                               .sampling = kite_sampling_default(),
+                               .prefix_cache = true};
 }
 
 static double seconds_now(void) {
@@ -276,6 +277,7 @@ static kite_status time_prefill(bench_run *r, kite_bench_row *row) {
     const int64_t steps = (n_seqs + per_step - 1) / per_step;
     KITE_TRY(engine_set_step_token_budget(r->engine, budget));
     for (int rep = -1; rep < r->params->repetitions; rep++) {
+        KITE_TRY(engine_reset_kv_cache(r->engine)); /* every repetition on the same blocks */
         KITE_TRY(submit_requests(r, n_seqs, n, 1, false));
         const kite_engine_stats before = kite_engine_get_stats(r->engine);
         const double t0 = seconds_now();
@@ -308,6 +310,7 @@ static kite_status time_decode(bench_run *r, kite_bench_row *row) {
     const int64_t ahead = !sampled && r->overlap ? n - 1 : 0;
     KITE_TRY(engine_set_step_token_budget(r->engine, PREFILL_STEP_TOKENS));
     for (int rep = -1; rep < r->params->repetitions; rep++) {
+        KITE_TRY(engine_reset_kv_cache(r->engine)); /* every repetition on the same blocks */
         engine_hold_decode(r->engine, fill);
         kite_status status = submit_requests(r, n_seqs, prompt_length, n + (fill ? 1 : 0), sampled);
         /* Every step reads at least one prompt token, so the contexts are full within depth x B steps. */
@@ -401,6 +404,7 @@ static kite_status create_engine(bench_run *r) {
     ep.max_sequences = r->plan.max_batch;
     ep.max_step_tokens = r->plan.step_tokens;
     ep.max_context = r->plan.max_context;
+    ep.prefix_cache = r->params->prefix_cache;
     ep.kv_cache_bytes = (size_t)r->plan.max_batch * (size_t)per_seq * engine_kv_block_bytes(r->model, ep.kv_block_size);
     KITE_TRY(kite_engine_create(r->model, &ep, &r->engine));
     const kite_engine_stats stats = kite_engine_get_stats(r->engine);

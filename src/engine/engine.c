@@ -1,4 +1,9 @@
-/* The engine: continuous batching over a paged KV cache.
+/* The engine: continuous batching over a paged KV cache, with automatic prefix caching.
+ *
+ * Prefix caching (kv_cache.h; docs/ARCHITECTURE.md): a request being admitted takes the longest chain of cached
+ * full blocks that begins its tokens (take_cached_prefix) and computes only the rest; after each step the full
+ * blocks it computed are registered (cache_full_blocks) for later requests. Blocks are reference counted and
+ * shared read-only; a released registered block stays cached until the pool needs it.
  *
  * Each step the scheduler (schedule_step) gives every decoding request its one token first, then the next
  * chunk of prompts being read, then admits waiting requests while the token budget (the chunked-prefill
@@ -69,6 +74,7 @@ struct kite_engine {
     sampler **row_samplers; /* row_requests' samplers */
 
     int64_t steps, preemptions, steps_ahead;
+    int64_t prefix_queried_tokens, prefix_hit_tokens; /* kite_engine_stats.prefix_cache_* */
     kite_engine_timings timings;
 
     /* Hooks for the benchmark (engine_internal.h): */
@@ -96,7 +102,8 @@ static double now_seconds(void) {
  * one block. */
 kite_engine_params kite_engine_params_default(void) {
     return (kite_engine_params){.max_sequences = 256, .max_step_tokens = 2048, .kv_cache_bytes = 0,
-                                .kv_cache_fraction = 0.9f, .max_context = 0, .kv_block_size = 128};
+                                .kv_cache_fraction = 0.9f, .max_context = 0, .kv_block_size = 128,
+                                .prefix_cache = true};
 }
 
 kite_request kite_request_default(void) {
@@ -182,7 +189,7 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
 
     int32_t n_blocks = 0;
     kite_status status = choose_kv_blocks(e, &n_blocks);
-    if (status == KITE_OK) status = kv_pool_init(&e->pool, n_blocks, p.kv_block_size);
+    if (status == KITE_OK) status = kv_pool_init(&e->pool, n_blocks, p.kv_block_size, p.prefix_cache);
     if (status == KITE_OK) status = model->backend->ops->kv_reserve(model->backend, n_blocks, p.kv_block_size);
     size_t seqs = (size_t)p.max_sequences, toks = (size_t)p.max_step_tokens;
     if (status == KITE_OK) {
@@ -250,6 +257,8 @@ void kite_engine_free(kite_engine *e) {
 
 /* ---- requests ------------------------------------------------------------------------------------ */
 
+static bool grow_block_table(engine_request *r, int32_t needed);
+
 static void emit_event(engine_request *r, int32_t token, float logprob, int32_t n_top, const int32_t *top_ids,
                        const float *top_logprobs) {
     const char *text;
@@ -264,10 +273,49 @@ static void emit_event(engine_request *r, int32_t token, float logprob, int32_t 
 }
 
 /* The blocks go back last first, so that the next request to take as many gets the same table in the same order:
- * a repeated request (a benchmark's repetitions) runs on the same cache addresses every time. */
+ * a repeated request (a benchmark's repetitions) runs on the same cache addresses every time. Cached ones join
+ * the LRU list in that order too, so a sequence's later blocks are evicted before its earlier ones, which
+ * more requests share (vLLM's free_blocks does the same). */
 static void release_blocks(kite_engine *e, engine_request *r) {
-    for (int32_t i = r->n_blocks - 1; i >= 0; i--) kv_pool_give_back(&e->pool, r->block_table[i]);
+    for (int32_t i = r->n_blocks - 1; i >= 0; i--) kv_pool_release(&e->pool, r->block_table[i]);
     r->n_blocks = 0;
+    r->n_hashed_blocks = 0;
+    r->prefix_serial = 0;
+}
+
+/* Registers r's full blocks whose keys and values are computed (and whose tokens are known: a step run ahead
+ * computes a position before its token reaches the host) in the prefix cache, so later requests may share them. */
+static void cache_full_blocks(kite_engine *e, engine_request *r) {
+    if (!e->pool.caching) return;
+    const size_t known = r->n_computed < r->n_tokens ? r->n_computed : r->n_tokens;
+    const size_t block_size = (size_t)e->pool.block_size;
+    while ((size_t)(r->n_hashed_blocks + 1) * block_size <= known) {
+        const int32_t i = r->n_hashed_blocks;
+        r->prefix_serial =
+            kv_pool_register(&e->pool, r->block_table[i], r->prefix_serial, r->tokens + (size_t)i * block_size);
+        r->n_hashed_blocks++;
+    }
+}
+
+/* Takes for a request being admitted (nothing in the cache yet) the longest chain of cached blocks that begins
+ * its tokens, and counts them as computed. At most (n_tokens - 1) / block_size blocks: at least one token is
+ * always computed, so the request gets logits (a prompt that hits whole recomputes its last block into a block
+ * of its own). release_blocks gives them back if the admission fails. */
+static kite_status take_cached_prefix(kite_engine *e, engine_request *r) {
+    if (!e->pool.caching) return KITE_OK;
+    const size_t block_size = (size_t)e->pool.block_size;
+    const int32_t most = (int32_t)((r->n_tokens - 1) / block_size);
+    for (int32_t i = 0; i < most; i++) {
+        const int32_t id = kv_pool_lookup(&e->pool, r->prefix_serial, r->tokens + (size_t)i * block_size);
+        if (id < 0) break;
+        if (!grow_block_table(r, i + 1)) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
+        kv_pool_acquire(&e->pool, id);
+        r->block_table[r->n_blocks++] = id;
+        r->n_hashed_blocks++;
+        r->prefix_serial = e->pool.serial[id];
+    }
+    r->n_computed = (size_t)r->n_hashed_blocks * block_size;
+    return KITE_OK;
 }
 
 /* Ends a request that produced no token this step (cancel, capacity) with a final event. */
@@ -409,7 +457,7 @@ static bool grow_block_table(engine_request *r, int32_t needed) {
 static kite_status ensure_blocks(kite_engine *e, engine_request *r, int64_t n_positions, bool *ok) {
     int32_t needed = kv_blocks_for(&e->pool, n_positions);
     *ok = false;
-    if (needed - r->n_blocks > e->pool.n_free) return KITE_OK;
+    if (needed - r->n_blocks > kv_pool_available(&e->pool)) return KITE_OK;
     if (!grow_block_table(r, needed)) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
     while (r->n_blocks < needed) kv_pool_take(&e->pool, &r->block_table[r->n_blocks++]);
     *ok = true;
@@ -455,6 +503,8 @@ static kite_status schedule_step(kite_engine *e, int32_t *n_scheduled) {
         for (int32_t i = 0; i < e->n_requests && n < e->params.max_sequences && budget > 0; i++) {
             engine_request *r = e->requests[i];
             if (!in_phase(r, phase)) continue;
+            if (phase == PHASE_ADMIT) KITE_TRY(take_cached_prefix(e, r));
+            const size_t hit_tokens = r->n_computed;
             size_t remaining = r->n_tokens - r->n_computed;
             int32_t chunk = remaining < (size_t)budget ? (int32_t)remaining : budget;
             bool ok = false;
@@ -471,9 +521,17 @@ static kite_status schedule_step(kite_engine *e, int32_t *n_scheduled) {
                 preempt(e, victim);
             }
             if (!ok) {
-                if (phase == PHASE_ADMIT) break; /* keep arrival order: later requests wait behind this one */
+                if (phase == PHASE_ADMIT) { /* keep arrival order: later requests wait behind this one */
+                    release_blocks(e, r); /* the cached blocks it took, for the next try */
+                    r->n_computed = 0;
+                    break;
+                }
                 preempt(e, r);
                 continue;
+            }
+            if (phase == PHASE_ADMIT && e->pool.caching) {
+                e->prefix_queried_tokens += (int64_t)r->n_tokens;
+                e->prefix_hit_tokens += (int64_t)hit_tokens;
             }
             r->state = REQUEST_RUNNING;
             e->step_requests[n] = r;
@@ -541,6 +599,7 @@ static kite_status take_tokens(kite_engine *e, engine_request *const *row_reques
         int32_t token = e->sampled[row];
         KITE_TRY(request_append_token(r, token, e->model->config.eos_ids, e->model->config.n_eos_ids,
                                       (size_t)e->max_context));
+        cache_full_blocks(e, r); /* a step run ahead computed this token's position before the token came */
         if (r->finish != KITE_FINISH_NONE) {
             r->state = REQUEST_FINISHED;
             release_blocks(e, r); /* a finished request's blocks are free for the next step */
@@ -687,7 +746,10 @@ static kite_status engine_step(kite_engine *e) {
                         .ids_only = all_greedy}; /* greedy rows are read by argmax only (below) */
     backend *b = e->model->backend;
     KITE_TRY(b->ops->forward(b, &batch));
-    for (int32_t s = 0; s < n; s++) e->step_requests[s]->n_computed += (size_t)e->step_new_tokens[s];
+    for (int32_t s = 0; s < n; s++) {
+        e->step_requests[s]->n_computed += (size_t)e->step_new_tokens[s];
+        cache_full_blocks(e, e->step_requests[s]);
+    }
 
     rows = 0;
     for (int32_t s = 0; s < n; s++)
@@ -742,7 +804,12 @@ kite_engine_stats kite_engine_get_stats(const kite_engine *e) {
     kite_engine_stats s = {0};
     s.kv_block_size = e->pool.block_size;
     s.kv_blocks_total = e->pool.n_blocks;
-    s.kv_blocks_free = e->pool.n_free;
+    s.kv_blocks_free = kv_pool_available(&e->pool);
+    s.kv_blocks_cached = e->pool.n_cached_free;
+    s.prefix_cache = e->pool.caching;
+    s.prefix_cache_queried_tokens = e->prefix_queried_tokens;
+    s.prefix_cache_hit_tokens = e->prefix_hit_tokens;
+    s.prefix_cache_evictions = e->pool.evictions;
     s.kv_capacity_tokens = (size_t)e->pool.n_blocks * (size_t)e->pool.block_size;
     s.max_context = e->max_context;
     s.max_concurrent_full = e->pool.n_blocks / kv_blocks_for(&e->pool, e->max_context);
@@ -774,8 +841,9 @@ size_t engine_kv_block_bytes(const kite_model *model, int32_t block_size) {
 kite_status engine_lend_blocks(kite_engine *e, int32_t n, int32_t *ids) {
     if (!kite_engine_idle(e))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "engine_lend_blocks: the engine is not idle");
-    if (n < 0 || n > e->pool.n_free)
-        return kite_fail(KITE_ERROR_CAPACITY, "engine_lend_blocks: %d KV blocks asked for, %d free", n, e->pool.n_free);
+    if (n < 0 || n > kv_pool_available(&e->pool))
+        return kite_fail(KITE_ERROR_CAPACITY, "engine_lend_blocks: %d KV blocks asked for, %d free", n,
+                         kv_pool_available(&e->pool));
     for (int32_t i = 0; i < n; i++) kv_pool_take(&e->pool, &ids[i]);
     e->lent_blocks += n;
     return KITE_OK;
@@ -783,7 +851,7 @@ kite_status engine_lend_blocks(kite_engine *e, int32_t n, int32_t *ids) {
 
 void engine_return_blocks(kite_engine *e, const int32_t *ids, int32_t n) {
     /* In reverse, so that the next take hands them out in the order they were lent. */
-    for (int32_t i = n - 1; i >= 0; i--) kv_pool_give_back(&e->pool, ids[i]);
+    for (int32_t i = n - 1; i >= 0; i--) kv_pool_release(&e->pool, ids[i]);
     e->lent_blocks -= n;
 }
 
@@ -793,6 +861,15 @@ kite_status engine_set_step_token_budget(kite_engine *e, int32_t tokens) {
                          "engine_set_step_token_budget: %d tokens per step, the engine holds %d to %d", tokens,
                          e->params.max_sequences, e->params.max_step_tokens);
     e->step_token_budget = tokens;
+    return KITE_OK;
+}
+
+kite_status engine_reset_kv_cache(kite_engine *e) {
+    remove_finished(e);
+    if (!kite_engine_idle(e) || !kv_pool_reset(&e->pool))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "engine_reset_kv_cache: the engine is not idle (%d of %d KV blocks held or lent)",
+                         e->pool.n_blocks - kv_pool_available(&e->pool), e->pool.n_blocks);
     return KITE_OK;
 }
 

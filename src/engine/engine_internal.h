@@ -33,6 +33,11 @@ void engine_return_blocks(kite_engine *e, const int32_t *ids, int32_t n);
  * prompts per step with it. */
 kite_status engine_set_step_token_budget(kite_engine *e, int32_t tokens);
 
+/* Empties the prefix cache and restores the pool's fresh order, so that every repetition of a benchmark row runs
+ * on the same KV blocks (a fresh engine's ascending ones) and never reads what an earlier repetition cached. Only
+ * while the engine is idle with no block lent. */
+kite_status engine_reset_kv_cache(kite_engine *e);
+
 /* While held, no decoding request is scheduled and no step runs ahead: prompts are read and their first token
  * sampled, then those requests wait (a step with nothing else to do does nothing). The benchmark fills B contexts
  * to the same depth this way, then releases them to decode in lockstep. */

@@ -32,6 +32,11 @@ typedef struct engine_request {
 
     int32_t *block_table; /* block_table[i] holds positions [i * block_size, (i + 1) * block_size) */
     int32_t n_blocks, block_table_capacity;
+    /* Prefix caching (kv_cache.h): block_table[0 .. n_hashed_blocks) are full blocks whose content is in the
+     * cache (taken from it at admission, or registered once computed); prefix_serial is the serial of that
+     * content's last block (0 when none), the parent of the next block to register. */
+    int32_t n_hashed_blocks;
+    uint64_t prefix_serial;
 
     sampler *sampler;
     bool greedy;          /* temperature 0, no penalty, bias or min_tokens: the backend's argmax is enough */

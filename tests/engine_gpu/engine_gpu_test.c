@@ -3,7 +3,8 @@
  * the first difference; there each side's token is in the other's top 5); the same under forced
  * preemption; every KV block comes back. Runs on a dummy Qwen3-0.6B and on the tiny checkpoint. Sampled
  * requests read through the device's reduced rows equal those read through whole rows; greedy requests give
- * the same tokens with the overlapped decode on and off. */
+ * the same tokens with the overlapped decode on and off; requests sharing a prefix give the same tokens with the
+ * prefix cache on and off (near-tie rule), taking cached blocks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -250,6 +251,90 @@ static void test_reduced_sampling_matches_full_rows(void) {
     printf("  reduced vs whole-row sampling: %d tokens compared\n", compared);
 }
 
+/* Prefix caching on the GPU: requests sharing a 300-token system prompt with different user turns (the last one
+ * an exact copy of the first), arriving every third step while earlier ones decode and prompts are read in chunks
+ * of 96 tokens, against the same requests with the cache off: equal under the near-tie rule (a hit changes the
+ * batch that computed the shared keys and values), hits taken, every block back at idle. */
+#define N_PREFIX 6
+static int32_t prefix_prompts[N_PREFIX][400];
+static const int32_t prefix_lengths[N_PREFIX] = {305, 340, 301, 377, 320, 305};
+
+static void run_prefix_engine(kite_model *m, kite_engine_params params, token_record *out, kite_engine_stats *stats) {
+    kite_engine *e = NULL;
+    kite_status s = kite_engine_create(m, &params, &e);
+    CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
+    if (s != KITE_OK) return;
+    int submitted = 0;
+    for (int step = 0; submitted < N_PREFIX || !kite_engine_idle(e); step++) {
+        if (submitted < N_PREFIX && step % 3 == 0) {
+            kite_request r = kite_request_default();
+            r.prompt_ids = prefix_prompts[submitted];
+            r.n_prompt_ids = (size_t)prefix_lengths[submitted];
+            r.max_tokens = N_STEPS;
+            r.ignore_eos = true;
+            r.n_logprobs = 5;
+            r.on_token = token_record_collect;
+            r.user_data = &out[submitted];
+            CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
+            submitted++;
+        }
+        s = kite_engine_step(e);
+        CHECK_MSG(s == KITE_OK, "step: %s", kite_last_error());
+        if (s != KITE_OK) break;
+    }
+    CHECK(kite_engine_run(e) == KITE_OK);
+    *stats = kite_engine_get_stats(e);
+    CHECK_MSG(stats->kv_blocks_free == stats->kv_blocks_total, "%d of %d blocks free at idle", stats->kv_blocks_free,
+              stats->kv_blocks_total);
+    kite_engine_free(e);
+}
+
+/* kv_block_size 0: the engine's default. */
+static void run_prefix_case(size_t kv_cache_bytes, int32_t kv_block_size, bool expect_preemption) {
+    kite_model *m = load("qwen3-0.6b-base");
+    if (!m) return;
+    const int32_t vocab = kite_model_get_info(m).vocab_size;
+    uint64_t state = 777;
+    for (int i = 0; i < N_PREFIX - 1; i++)
+        for (int k = 0; k < prefix_lengths[i]; k++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            /* the first 300 tokens are the first prompt's: the shared system prompt */
+            prefix_prompts[i][k] = i > 0 && k < 300 ? prefix_prompts[0][k] : (int32_t)((state >> 33) % (uint64_t)vocab);
+        }
+    memcpy(prefix_prompts[N_PREFIX - 1], prefix_prompts[0], sizeof prefix_prompts[0]);
+    kite_engine_params params = kite_engine_params_default();
+    params.max_step_tokens = 96;
+    params.kv_cache_bytes = kv_cache_bytes;
+    if (kv_block_size > 0) params.kv_block_size = kv_block_size;
+    token_record off[N_PREFIX] = {0}, on[N_PREFIX] = {0};
+    kite_engine_stats off_stats = {0}, on_stats = {0};
+    params.prefix_cache = false;
+    run_prefix_engine(m, params, off, &off_stats);
+    params.prefix_cache = true;
+    run_prefix_engine(m, params, on, &on_stats);
+    for (int i = 0; i < N_PREFIX; i++) {
+        compare(&off[i], &on[i], i);
+        CHECK(on[i].finals == 1 && on[i].after_final == 0 && on[i].finish == KITE_FINISH_LENGTH);
+    }
+    CHECK_MSG(on_stats.prefix_cache_hit_tokens > 0 && off_stats.prefix_cache_hit_tokens == 0,
+              "hit tokens: %lld cached, %lld uncached", (long long)on_stats.prefix_cache_hit_tokens,
+              (long long)off_stats.prefix_cache_hit_tokens);
+    if (expect_preemption) CHECK_MSG(off_stats.preemptions > 0, "no preemption happened");
+    printf("  prefix cache: %lld of %lld prompt tokens hit, %d blocks cached at idle, %lld / %lld preemptions "
+           "(cached / not), %lld evictions\n",
+           (long long)on_stats.prefix_cache_hit_tokens, (long long)on_stats.prefix_cache_queried_tokens,
+           on_stats.kv_blocks_cached, (long long)on_stats.preemptions, (long long)off_stats.preemptions,
+           (long long)on_stats.prefix_cache_evictions);
+    kite_model_free(m);
+}
+
+static void test_prefix_cache_dummy_0_6b(void) { run_prefix_case(0, 0, false); }
+
+static void test_prefix_cache_preemption_dummy_0_6b(void) {
+    /* 40 blocks of 16 = 640 positions, where the six requests need about 2,100 at once without sharing. */
+    run_prefix_case((size_t)114688 * 16 * 40, 16, true);
+}
+
 int main(void) {
     char reason[256];
     if (!cuda_backend_available(reason, sizeof reason)) test_skip(reason);
@@ -258,5 +343,7 @@ int main(void) {
     TEST_RUN(test_batch_invariance_tiny);
     TEST_RUN(test_reduced_sampling_matches_full_rows);
     TEST_RUN(test_overlapped_decode);
+    TEST_RUN(test_prefix_cache_dummy_0_6b);
+    TEST_RUN(test_prefix_cache_preemption_dummy_0_6b);
     return test_finish();
 }

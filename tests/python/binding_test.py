@@ -91,6 +91,34 @@ def a_batch_equals_its_requests_alone():
 
 
 @case
+def prefix_cache_is_on_by_default_and_can_be_turned_off():
+    # kite_engine_params.prefix_cache and the stats that count it: the same tokens with the cache and without
+    prompt = list(range(1000, 1300))  # two full blocks of 128 before the last token
+    with model() as m:
+        assert m.engine_stats()["prefix_cache"] is True
+    results = {}
+    for prefix_cache in (True, False):
+        with kite.Model(os.path.join(DATA, "tiny"), backend="cpu", threads=2, library=args.library,
+                        prefix_cache=prefix_cache) as m:
+            first = m.generate(prompt, max_tokens=6, ignore_eos=True).tokens
+            second = m.generate(prompt, max_tokens=6, ignore_eos=True).tokens
+            stats = m.engine_stats()
+            assert first == second and stats["prefix_cache"] is prefix_cache, stats
+            assert stats["kv_blocks_free"] == stats["kv_blocks_total"], stats
+            hits = stats["prefix_cache_hit_tokens"]
+            assert hits == (256 if prefix_cache else 0), stats
+            assert (stats["kv_blocks_cached"] > 0) == prefix_cache, stats
+            results[prefix_cache] = first
+    assert results[True] == results[False], results
+    try:
+        kite.Model(os.path.join(DATA, "tiny"), backend="cpu", library=args.library, prefix_cache=1)
+    except kite.KiteError as e:
+        assert "prefix_cache must be True or False" in str(e), str(e)
+    else:
+        raise AssertionError("prefix_cache=1 accepted")
+
+
+@case
 def stream_equals_generate_and_sampling_is_seeded():
     with model() as m:
         options = dict(max_tokens=20, temperature=0.8, top_p=0.9, seed=7, ignore_eos=True)

@@ -79,6 +79,16 @@ void metrics_render(const serve_metrics *m, const kite_engine_stats *engine, tex
     gauge(out, "kite_requests_waiting", "gauge", "Requests queued or preempted in the engine.", engine->waiting);
     gauge(out, "kite_kv_blocks_used", "gauge", "KV cache blocks held by requests.",
           (long long)engine->kv_blocks_total - engine->kv_blocks_free);
-    gauge(out, "kite_kv_blocks_free", "gauge", "KV cache blocks free.", engine->kv_blocks_free);
+    gauge(out, "kite_kv_blocks_free", "gauge",
+          "KV cache blocks no request holds, kite_kv_blocks_cached included (those are evicted for new ones as needed).",
+          engine->kv_blocks_free);
+    gauge(out, "kite_kv_blocks_cached", "gauge",
+          "Free KV cache blocks that keep an earlier request's prefix for reuse by the prefix cache.",
+          engine->kv_blocks_cached);
+    gauge(out, "kite_prefix_cache_queries_total", "counter",
+          "Prompt tokens looked up in the prefix cache (a preempted request counts again when it resumes).",
+          (long long)engine->prefix_cache_queried_tokens);
+    gauge(out, "kite_prefix_cache_hits_total", "counter",
+          "Prompt tokens found in the prefix cache and not computed.", (long long)engine->prefix_cache_hit_tokens);
     gauge(out, "kite_preemptions_total", "counter", "Requests preempted to free KV blocks.", (long long)engine->preemptions);
 }
