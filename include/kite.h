@@ -124,6 +124,35 @@ typedef enum kite_weights {
                               checkpoint, as stored from an FP8 one */
 } kite_weights;
 
+/* What a load reports while it runs (kite_load_params.on_load_event), so a front end can show progress. A load
+ * goes through one or two stages: the weights come from the checkpoint (read and converted) or from a weight
+ * cache entry, and after a conversion the entry is filled. */
+typedef enum kite_load_stage {
+    KITE_LOAD_STAGE_CHECKPOINT = 0, /* reading and converting the checkpoint's weights onto the backend */
+    KITE_LOAD_STAGE_CACHE_READ = 1, /* reading a weight cache entry onto the backend */
+    KITE_LOAD_STAGE_CACHE_FILL = 2, /* writing the converted weights to a weight cache entry */
+} kite_load_stage;
+
+typedef enum kite_load_event_kind {
+    KITE_LOAD_EVENT_PROGRESS = 0, /* bytes_done of bytes_total so far (at most about ten a second) */
+    KITE_LOAD_EVENT_DONE = 1,     /* the stage finished: bytes_done bytes in `seconds` */
+    KITE_LOAD_EVENT_NOTICE = 2,   /* one line in message: a cache entry rejected and rebuilt, a cache folder that
+                                     cannot be used, a fill that failed; the load goes on */
+} kite_load_event_kind;
+
+typedef struct kite_load_event {
+    kite_load_event_kind kind;
+    kite_load_stage stage;
+    uint64_t bytes_done;
+    uint64_t bytes_total;
+    double seconds;      /* since the stage began */
+    const char *message; /* NOTICE only (no newline; valid during the callback), else NULL */
+} kite_load_event;
+
+/* Called on the loading thread. With no callback, a NOTICE goes to stderr as "kite: <message>" and progress is
+ * not reported: the library says nothing else on stderr, but a rebuilt cache entry should not pass unseen. */
+typedef void (*kite_load_callback)(const kite_load_event *event, void *user_data);
+
 typedef struct kite_load_params {
     kite_backend_kind backend;
     int32_t n_threads;        /* CPU threads (0 = all cores) */
@@ -136,6 +165,11 @@ typedef struct kite_load_params {
                                  scaling, validated as config.json's is: {"rope_type":"yarn","factor":4.0,
                                  "original_max_position_embeddings":32768} (as vLLM's --hf-overrides
                                  '{"rope_scaling": ...}'); read during the load only */
+    const char *weight_cache; /* the weight cache folder (docs/weight-cache.md): NULL = the default,
+                                 $XDG_CACHE_HOME/kite or else ~/.cache/kite; "off" = no cache. A folder that
+                                 cannot be used is a NOTICE and the load goes on uncached */
+    kite_load_callback on_load_event; /* NULL: see kite_load_callback */
+    void *load_event_user_data;
 } kite_load_params;
 
 kite_load_params kite_load_params_default(void);
@@ -164,6 +198,33 @@ typedef struct kite_model_info {
 } kite_model_info;
 
 kite_model_info kite_model_get_info(const kite_model *model);
+
+/* ---- the weight cache ------------------------------------------------------------------------------ */
+
+/* One entry of a weight cache folder, as kite_weight_cache_list reads its header (the data is not checked:
+ * a load does that). Strings are valid until kite_weight_cache_list_free. */
+typedef struct kite_weight_cache_entry {
+    const char *file;    /* the entry's path */
+    const char *model;   /* the checkpoint folder it was made from */
+    const char *weights; /* "bf16", "fp8" */
+    const char *backend; /* "cpu", "cuda" */
+    const char *arch;    /* the backend's architecture ("x86_64", "sm_90") */
+    uint64_t bytes;      /* the entry's file size */
+    int64_t created;     /* Unix time of the fill */
+    const char *problem; /* NULL, or why the entry cannot be used (damaged header, another format version); the
+                            other strings are then empty */
+} kite_weight_cache_entry;
+
+/* The entries of folder dir (NULL: the default folder) in file name order. A folder that does not exist has no
+ * entries. */
+kite_status kite_weight_cache_list(const char *dir, kite_weight_cache_entry **entries, size_t *n_entries);
+void kite_weight_cache_list_free(kite_weight_cache_entry *entries, size_t n_entries);
+/* Removes every entry of folder dir (NULL: the default), and the temporary files of fills that did not finish;
+ * nothing else in the folder. */
+kite_status kite_weight_cache_clear(const char *dir, size_t *n_removed);
+/* The folder a NULL kite_load_params.weight_cache means, into out; KITE_ERROR_IO when neither XDG_CACHE_HOME nor
+ * HOME is set. */
+kite_status kite_weight_cache_default_dir(char *out, size_t capacity);
 
 /* Text <-> token ids through the checkpoint's tokenizer.json (byte-level BPE, exactly as Hugging Face).
  * Results are allocated with malloc: release them with kite_free(). */

@@ -7,6 +7,8 @@
 #include "kite.h"
 #include "model/model.h"
 #include "util/error.h"
+#include "weights/cached_load.h"
+#include "weights/load_progress.h"
 
 void kite_free(void *pointer) { free(pointer); }
 
@@ -21,7 +23,7 @@ bool kite_built_with_cuda(void) {
 kite_load_params kite_load_params_default(void) {
     return (kite_load_params){
         .backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_BF16, .max_context = 0,
-        .rope_scaling = NULL};
+        .rope_scaling = NULL, .weight_cache = NULL, .on_load_event = NULL, .load_event_user_data = NULL};
 }
 
 /* kite_load_params.max_context lowers the config's context limit, before the backend sizes its RoPE table. */
@@ -40,7 +42,18 @@ static kite_status apply_max_context(kite_model *m, const kite_load_params *p) {
     return KITE_OK;
 }
 
-static kite_status create_backend(kite_model *m, const kite_load_params *p) {
+/* Creates the backend of a resolved kind: from a checkpoint through the weight cache, else (a dummy model) by
+ * converting the weights in memory. */
+static kite_status create_backend_of(kite_model *m, const char *dir, kite_backend_kind kind, const backend_params *bp,
+                                     const kite_load_params *p) {
+    if (m->checkpoint) return cached_load_create(dir, m->checkpoint, &m->config, kind, bp, p, &m->backend);
+    /* Random weights are made in memory, not read: there is no load to report. */
+    load_progress progress = load_progress_make(NULL, NULL);
+    (void)p;
+    return cached_load_convert(&m->config, m->weights, 0, kind, bp, &progress, &m->backend);
+}
+
+static kite_status create_backend(kite_model *m, const char *dir, const kite_load_params *p) {
     if (p->weights != KITE_WEIGHTS_BF16 && p->weights != KITE_WEIGHTS_FP8)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_load_params.weights %d is not bf16 (0) or fp8 (1)",
                          (int)p->weights);
@@ -51,7 +64,7 @@ static kite_status create_backend(kite_model *m, const kite_load_params *p) {
         kind = cuda_backend_available(reason, sizeof reason) ? KITE_BACKEND_CUDA : KITE_BACKEND_CPU;
     }
     if (kind == KITE_BACKEND_CUDA) {
-        kite_status status = cuda_backend_create(&m->config, m->weights, &bp, &m->backend);
+        kite_status status = create_backend_of(m, dir, KITE_BACKEND_CUDA, &bp, p);
         /* auto means "the fastest backend that runs this model": a shape the CUDA kernels do not implement
          * (such as a head_dim other than 128) runs on the CPU instead. An explicit --backend cuda fails, and so
          * does fp8 on a GPU: a silent move to the CPU would be a thousand times slower. */
@@ -59,7 +72,7 @@ static kite_status create_backend(kite_model *m, const kite_load_params *p) {
             return status;
         kind = KITE_BACKEND_CPU;
     }
-    if (kind == KITE_BACKEND_CPU) return cpu_backend_create(&m->config, m->weights, &bp, &m->backend);
+    if (kind == KITE_BACKEND_CPU) return create_backend_of(m, dir, KITE_BACKEND_CPU, &bp, p);
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "unknown backend kind %d", (int)kind);
 }
 
@@ -84,7 +97,7 @@ kite_status kite_model_load(const char *dir, const kite_load_params *params, kit
                            tokenizer_vocab_size(m->tokenizer), m->config.vocab_size);
     /* The chat template is parsed now, so a template kite cannot run fails the load, not a later request. */
     if (status == KITE_OK) status = chat_public_create(dir, NULL, m->tokenizer, &m->chat);
-    if (status == KITE_OK) status = create_backend(m, params);
+    if (status == KITE_OK) status = create_backend(m, dir, params);
     if (status != KITE_OK) {
         kite_model_free(m);
         return status;
@@ -105,7 +118,7 @@ kite_status kite_model_load_dummy(const char *shape, uint64_t seed, const kite_l
     if (status == KITE_OK) status = dummy_model_create(&m->config, seed, &m->dummy);
     if (status == KITE_OK) {
         m->weights = dummy_model_weights(m->dummy);
-        status = create_backend(m, params);
+        status = create_backend(m, NULL, params);
     }
     if (status != KITE_OK) {
         kite_model_free(m);

@@ -36,6 +36,13 @@ static cli_option_result engine_option_set(int id, const char *name, const char 
     switch (id) {
     case CLI_ID_BACKEND: return cli_parse_backend(value, &load->backend) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
     case CLI_ID_WEIGHTS: return cli_parse_weights(value, &load->weights) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
+    case CLI_ID_WEIGHT_CACHE:
+        if (!value[0]) {
+            fprintf(stderr, "kite: %s: give a folder or off\n", name);
+            return CLI_OPTION_BAD;
+        }
+        load->weight_cache = value; /* argv outlives the load */
+        return CLI_OPTION_TAKEN;
     case CLI_ID_THREADS:
         if (!cli_parse_int(name, value, 0, 4096, &v)) return CLI_OPTION_BAD;
         load->n_threads = (int32_t)v;
@@ -201,4 +208,75 @@ bool cli_read_file(const char *what, const char *path, size_t max_bytes, char **
     *text = buffer;
     *length = n;
     return true;
+}
+
+/* ---- load progress ------------------------------------------------------------------------------------ */
+
+static const char *stage_words(kite_load_stage stage) {
+    switch (stage) {
+    case KITE_LOAD_STAGE_CHECKPOINT: return "from the checkpoint";
+    case KITE_LOAD_STAGE_CACHE_READ: return "from the weight cache";
+    case KITE_LOAD_STAGE_CACHE_FILL: return "filling the weight cache";
+    }
+    return "loading";
+}
+
+static double gigabytes(uint64_t bytes) { return (double)bytes / 1e9; }
+static double rate(uint64_t bytes, double seconds) { return seconds > 0 ? gigabytes(bytes) / seconds : 0.0; }
+
+static void clear_live_line(cli_load_report *r) {
+    if (!r->line_open) return;
+    fputs("\r\033[K", stderr);
+    r->line_open = false;
+}
+
+static void on_load_event(const kite_load_event *e, void *user_data) {
+    cli_load_report *r = user_data;
+    switch (e->kind) {
+    case KITE_LOAD_EVENT_NOTICE:
+        clear_live_line(r);
+        fprintf(stderr, "kite: %s\n", e->message);
+        return;
+    case KITE_LOAD_EVENT_PROGRESS:
+        if (!r->live) return;
+        {
+            double gbps = rate(e->bytes_done, e->seconds);
+            double left = gbps > 0 && e->bytes_total > e->bytes_done ? gigabytes(e->bytes_total - e->bytes_done) / gbps
+                                                                   : 0.0;
+            fprintf(stderr, "\r\033[Kkite: weights %s: %.2f / %.2f GB, %.2f GB/s, %.0f s left", stage_words(e->stage),
+                    gigabytes(e->bytes_done), gigabytes(e->bytes_total), gbps, left);
+            r->line_open = true;
+        }
+        return;
+    case KITE_LOAD_EVENT_DONE:
+        clear_live_line(r);
+        if (e->stage == KITE_LOAD_STAGE_CACHE_FILL) {
+            r->have_fill = true;
+            r->fill_bytes = e->bytes_done;
+            r->fill_seconds = e->seconds;
+        } else {
+            r->have_source = true;
+            r->source_stage = e->stage;
+            r->source_bytes = e->bytes_done;
+            r->source_seconds = e->seconds;
+        }
+        return;
+    }
+}
+
+void cli_load_report_attach(cli_load_report *r, kite_load_params *load) {
+    *r = (cli_load_report){.live = isatty(STDERR_FILENO) == 1};
+    load->on_load_event = on_load_event;
+    load->load_event_user_data = r;
+}
+
+void cli_load_report_finish(cli_load_report *r) {
+    clear_live_line(r);
+    if (!r->have_source) return;
+    char fill[128] = "";
+    if (r->have_fill)
+        snprintf(fill, sizeof fill, "; weight cache filled with %.3f GB in %.2f s (%.2f GB/s)", gigabytes(r->fill_bytes),
+                 r->fill_seconds, rate(r->fill_bytes, r->fill_seconds));
+    fprintf(stderr, "kite: weights %s: %.3f GB in %.2f s (%.2f GB/s)%s\n", stage_words(r->source_stage),
+            gigabytes(r->source_bytes), r->source_seconds, rate(r->source_bytes, r->source_seconds), fill);
 }

@@ -28,6 +28,7 @@ enum {
     CLI_ID_REPEAT_PENALTY,
     CLI_ID_WEIGHTS,
     CLI_ID_NO_PREFIX_CACHE,
+    CLI_ID_WEIGHT_CACHE,
 };
 
 /* The row of --no-prefix-cache (`kite run`, `kite chat`, `kite serve`, `kite bench`). */
@@ -41,6 +42,9 @@ enum {
      "linear layers' weights: bf16 as stored (FP8 checkpoints dequantized), or fp8 with 128x128 block scales " \
      "(default bf16)",                                                                                         \
      false}
+#define CLI_WEIGHT_CACHE_OPTION                                                                                \
+    {CLI_ID_WEIGHT_CACHE, "weight-cache", 0, "DIR|off",                                                        \
+     "the cache of converted weights (default $XDG_CACHE_HOME/kite,\nelse ~/.cache/kite; off: none)", false}
 /* Table rows for the context limit and RoPE scaling of a model (`kite run`, `kite chat`, `kite serve`, `kite bench`). */
 #define CLI_CONTEXT_OPTIONS                                                                                    \
     {CLI_ID_MAX_CONTEXT, "max-context", 0, "N",                                                              \
@@ -55,6 +59,7 @@ enum {
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto: CUDA when usable)", false}, \
     {CLI_ID_THREADS, "threads", 't', "N", "CPU threads (default 0 = all cores)", false},                        \
     CLI_WEIGHTS_OPTION,                                                                                        \
+    CLI_WEIGHT_CACHE_OPTION,                                                                                   \
     CLI_CONTEXT_OPTIONS,                                                                                       \
     {CLI_ID_KV_CACHE_MB, "kv-cache-mb", 0, "N",                                                              \
      "KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)", false},                \
@@ -96,6 +101,25 @@ FILE *cli_open_regular(const char *what, const char *path);
 /* Reads a whole file (PATH "-": standard input) into a malloc'd NUL-terminated buffer; false after one line on
  * stderr ("kite: WHAT: cannot open PATH: ...") when it cannot be read or is larger than max_bytes. */
 bool cli_read_file(const char *what, const char *path, size_t max_bytes, char **text, size_t *length);
+
+/* A model load's progress on stderr (kite_load_params.on_load_event): on a terminal a live line (bytes done,
+ * GB/s, time left) while a stage runs; on any stderr, when the load is done, one summary line saying where the
+ * weights came from (the checkpoint or the weight cache), how many bytes at what rate, and the cache fill.
+ * Notices (an entry rebuilt, a folder that cannot be used) are printed as they come. The library has no stderr
+ * channel of its own, so the CLI owns this printing. */
+typedef struct cli_load_report {
+    bool live;                   /* stderr is a terminal */
+    bool line_open;              /* a live line is on screen, to be cleared before anything else */
+    bool have_source, have_fill;
+    kite_load_stage source_stage; /* KITE_LOAD_STAGE_CHECKPOINT or _CACHE_READ */
+    uint64_t source_bytes, fill_bytes;
+    double source_seconds, fill_seconds;
+} cli_load_report;
+
+/* Points load's callback at r (zeroing r). */
+void cli_load_report_attach(cli_load_report *r, kite_load_params *load);
+/* Prints the summary line of a finished load (nothing when no stage reported, as for a dummy model). */
+void cli_load_report_finish(cli_load_report *r);
 
 /* Reports a failed kite call: "kite: <what>: <message>" on stderr. Returns 1 (the exit code). */
 int cli_report(const char *what, kite_status status);

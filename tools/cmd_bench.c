@@ -32,6 +32,7 @@ static const cli_option bench_options_table[] = {
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto)", false},
     {CLI_ID_THREADS, "threads", 0, "N", "CPU threads (default 0 = all cores)", false},
     CLI_WEIGHTS_OPTION,
+    CLI_WEIGHT_CACHE_OPTION,
     CLI_CONTEXT_OPTIONS,
     CLI_PREFIX_CACHE_OPTION,
     {OPT_OUTPUT, NULL, 'o', "md|jsonl", "output format (default md)", false},
@@ -174,9 +175,13 @@ static void print_row(const kite_bench_row *row, void *user_data) {
 
 static int run_bench(const bench_options *o) {
     kite_model *model = NULL;
-    kite_status status = o->dummy ? kite_model_load_dummy(o->dummy, o->seed, &o->load, &model)
-                                  : kite_model_load(o->model_dir, &o->load, &model);
+    cli_load_report load_report;
+    kite_load_params load = o->load;
+    cli_load_report_attach(&load_report, &load);
+    kite_status status = o->dummy ? kite_model_load_dummy(o->dummy, o->seed, &load, &model)
+                                  : kite_model_load(o->model_dir, &load, &model);
     if (status != KITE_OK) return cli_report("load", status);
+    cli_load_report_finish(&load_report);
     kite_bench_params params = kite_bench_params_default();
     params.prefill = o->prefill;
     params.n_prefill = o->n_prefill;

@@ -244,6 +244,8 @@ int cmd_chat(int argc, char **argv) {
     kite_model *model = NULL;
     kite_engine *engine = NULL;
     kite_chat *own_chat = NULL;
+    cli_load_report load_report;
+    cli_load_report_attach(&load_report, &load);
     kite_status status = kite_model_load(model_dir, &load, &model);
     if (status != KITE_OK) return cli_report(model_dir, status);
     const kite_chat *chat = kite_model_chat(model);
@@ -256,6 +258,7 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     if (status == KITE_OK) status = kite_engine_create(model, &engine_params, &engine);
+    if (status == KITE_OK) cli_load_report_finish(&load_report); /* a refused start says one line, the reason */
     if (status != KITE_OK) {
         int code = cli_report("chat", status);
         kite_chat_free(own_chat);

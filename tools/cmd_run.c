@@ -374,12 +374,16 @@ int cmd_run(int argc, char **argv) {
         exit_code = 1;
         goto done;
     }
+    cli_load_report load_report;
+    cli_load_report_attach(&load_report, &load);
     status = model_dir ? kite_model_load(model_dir, &load, &model) : kite_model_load_dummy(dummy, 0, &load, &model);
     if (status != KITE_OK) {
         exit_code = cli_report(model_dir ? model_dir : dummy, status);
         goto done;
     }
     status = kite_engine_create(model, &engine_params, &engine);
+    /* After the engine too: a run refused at its start says one line, the reason. */
+    if (status == KITE_OK) cli_load_report_finish(&load_report);
     if (status != KITE_OK) {
         exit_code = cli_report("engine", status);
         goto done;

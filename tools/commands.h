@@ -12,5 +12,6 @@ int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 #endif

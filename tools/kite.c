@@ -19,6 +19,7 @@ static const subcommand subcommands[] = {
     {"template", cmd_template, "print the prompt a chat request renders to (the checkpoint's chat template)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids"},
+    {"cache", cmd_cache, "list or clear the weight cache (converted weights kept between loads)"},
     {"info", cmd_info, "print the build, the backends present and the GPU"},
 };
 

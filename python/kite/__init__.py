@@ -34,7 +34,10 @@ c_int32, c_int64, c_uint64, c_size_t = ctypes.c_int32, ctypes.c_int64, ctypes.c_
 
 class _LoadParams(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_int), ("n_threads", c_int32), ("device", c_int32), ("weights", ctypes.c_int),
-                ("max_context", c_int32), ("rope_scaling", ctypes.c_char_p)]
+                ("max_context", c_int32), ("rope_scaling", ctypes.c_char_p), ("weight_cache", ctypes.c_char_p),
+                # on_load_event stays NULL: the library then prints a load's notices (a rebuilt weight cache
+                # entry) to stderr itself, and Python has no progress to show
+                ("on_load_event", ctypes.c_void_p), ("load_event_user_data", ctypes.c_void_p)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -377,12 +380,14 @@ class Model:
     weights: "bf16" (as stored; an FP8 checkpoint dequantized) or "fp8" (E4M3 with 128x128 block scales,
     quantized at load from a bf16 checkpoint); docs/FP8.md.
     prefix_cache: automatic prefix caching (default True): requests that begin with the same tokens share the
-    full KV blocks already computed; the tokens are the same either way (docs/ARCHITECTURE.md)."""
+    full KV blocks already computed; the tokens are the same either way (docs/ARCHITECTURE.md).
+    weight_cache: the folder of converted weights kept between loads (docs/weight-cache.md): None for the
+    default ($XDG_CACHE_HOME/kite, else ~/.cache/kite), "off" for none."""
 
     def __init__(self, path: Optional[str] = None, *, backend: str = "auto", threads: int = 0, device: int = 0,
                  weights: str = "bf16", dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
                  kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0,
-                 rope_scaling=None, prefix_cache: bool = True):
+                 rope_scaling=None, prefix_cache: bool = True, weight_cache: Optional[str] = None):
         # Set first: close() and __del__ see a half-made Model when a check below raises.
         self._lock = threading.RLock()
         self._handle, self._engine = None, None
@@ -418,6 +423,12 @@ class Model:
                 raise KiteError(f"kite: rope_scaling must be a dict or JSON text, not {type(rope_scaling).__name__}")
             rope_scaling_text = _c_string("rope_scaling", rope_scaling)
         params.rope_scaling = rope_scaling_text
+        weight_cache_text = None
+        if weight_cache is not None:
+            if not isinstance(weight_cache, str) or not weight_cache:
+                raise KiteError(f"kite: weight_cache must be a folder or \"off\", not {weight_cache!r}")
+            weight_cache_text = _c_string("weight_cache", weight_cache)
+        params.weight_cache = weight_cache_text
         max_sequences = _integer("max_sequences", max_sequences, 0, _INT32_MAX)
         if max_sequences:
             engine_params.max_sequences = max_sequences

@@ -51,6 +51,40 @@ typedef struct step_batch {
 
 typedef struct backend backend;
 
+/* The weight cache's view of a backend (weights/weight_cache.h). After conversion a backend holds its weights
+ * as a few runs of bytes, "segments": the CPU backend one per float32 tensor, a GPU backend its device
+ * allocations (one allocation of N bytes may be one segment, or a few when N is past what one read should
+ * cover). A backend that exports them lists them (list_segments) and copies each out (read_segment); one made
+ * from a cache entry gets the same bytes back through a backend_segment_source instead of converting the
+ * checkpoint. The names and sizes are the backend's own contract with itself: the cache stores them and
+ * hands them back, and the backend checks them against what its config needs before it allocates. */
+#define BACKEND_SEGMENT_NAME_MAX 64
+typedef struct backend_segment {
+    char name[BACKEND_SEGMENT_NAME_MAX]; /* unique within the backend; NUL-terminated */
+    uint64_t size;                       /* bytes */
+} backend_segment;
+
+/* Where a backend created from a cache entry reads its segments. read copies bytes [offset, offset + size) of
+ * segment `index` into host memory dst (pageable or pinned staging) and checks them against the entry's
+ * checksums before it returns: on KITE_OK they are the bytes that were exported; on any failure (a checksum
+ * mismatch is KITE_ERROR_INVALID_CHECKPOINT) dst holds nothing usable and the caller gives up the whole
+ * creation. offset must be a multiple of chunk_bytes, and size a multiple of it or reach the segment's end,
+ * so that every read covers whole checksummed chunks: a GPU backend stages chunk_bytes (or a multiple) at a
+ * time, uploads each staged piece while the next is read, and never needs the segment whole in host memory. */
+typedef struct backend_segment_source {
+    int32_t n_segments;
+    const backend_segment *segments; /* sizes already checked against the entry's file */
+    uint64_t chunk_bytes;
+    kite_status (*read)(const struct backend_segment_source *self, int32_t index, uint64_t offset, void *dst,
+                        size_t size);
+    void *context;
+} backend_segment_source;
+
+/* The index of segment `name` in source, which must be exactly `size` bytes; fails naming the segment (absent,
+ * or another size) with KITE_ERROR_INVALID_CHECKPOINT, so a mismatched entry is rebuilt, not allocated from. */
+kite_status backend_segment_find(const backend_segment_source *source, const char *name, uint64_t size,
+                                 int32_t *index);
+
 /* A kept row of logits reduced where it lives to what top-k sampling needs (sampler_top_row in sampler.h),
  * so that only k values leave the device: read_top fills top_logits / top_ids [n_rows][k] with each row's n
  * best finite logits (logit descending, ids ascending on ties) and this. n = min(k, n_finite); 0 when the row
@@ -99,12 +133,25 @@ typedef struct backend_ops {
     kite_status (*argmax_end)(backend *self, int32_t *out_ids, int32_t n_rows);
 } backend_ops;
 
+/* The weight cache's export of a backend (see backend_segment). list_segments writes up to `capacity`
+ * segments, in a fixed order, and sets *n to how many the backend holds (call it with capacity 0 first to size
+ * the array). read_segment copies bytes [offset, offset + size) of segment `index` of that order into host
+ * memory (the cache writer calls it one chunk at a time, so a device backend copies through a bounded staging
+ * buffer). */
+typedef struct backend_segment_ops {
+    kite_status (*list_segments)(backend *self, backend_segment *segments, int32_t capacity, int32_t *n);
+    kite_status (*read_segment)(backend *self, int32_t index, uint64_t offset, void *dst, size_t size);
+} backend_segment_ops;
+
 #define BACKEND_ARGMAX_PENDING 2
 
 /* Implementations embed this as their first member. */
 struct backend {
     const backend_ops *ops;
     const qwen3_config *config;
+    /* NULL where the backend does not export its weights: its loads are then never cached. Apart from ops
+     * because it serves creation (the weight cache), not running the model. */
+    const backend_segment_ops *segments;
 };
 
 typedef struct backend_params {
@@ -116,6 +163,8 @@ typedef struct backend_params {
     int32_t emulate_bf16_activations;
     /* The linear weights' form (kite_load_params.weights); quant/fp8_weights.h says what each gives. */
     kite_weights weights;
+    /* Where creation reports the checkpoint bytes it has converted (weights/load_progress.h); may be NULL. */
+    struct load_progress *progress;
 } backend_params;
 
 /* Whether the backend offers overlapped greedy decode (argmax_begin / argmax_end); the engine uses it unless
@@ -128,6 +177,17 @@ size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size);
  * params->weights asks: quant/fp8_weights.h). */
 kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                const backend_params *params, backend **out);
+/* The CPU backend from the segments its list_segments exported (one per float32 tensor, named as the checkpoint
+ * names the tensor), without reading or converting a checkpoint. Any segment missing or of another size than
+ * config implies fails before it is allocated. params->weights is not read: the key of the entry says which
+ * mode's bytes these are. */
+kite_status cpu_backend_create_from_segments(const qwen3_config *config, const backend_segment_source *source,
+                                             const backend_params *params, backend **out);
+/* The string that tells apart the bytes backends of one kind hold on different machines, for the weight cache's
+ * key: the CPU backend's float32 tensors depend only on the byte order and float format, so it is the machine
+ * name (uname -m: "x86_64"); the CUDA backend's is "sm_MN" of the device's compute capability (its layouts and
+ * kernels are compiled per architecture). Fails with KITE_ERROR_UNSUPPORTED when the device cannot be queried. */
+kite_status backend_cache_arch(kite_backend_kind kind, int32_t device, char *out, size_t capacity);
 
 /* The CUDA backend. Built only when nvcc was found (KITE_HAVE_CUDA); otherwise these report
  * KITE_ERROR_UNSUPPORTED. It holds bf16 weights (an FP8 checkpoint dequantized on the host) and refuses

@@ -639,6 +639,10 @@ const qwen3_config *checkpoint_config(const checkpoint *c) { return &c->config; 
 const qwen3_weights *checkpoint_weights(const checkpoint *c) { return &c->weights; }
 
 size_t checkpoint_weight_bytes(const checkpoint *c) { return c->weight_bytes; }
+size_t checkpoint_file_count(const checkpoint *c) { return c->n_files; }
+const safetensors_file *checkpoint_file(const checkpoint *c, size_t index) {
+    return index < c->n_files ? c->files[index] : NULL;
+}
 
 void checkpoint_close(checkpoint *c) {
     if (!c) return;

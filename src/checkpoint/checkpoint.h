@@ -38,6 +38,10 @@ const qwen3_config *checkpoint_config(const checkpoint *c);
 const qwen3_weights *checkpoint_weights(const checkpoint *c);
 /* Bytes of tensor data the views cover (lm_head counted once when tied). */
 size_t checkpoint_weight_bytes(const checkpoint *c);
+/* The safetensors files the weights come from (model.safetensors, or the index's shards in the index's order),
+ * for the weight cache's key. */
+size_t checkpoint_file_count(const checkpoint *c);
+const struct safetensors_file *checkpoint_file(const checkpoint *c, size_t index);
 void checkpoint_close(checkpoint *c);
 
 #endif

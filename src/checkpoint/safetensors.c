@@ -485,6 +485,15 @@ kite_status safetensors_open(const char *path, safetensors_file **out) {
 
 const char *safetensors_name(const safetensors_file *file) { return file->name; }
 
+void safetensors_header_bytes(const safetensors_file *file, const void **data, size_t *size) {
+    *data = NULL;
+    *size = 0;
+    /* The mapping was validated at open: at least 8 bytes, and 8 + the header length within the file. */
+    if (!file->map.data || file->map.size < 8) return;
+    *data = file->map.data;
+    *size = 8 + (size_t)read_le64(file->map.data);
+}
+
 size_t safetensors_count(const safetensors_file *file) { return file->n_tensors; }
 
 const safetensors_tensor *safetensors_tensor_at(const safetensors_file *file, size_t index) {

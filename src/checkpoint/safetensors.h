@@ -53,6 +53,10 @@ kite_status safetensors_parse_memory(const void *data, size_t size, const char *
 /* Unmaps (when opened from a path) and frees. NULL is allowed. */
 void safetensors_close(safetensors_file *file);
 
+/* The file's first 8 + N bytes (the length and the JSON header) as mapped; empty for a file parsed from
+ * memory. */
+void safetensors_header_bytes(const safetensors_file *file, const void **data, size_t *size);
+
 /* The path or name given at open. */
 const char *safetensors_name(const safetensors_file *file);
 

@@ -465,4 +465,70 @@ def run_takes_the_openai_sampling_options():
     assert p.returncode == 1 and b"logit_bias[0]: token 999999" in p.stderr, p.stderr
 
 
+def cached_run(model, cache, *extra, env=None):
+    """kite run --json of model with --weight-cache cache: (tokens, stderr)."""
+    p = run("run", "--model", model, "--prompt-ids", "9707,11,1879", "--max-tokens", "8", "--backend", "cpu",
+            "--threads", "2", "--json", "--weight-cache", cache, *extra, check_exit=0, env=env)
+    return last_json(p.stdout)["tokens"], p.stderr.decode()
+
+
+@case
+def weight_cache_runs_to_the_same_tokens():
+    with tempfile.TemporaryDirectory() as tmp:
+        fp8 = os.path.join(tmp, "tiny-fp8")  # Qwen's FP8 layout, made by the repository's script
+        subprocess.run([sys.executable, os.path.join(DATA, "tools", "make_fp8_checkpoint.py"),
+                        os.path.join(DATA, "tiny"), fp8], check=True, capture_output=True, timeout=300)
+        cache = os.path.join(tmp, "cache")
+        for model, weights in [(os.path.join(DATA, "tiny"), "bf16"), (os.path.join(DATA, "tiny"), "fp8"),
+                               (fp8, "fp8"), (fp8, "bf16")]:
+            plain, err = cached_run(model, "off", "--weights", weights)
+            assert "from the checkpoint" in err and "filled" not in err, err
+            first, err = cached_run(model, cache, "--weights", weights)
+            assert "from the checkpoint" in err and "weight cache filled" in err, err
+            second, err = cached_run(model, cache, "--weights", weights)
+            assert "from the weight cache" in err and "rebuild" not in err, err
+            assert plain == first == second, (model, weights, plain, first, second)
+        listing = run("cache", "list", "--weight-cache", cache, check_exit=0).stdout.decode().splitlines()
+        assert len(listing) == 4, listing
+        assert any(os.path.realpath(fp8) in line and "  fp8  cpu/" in line for line in listing), listing
+        # a flipped byte in an entry: one line saying so, rebuilt, the same tokens
+        entry = sorted(os.path.join(cache, f) for f in os.listdir(cache) if f.endswith(".kwc"))[0]
+        with open(entry, "r+b") as f:
+            f.seek(-3, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-3, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        for line in listing:
+            if line.endswith(entry):
+                model, weights = line.split("  ")[0], line.split("  ")[1]
+        tokens, err = cached_run(model, cache, "--weights", weights)
+        rebuilt = [line for line in err.splitlines() if "rebuilding it from the checkpoint" in line]
+        assert len(rebuilt) == 1 and entry in rebuilt[0] and "checksum" in rebuilt[0], err
+        assert tokens == cached_run(model, "off", "--weights", weights)[0]
+        assert run("cache", "clear", "--weight-cache", cache, check_exit=0).stdout == b"removed 4 files\n"
+        assert run("cache", "list", "--weight-cache", cache, check_exit=0).stdout == b""
+        assert run("cache", "frobnicate", "--weight-cache", cache).returncode == 2
+        assert run("cache").returncode == 2
+
+
+@case
+def weight_cache_default_folder_and_an_unusable_one():
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(DATA, "tiny")
+        env = {"XDG_CACHE_HOME": tmp}
+        p = run("run", "--model", model, "--prompt-ids", "1,2", "--max-tokens", "2", "--backend", "cpu", env=env,
+                check_exit=0)
+        assert len([f for f in os.listdir(os.path.join(tmp, "kite")) if f.endswith(".kwc")]) == 1
+        listing = run("cache", "list", env=env, check_exit=0).stdout.decode()
+        assert os.path.realpath(model) in listing and "bf16  cpu/" in listing, listing
+        # a default folder that cannot be made: one warning line, and the run goes on uncached
+        blocker = os.path.join(tmp, "a-file")
+        open(blocker, "w").close()
+        p = run("run", "--model", model, "--prompt-ids", "1,2", "--max-tokens", "2", "--backend", "cpu",
+                env={"XDG_CACHE_HOME": blocker}, check_exit=0)
+        warnings = [line for line in p.stderr.decode().splitlines() if "without the weight cache" in line]
+        assert len(warnings) == 1 and blocker in warnings[0], p.stderr
+        assert run("cache", "clear", env=env, check_exit=0).stdout == b"removed 1 file\n"
+
+
 finish()

@@ -3,7 +3,7 @@
 references there and against itself: tokenizer round trip, greedy tokens and logprobs, a batch equal to
 its requests run alone, streaming equal to the whole, stop strings, and errors raised as KiteError; streams that
 outlive their model, one model shared by threads, and arguments that ctypes would wrap or cut refused."""
-import argparse, gc, json, os, sys, threading, time
+import argparse, gc, json, os, sys, tempfile, threading, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--library", required=True)
@@ -571,6 +571,22 @@ def openai_sampling_fields_reach_the_library():
                                 (dict(logit_bias={i: 1 for i in range(301)}), "logit_bias"),
                                 (dict(min_tokens=-1), "min_tokens"), (dict(min_tokens=9, max_tokens=8), "min_tokens")]:
             raises(lambda: m.generate(PROMPT, **options), needle)
+
+
+@case
+def weight_cache_reloads_to_the_same_tokens():
+    with tempfile.TemporaryDirectory() as cache:
+        path = os.path.join(DATA, "tiny")
+        runs = []
+        for weight_cache in ["off", cache, cache]:
+            with kite.Model(path, backend="cpu", threads=2, weights="fp8", weight_cache=weight_cache,
+                            library=args.library) as m:
+                runs.append(m.generate(PROMPT, max_tokens=12, ignore_eos=True).tokens)
+            entries = [f for f in os.listdir(cache) if f.endswith(".kwc")]
+            assert len(entries) == (0 if weight_cache == "off" else 1), entries
+        assert runs[0] == runs[1] == runs[2], runs
+    raises(lambda: kite.Model(os.path.join(DATA, "tiny"), backend="cpu", weight_cache=3, library=args.library),
+           "weight_cache")
 
 
 finish()

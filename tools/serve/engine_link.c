@@ -1,6 +1,8 @@
 /* The engine thread and its lists (engine_link.h). */
 #include "serve/engine_link.h"
 
+#include "cli_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,12 +177,16 @@ static void wake_loop_if_needed(engine_link *link) {
 }
 
 bool engine_link_load(engine_link *link) {
+    cli_load_report load_report;
+    cli_load_report_attach(&load_report, &link->load);
     kite_status status = kite_model_load(link->model_dir, &link->load, &link->model);
+    link->load.on_load_event = NULL; /* load_report ends here */
     const char *what = "load";
     if (status == KITE_OK) {
         what = "engine";
         status = kite_engine_create(link->model, &link->engine_params, &link->engine);
     }
+    if (status == KITE_OK) cli_load_report_finish(&load_report);
     pthread_mutex_lock(&link->mutex);
     if (status == KITE_OK) {
         link->state = ENGINE_LINK_READY;

@@ -18,8 +18,10 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "model/rope.h"
+#include "quant/fp8.h"
 #include "quant/fp8_weights.h"
 #include "util/error.h"
+#include "weights/load_progress.h"
 
 typedef struct cpu_layer {
     float *input_norm;          /* (hidden) */
@@ -93,6 +95,7 @@ typedef struct cpu_backend {
 } cpu_backend;
 
 static const backend_ops cpu_backend_ops;
+static const backend_segment_ops cpu_segment_ops;
 
 /* ---- creation ----------------------------------------------------------------------------------- */
 
@@ -266,7 +269,24 @@ static kite_status widen_layer(const qwen3_config *c, const qwen3_layer_weights 
     return KITE_OK;
 }
 
-static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w) {
+/* The stored bytes a view covers, its fp8 scales included, as checkpoint_weight_bytes counts them. */
+static uint64_t view_bytes(const tensor_view *t) {
+    uint64_t n = (uint64_t)t->shape[0] * (uint64_t)(t->n_dims == 2 ? t->shape[1] : 1);
+    uint64_t bytes = n * tensor_dtype_size(t->dtype);
+    if (t->scale_inv && t->block_rows > 0 && t->block_cols > 0)
+        bytes += (uint64_t)fp8_block_count(t->shape[0], t->block_rows) *
+                 (uint64_t)fp8_block_count(t->shape[1], t->block_cols) * tensor_dtype_size(t->scale_dtype);
+    return bytes;
+}
+
+static uint64_t layer_view_bytes(const qwen3_layer_weights *w) {
+    return view_bytes(&w->input_norm) + view_bytes(&w->q_proj) + view_bytes(&w->k_proj) + view_bytes(&w->v_proj) +
+           view_bytes(&w->q_norm) + view_bytes(&w->k_norm) + view_bytes(&w->o_proj) +
+           view_bytes(&w->post_attention_norm) + view_bytes(&w->gate_proj) + view_bytes(&w->up_proj) +
+           view_bytes(&w->down_proj);
+}
+
+static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w, load_progress *progress) {
     const qwen3_config *c = &b->config;
     if (!w->layers) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights have no layers");
     /* embed_tokens and lm_head stay as stored in either mode (the embedding is a lookup; the lm_head is not
@@ -275,7 +295,11 @@ static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w) {
                           KITE_WEIGHTS_BF16, &b->embed_tokens));
     b->layers = calloc((size_t)c->n_layers, sizeof *b->layers);
     if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the layer table");
-    for (int32_t l = 0; l < c->n_layers; l++) KITE_TRY(widen_layer(c, &w->layers[l], l, b->weights, &b->layers[l]));
+    load_progress_advance(progress, view_bytes(&w->embed_tokens));
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        KITE_TRY(widen_layer(c, &w->layers[l], l, b->weights, &b->layers[l]));
+        load_progress_advance(progress, layer_view_bytes(&w->layers[l]));
+    }
     KITE_TRY(
         widen_tensor(&w->final_norm, "model.norm.weight", -1, c->hidden_size, 0, KITE_WEIGHTS_BF16, &b->final_norm));
     /* A tied lm_head is a view of the embedding: share the widened copy instead of making a second. */
@@ -286,15 +310,14 @@ static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w) {
     else
         KITE_TRY(widen_tensor(&w->lm_head, "lm_head.weight", -1, c->vocab_size, c->hidden_size, KITE_WEIGHTS_BF16,
                               &b->lm_head));
+    load_progress_advance(progress, view_bytes(&w->final_norm) +
+                                        (b->lm_head == b->embed_tokens ? 0 : view_bytes(&w->lm_head)));
     return KITE_OK;
 }
 
-kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *weights,
-                               const backend_params *params, backend **out) {
-    if (!out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create: out is NULL");
+/* The backend without its weights: the config checked and copied, threads, RoPE tables. */
+static kite_status cpu_backend_alloc(const qwen3_config *config, const backend_params *params, cpu_backend **out) {
     *out = NULL;
-    if (!config || !weights)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create: config or weights is NULL");
     KITE_TRY(check_config(config));
     int32_t n_threads = params ? params->n_threads : 0;
     if (n_threads < 0)
@@ -307,6 +330,7 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the backend");
     b->config = *config;
     b->base.ops = &cpu_backend_ops;
+    b->base.segments = &cpu_segment_ops;
     b->base.config = &b->config; /* our own copy: the caller's may not outlive us */
     /* 0: OpenMP's default team size (all cores, or OMP_NUM_THREADS when the user set it). */
     b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
@@ -323,8 +347,154 @@ kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *
     }
     rope_inv_freq(&b->config, b->rope_inv_freq);
     b->rope_attention_factor = rope_attention_factor(&b->config);
+    *out = b;
+    return KITE_OK;
+}
 
-    kite_status status = cpu_create_weights(b, weights);
+kite_status cpu_backend_create(const qwen3_config *config, const qwen3_weights *weights,
+                               const backend_params *params, backend **out) {
+    if (!out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create: out is NULL");
+    *out = NULL;
+    if (!config || !weights)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create: config or weights is NULL");
+    cpu_backend *b;
+    KITE_TRY(cpu_backend_alloc(config, params, &b));
+    kite_status status = cpu_create_weights(b, weights, params ? params->progress : NULL);
+    if (status != KITE_OK) {
+        cpu_destroy(&b->base);
+        return status;
+    }
+    *out = &b->base;
+    return KITE_OK;
+}
+
+/* ---- weight segments (the weight cache) ------------------------------------------------------------ */
+
+/* One float32 tensor the backend holds: its buffer and length. */
+typedef struct cpu_tensor_ref {
+    char name[BACKEND_SEGMENT_NAME_MAX];
+    float **buffer;
+    uint64_t bytes;
+} cpu_tensor_ref;
+
+#define CPU_TENSORS_PER_LAYER 11
+
+/* Every tensor in the fixed order list_segments exports, named as the checkpoint names it; the lm_head only
+ * when it is not the embedding (tie_word_embeddings). The count is 2 + 11 per layer + 1 when untied. */
+static int32_t cpu_tensor_count(const qwen3_config *c) {
+    return 2 + CPU_TENSORS_PER_LAYER * c->n_layers + (c->tie_word_embeddings ? 0 : 1);
+}
+
+static void cpu_tensor_table(cpu_backend *b, cpu_tensor_ref *refs) {
+    const qwen3_config *c = &b->config;
+    const uint64_t f = sizeof(float), hidden = (uint64_t)c->hidden_size, head_dim = (uint64_t)c->head_dim,
+                   q_dim = (uint64_t)c->n_heads * head_dim, kv_dim = (uint64_t)c->n_kv_heads * head_dim,
+                   inter = (uint64_t)c->intermediate_size, vocab = (uint64_t)c->vocab_size;
+    int32_t n = 0;
+#define CPU_TENSOR(pointer, count, ...)                                                                         \
+    do {                                                                                                        \
+        snprintf(refs[n].name, sizeof refs[n].name, __VA_ARGS__);                                               \
+        refs[n].buffer = (pointer);                                                                             \
+        refs[n].bytes = (count) * f;                                                                            \
+        n++;                                                                                                    \
+    } while (0)
+    CPU_TENSOR(&b->embed_tokens, vocab * hidden, "model.embed_tokens.weight");
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        cpu_layer *layer = &b->layers[l];
+        CPU_TENSOR(&layer->input_norm, hidden, "model.layers.%d.input_layernorm.weight", (int)l);
+        CPU_TENSOR(&layer->q_proj, q_dim * hidden, "model.layers.%d.self_attn.q_proj.weight", (int)l);
+        CPU_TENSOR(&layer->k_proj, kv_dim * hidden, "model.layers.%d.self_attn.k_proj.weight", (int)l);
+        CPU_TENSOR(&layer->v_proj, kv_dim * hidden, "model.layers.%d.self_attn.v_proj.weight", (int)l);
+        CPU_TENSOR(&layer->q_norm, head_dim, "model.layers.%d.self_attn.q_norm.weight", (int)l);
+        CPU_TENSOR(&layer->k_norm, head_dim, "model.layers.%d.self_attn.k_norm.weight", (int)l);
+        CPU_TENSOR(&layer->o_proj, hidden * q_dim, "model.layers.%d.self_attn.o_proj.weight", (int)l);
+        CPU_TENSOR(&layer->post_attention_norm, hidden, "model.layers.%d.post_attention_layernorm.weight", (int)l);
+        CPU_TENSOR(&layer->gate_proj, inter * hidden, "model.layers.%d.mlp.gate_proj.weight", (int)l);
+        CPU_TENSOR(&layer->up_proj, inter * hidden, "model.layers.%d.mlp.up_proj.weight", (int)l);
+        CPU_TENSOR(&layer->down_proj, hidden * inter, "model.layers.%d.mlp.down_proj.weight", (int)l);
+    }
+    CPU_TENSOR(&b->final_norm, hidden, "model.norm.weight");
+    if (!c->tie_word_embeddings) CPU_TENSOR(&b->lm_head, vocab * hidden, "lm_head.weight");
+#undef CPU_TENSOR
+}
+
+/* The table of b's tensors (malloc'd, cpu_tensor_count entries). */
+static kite_status cpu_tensor_refs(cpu_backend *b, cpu_tensor_ref **out) {
+    *out = NULL;
+    cpu_tensor_ref *refs = calloc((size_t)cpu_tensor_count(&b->config), sizeof *refs);
+    if (!refs) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory listing the weight segments");
+    cpu_tensor_table(b, refs);
+    *out = refs;
+    return KITE_OK;
+}
+
+static kite_status cpu_list_segments(backend *self, backend_segment *segments, int32_t capacity, int32_t *n) {
+    cpu_backend *b = (cpu_backend *)self;
+    /* The export must describe what forward reads: a tied model whose lm_head is not the embedding's buffer
+     * (a dummy model's independent draws) has no name in this table, so it is refused, not half exported. */
+    if (b->config.tie_word_embeddings != (b->lm_head == b->embed_tokens))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cpu backend: its lm_head and tie_word_embeddings disagree");
+    cpu_tensor_ref *refs;
+    KITE_TRY(cpu_tensor_refs(b, &refs));
+    *n = cpu_tensor_count(&b->config);
+    for (int32_t i = 0; i < *n && i < capacity; i++) {
+        memcpy(segments[i].name, refs[i].name, sizeof segments[i].name);
+        segments[i].size = refs[i].bytes;
+    }
+    free(refs);
+    return KITE_OK;
+}
+
+static kite_status cpu_read_segment(backend *self, int32_t index, uint64_t offset, void *dst, size_t size) {
+    cpu_backend *b = (cpu_backend *)self;
+    if (index < 0 || index >= cpu_tensor_count(&b->config))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: segment %d does not exist", (int)index);
+    cpu_tensor_ref *refs;
+    KITE_TRY(cpu_tensor_refs(b, &refs));
+    cpu_tensor_ref ref = refs[index];
+    free(refs);
+    if (offset > ref.bytes || size > ref.bytes - offset)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: segment %s: bytes [%llu, +%zu) past its %llu",
+                         ref.name, (unsigned long long)offset, size, (unsigned long long)ref.bytes);
+    memcpy(dst, (const unsigned char *)*ref.buffer + offset, size);
+    return KITE_OK;
+}
+
+kite_status cpu_backend_create_from_segments(const qwen3_config *config, const backend_segment_source *source,
+                                             const backend_params *params, backend **out) {
+    if (!out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create_from_segments: out is NULL");
+    *out = NULL;
+    if (!config || !source)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu_backend_create_from_segments: config or source is NULL");
+    cpu_backend *b;
+    KITE_TRY(cpu_backend_alloc(config, params, &b));
+    kite_status status = KITE_OK;
+    b->layers = calloc((size_t)config->n_layers, sizeof *b->layers);
+    if (!b->layers) status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the layer table");
+    cpu_tensor_ref *refs = NULL;
+    if (status == KITE_OK) status = cpu_tensor_refs(b, &refs);
+    /* Every segment is found and its size checked before any buffer is allocated. */
+    const int32_t n = status == KITE_OK ? cpu_tensor_count(config) : 0;
+    int32_t *indices = n > 0 ? calloc((size_t)n, sizeof *indices) : NULL;
+    if (status == KITE_OK && !indices)
+        status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory reading the weight segments");
+    if (status == KITE_OK && source->n_segments != n)
+        status = kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "the entry holds %d segments, this model has %d",
+                           (int)source->n_segments, (int)n);
+    for (int32_t i = 0; status == KITE_OK && i < n; i++)
+        status = backend_segment_find(source, refs[i].name, refs[i].bytes, &indices[i]);
+    for (int32_t i = 0; status == KITE_OK && i < n; i++) {
+        *refs[i].buffer = malloc((size_t)refs[i].bytes);
+        if (!*refs[i].buffer)
+            status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %llu bytes for weight %s",
+                               (unsigned long long)refs[i].bytes, refs[i].name);
+        if (status == KITE_OK)
+            status = source->read(source, indices[i], 0, *refs[i].buffer, (size_t)refs[i].bytes);
+        if (status == KITE_OK) load_progress_advance(params ? params->progress : NULL, refs[i].bytes);
+    }
+    if (status == KITE_OK && config->tie_word_embeddings) b->lm_head = b->embed_tokens;
+    free(refs);
+    free(indices);
     if (status != KITE_OK) {
         cpu_destroy(&b->base);
         return status;
@@ -870,4 +1040,9 @@ static const backend_ops cpu_backend_ops = {
     .read_top = cpu_read_top,
     .argmax_begin = cpu_argmax_begin,
     .argmax_end = cpu_argmax_end,
+};
+
+static const backend_segment_ops cpu_segment_ops = {
+    .list_segments = cpu_list_segments,
+    .read_segment = cpu_read_segment,
 };
