@@ -4,20 +4,12 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/hash64.h"
 
-/* FNV-1a over the parent's serial and the token ids, then a final mix so that the low bits (the bucket) depend
- * on every input bit. Only a bucket index: matches compare the parent serial and the tokens themselves. */
+/* The bucket of a block: its token ids hashed with the parent's serial as the seed. Only an index: a match
+ * compares the parent serial and the tokens themselves. */
 static uint64_t content_hash(uint64_t parent_serial, const int32_t *tokens, int32_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int byte = 0; byte < 8; byte++) h = (h ^ ((parent_serial >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
-    for (int32_t i = 0; i < n; i++) {
-        const uint32_t t = (uint32_t)tokens[i];
-        for (int byte = 0; byte < 4; byte++) h = (h ^ ((t >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
+    return hash64_seeded(tokens, (size_t)n * sizeof *tokens, parent_serial);
 }
 
 static kite_status alloc_cache(kv_block_pool *pool) {

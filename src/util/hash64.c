@@ -41,12 +41,14 @@ static inline uint64_t merge_round(uint64_t acc, uint64_t value) {
     return acc * PRIME1 + PRIME4;
 }
 
-uint64_t hash64(const void *data, size_t size) {
+uint64_t hash64(const void *data, size_t size) { return hash64_seeded(data, size, 0); }
+
+uint64_t hash64_seeded(const void *data, size_t size, uint64_t seed) {
     const unsigned char *p = data;
     const unsigned char *end = p + size;
     uint64_t h;
     if (size >= 32) {
-        uint64_t v1 = PRIME1 + PRIME2, v2 = PRIME2, v3 = 0, v4 = 0 - PRIME1;
+        uint64_t v1 = seed + PRIME1 + PRIME2, v2 = seed + PRIME2, v3 = seed, v4 = seed - PRIME1;
         const unsigned char *limit = end - 32;
         do {
             v1 = round_step(v1, load64(p));
@@ -61,7 +63,7 @@ uint64_t hash64(const void *data, size_t size) {
         h = merge_round(h, v3);
         h = merge_round(h, v4);
     } else {
-        h = PRIME5;
+        h = seed + PRIME5;
     }
     h += (uint64_t)size;
     while (end - p >= 8) {

@@ -191,6 +191,8 @@ static void test_hash64_is_xxh64(void) {
     CHECK(hash64("", 0) == 0xEF46DB3751D8E999ULL);
     CHECK(hash64("a", 1) == 0xD24EC4F1A98C6E5BULL);
     CHECK(hash64("abc", 3) == 0x44BC2CF5AD770999ULL);
+    CHECK(hash64_seeded("abc", 3, 0) == hash64("abc", 3));
+    CHECK(hash64_seeded("abc", 3, 1) != hash64("abc", 3));
     const char *long_text = "Nobody inspects the spammish repetition";
     CHECK(hash64(long_text, strlen(long_text)) == 0xFBCEA83C8A378BF1ULL);
 }
