@@ -43,10 +43,11 @@ static void compare(const token_record *solo, const token_record *batched, int r
     }
 }
 
-static kite_request make_request(int i, token_record *c) {
+/* A greedy request of N_STEPS tokens past its prompt, top-5 logprobs recorded into c. */
+static kite_request request_for(const int32_t *prompt, int length, token_record *c) {
     kite_request r = kite_request_default();
-    r.prompt_ids = prompts[i];
-    r.n_prompt_ids = (size_t)prompt_lengths[i];
+    r.prompt_ids = prompt;
+    r.n_prompt_ids = (size_t)length;
     r.max_tokens = N_STEPS;
     r.ignore_eos = true;
     r.n_logprobs = 5;
@@ -54,6 +55,8 @@ static kite_request make_request(int i, token_record *c) {
     r.user_data = c;
     return r;
 }
+
+static kite_request make_request(int i, token_record *c) { return request_for(prompts[i], prompt_lengths[i], c); }
 
 static kite_model *load(const char *what) {
     kite_load_params p = kite_load_params_default();
@@ -267,14 +270,7 @@ static void run_prefix_engine(kite_model *m, kite_engine_params params, token_re
     int submitted = 0;
     for (int step = 0; submitted < N_PREFIX || !kite_engine_idle(e); step++) {
         if (submitted < N_PREFIX && step % 3 == 0) {
-            kite_request r = kite_request_default();
-            r.prompt_ids = prefix_prompts[submitted];
-            r.n_prompt_ids = (size_t)prefix_lengths[submitted];
-            r.max_tokens = N_STEPS;
-            r.ignore_eos = true;
-            r.n_logprobs = 5;
-            r.on_token = token_record_collect;
-            r.user_data = &out[submitted];
+            kite_request r = request_for(prefix_prompts[submitted], prefix_lengths[submitted], &out[submitted]);
             CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK);
             submitted++;
         }
