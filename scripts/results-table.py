@@ -85,6 +85,18 @@ OTHER = [
      "kite": ("cpu.jsonl", "tg8", "tok/s", "tok_s"), "peer": None},
 ]
 
+# The serving benchmark's workloads (bench/serve_bench.sh; bench/results/serve.jsonl): closed loop, greedy,
+# streamed /v1/completions, 128 tokens out. A cell: output tok/s and TTFT p50 of the latest passing row.
+SERVE = [
+    {"label": f"random 256 in / 128 out, concurrency {c}", "key": {"dataset": "random", "input_len": 256, "concurrency": c}}
+    for c in (1, 16, 64, 128)
+] + [
+    {"label": "shared prefix (2,048-token system prompt + 64 in) / 128 out, concurrency 32",
+     "key": {"dataset": "shared-prefix", "prefix_len": 2048, "input_len": 64, "concurrency": 32}},
+]
+SERVERS = ("kite serve", "llama-server")
+
+
 def read_rows(name):
     path = os.path.join(RESULTS, name)
     rows = []
@@ -165,6 +177,34 @@ def collect():
     return table
 
 
+def serve_table():
+    """(workload, {server: latest passing row or None}) for each serving workload."""
+    rows = read_rows("serve.jsonl") if os.path.exists(os.path.join(RESULTS, "serve.jsonl")) else []
+    table = []
+    for w in SERVE:
+        found = {}
+        for server in SERVERS:
+            best = None
+            for line, row in enumerate(rows):
+                if row.get("server") != server or row.get("gate") != "pass" or row.get("request_rate") != "inf":
+                    continue
+                if not matches(row, w["key"]):
+                    continue
+                order = (row.get("date", ""), line)
+                if best is None or order > best[0]:
+                    best = (order, row)
+            found[server] = best[1] if best else None
+        table.append((w, found))
+    return table
+
+
+def serve_cell(row):
+    if row is None:
+        return ""
+    where = " ".join(x for x in ((row.get("commit") or "")[:7], (row.get("date") or "")[:10]) if x)
+    return f"{number(row['tok_s'])} tok/s, {row['ttft_ms_p50']:.1f} ms<br><sub>{where}</sub>"
+
+
 def repeated(spec):
     """(low, high, count, commit, date) over the rows of the latest matching row's commit; None if no row."""
     if spec is None:
@@ -221,11 +261,20 @@ def markdown(table):
         out.append(f"| {o['label']} | {other_cell(repeated(o['kite']))} | {other_cell(repeated(o['peer']))} |")
     out += [
         "",
+        "| serving (kite serve and llama-server, one H200; output tok/s, TTFT p50) | kite serve | llama-server |",
+        "|---|---|---|",
+    ]
+    for w, found in serve_table():
+        out.append(f"| {w['label']} | {serve_cell(found['kite serve'])} | {serve_cell(found['llama-server'])} |")
+    out += [
+        "",
         "Made by `python3 scripts/results-table.py` from bench/results/*.jsonl; each cell gives the commit and date of",
         "its row (llama.cpp's rows record no build). kite's cell is the latest row of the workload (latest date, then",
         "latest line) whose correctness gate passed, with no environment switch in its command. llama-bench's tg128",
         "starts from an empty context; the batched rows are llama-batched-bench's S_TG with 256-token prompts. The",
-        "other rows give the range over the repetitions that share the latest row's commit.",
+        "other rows give the range over the repetitions that share the latest row's commit. The serving rows are",
+        "bench/serve_bench.sh's (kite-serve-bench: closed loop, greedy, streamed /v1/completions, gated on every",
+        "answer).",
     ]
     return "\n".join(out) + "\n"
 

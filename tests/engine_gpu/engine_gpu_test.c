@@ -83,6 +83,9 @@ static void run_case(const char *model_name, size_t kv_cache_bytes, int32_t kv_b
     kite_engine_params params = kite_engine_params_default();
     params.max_step_tokens = 96; /* long prompts are read in chunks, mixed with decode */
     params.kv_cache_bytes = kv_cache_bytes;
+    /* The batched pass repeats the solo pass's prompts: with the prefix cache on it would reuse their blocks,
+     * need fewer and never be preempted. The prefix cache has its own cases below. */
+    params.prefix_cache = false;
     if (kv_block_size > 0) params.kv_block_size = kv_block_size;
     kite_engine *e = NULL;
     kite_status s = kite_engine_create(m, &params, &e);
