@@ -118,7 +118,8 @@ def stop_string_ends_the_completion():
 @case
 def bad_requests_get_clear_errors():
     for body, code in [("{not json", 400), ({"max_tokens": 3}, 400), ({"prompt": "x", "temperature": -1}, 400),
-                       ({"prompt": [999999999]}, 400), ({"prompt": "x", "stop": 5}, 400), ({"prompt": "x", "n": 17}, 400)]:
+                       ({"prompt": [999999999]}, 400), ({"prompt": "x", "stop": 5}, 400),
+                       ({"prompt": "x", "n": 17}, 400)]:
         status, data = request("POST", "/v1/completions", body)
         assert status == code, (body, status, data)
         assert json.loads(data)["error"]["message"], data

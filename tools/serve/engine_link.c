@@ -222,7 +222,8 @@ static void fail_everything(engine_link *link, const char *message) {
     link->state = ENGINE_LINK_FAILED;
     snprintf(link->error, sizeof link->error, "engine step failed: %s", message);
     while (link->live) fail_locked(link, link->live, KITE_ERROR_BACKEND, link->error);
-    for (serve_request *r = held_pop(link); r; r = held_pop(link)) fail_locked(link, r, KITE_ERROR_BACKEND, link->error);
+    for (serve_request *r = held_pop(link); r; r = held_pop(link))
+        fail_locked(link, r, KITE_ERROR_BACKEND, link->error);
     pthread_mutex_unlock(&link->mutex);
 }
 
