@@ -230,6 +230,28 @@ def n_is_checked_and_counted_by_admission():
 
 
 @case
+def a_client_that_leaves_before_the_whole_answer_cancels_every_choice():
+    def hangups():
+        return [e for e in server.access_log() if e["status"] == 499]
+    earlier = len(hangups())
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 3000, "ignore_eos": True, "n": 3}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 20
+    while time.time() < deadline and metric("kite_requests_running") < 3:
+        time.sleep(0.02)
+    assert metric("kite_requests_running") == 3
+    s.close()
+    while time.time() < deadline and metric("kite_requests_running"):
+        time.sleep(0.02)
+    assert metric("kite_requests_running") == 0 and metric("kite_kv_blocks_used") == 0
+    while time.time() < deadline and len(hangups()) == earlier:
+        time.sleep(0.02)  # the access log line comes once the loop has taken the cancelled choices' last events
+    log = hangups()[earlier:]
+    assert len(log) == 1 and log[0]["generated_tokens"] < 3 * 3000, log
+
+
+@case
 def the_choices_share_the_prompts_cached_blocks():
     # a prompt of three full 128-token blocks and some, new to the cache: choices 1..3 take its blocks from it
     words = " ".join("word%d" % i for i in range(400))
