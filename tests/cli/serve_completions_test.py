@@ -142,9 +142,11 @@ def echo_with_max_tokens_zero_is_the_prompt_alone():
     assert [c["choices"] for c in chunks[:-1]] == \
         [[{"index": 0, "text": "Hello there", "logprobs": None, "finish_reason": "length"}]], chunks
     assert chunks[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 0, "total_tokens": 2}, chunks[-1]
-    # without echo, max_tokens 0 asks for nothing the engine can give
+    # without echo, max_tokens 0 asks for nothing the engine can give; min_tokens cannot be more than it
     status, data = request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 0})
     assert status == 400 and json.loads(data)["error"]["param"] == "max_tokens", data
+    status, data = request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 0, "echo": True, "min_tokens": 2})
+    assert status == 400 and json.loads(data)["error"]["param"] == "min_tokens", data
 
 
 @case

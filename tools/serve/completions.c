@@ -45,7 +45,7 @@ static bool parse_prompt(const kite_model *model, const json_t *prompt, serve_re
     return true;
 }
 
-/* suffix, best_of above n and echo with logprobs change what a completion returns: until kite returns them, a
+/* suffix, best_of above 1 and echo with logprobs change what a completion returns: until kite returns them, a
  * request asking for them gets a 400 rather than an answer without them. */
 static bool refuse_unimplemented(const json_t *root, int n, bool echo, field_error *e) {
     const json_t *suffix = json_object_get(root, "suffix"), *best_of = json_object_get(root, "best_of");
@@ -130,6 +130,9 @@ serve_request *completions_parse(const kite_model *model, const char *served_mod
      * returns (answered without the engine). */
     if (ok && r->request.max_tokens == 0 && !echo) {
         field_error_set(e, "max_tokens", "'max_tokens' 0 is only allowed with 'echo' (the prompt alone)");
+        ok = false;
+    } else if (ok && r->request.max_tokens == 0 && r->request.min_tokens > 0) {
+        field_error_set(e, "min_tokens", "'min_tokens' %d is more than 'max_tokens' 0", r->request.min_tokens);
         ok = false;
     }
     const json_t *logprobs = json_object_get(root, "logprobs");
