@@ -85,6 +85,33 @@ await test("streamed completion with usage", async () => {
   assert.equal(usage.prompt_tokens, refs.completion.prompt_tokens.length);
 });
 
+await test("n seeded choices, streamed with logprobs, match the whole response", async () => {
+  const body = { model: "tiny", prompt: "Once upon a time", max_tokens: 8, temperature: 1, seed: 5, n: 2,
+                 logprobs: 2, ignore_eos: true };
+  const whole = await tiny.completions.create(body);
+  assert.deepEqual(whole.choices.map((c) => c.index), [0, 1]);
+  assert.equal(whole.usage.completion_tokens, 16);
+  const stream = await tiny.completions.create({ ...body, stream: true });
+  const text = ["", ""], logprobs = [0, 1].map(() => ({ tokens: [], token_logprobs: [], top_logprobs: [],
+                                                        text_offset: [] }));
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    text[choice.index] += choice.text;
+    for (const key of Object.keys(logprobs[choice.index])) logprobs[choice.index][key].push(...choice.logprobs[key]);
+  }
+  for (const i of [0, 1]) {
+    assert.equal(text[i], whole.choices[i].text);
+    assert.deepEqual(logprobs[i], whole.choices[i].logprobs);
+  }
+});
+
+await test("echo with max_tokens 0 is the prompt alone", async () => {
+  const out = await tiny.completions.create({ model: "tiny", prompt: "The capital of France is", max_tokens: 0,
+                                              echo: true });
+  assert.equal(out.choices[0].text, "The capital of France is");
+  assert.equal(out.usage.completion_tokens, 0);
+});
+
 await test("chat equals kite run on the rendered prompt", async () => {
   const out = await tiny.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Hello!" }],
                                                    max_tokens: 6, temperature: 0, ignore_eos: true });

@@ -4,6 +4,7 @@ cache folder outside the source tree (the build folder: `npm install --no-save -
 on loopback, and runs tests/cli/openai_client_test.mjs against them.
 
   - the tiny checkpoint: models list/retrieve, completions (plain, streamed, usage) against `kite run`'s text,
+    n seeded choices streamed with logprobs against the whole response, echo with max_tokens 0,
     chat against `kite run` on the rendered prompt, errors (400 naming the field, 401, 404);
   - a scripted checkpoint written here: the tiny model's shapes with weights that make greedy decoding a fixed
     chain of tokens (each token's embedding is its own one-hot direction, the attention and MLP outputs are zero,

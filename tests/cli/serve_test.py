@@ -118,7 +118,8 @@ def stop_string_ends_the_completion():
 @case
 def bad_requests_get_clear_errors():
     for body, code in [("{not json", 400), ({"max_tokens": 3}, 400), ({"prompt": "x", "temperature": -1}, 400),
-                       ({"prompt": [999999999]}, 400), ({"prompt": "x", "stop": 5}, 400), ({"prompt": "x", "n": 2}, 400)]:
+                       ({"prompt": [999999999]}, 400), ({"prompt": "x", "stop": 5}, 400),
+                       ({"prompt": "x", "n": 17}, 400)]:
         status, data = request("POST", "/v1/completions", body)
         assert status == code, (body, status, data)
         assert json.loads(data)["error"]["message"], data
@@ -137,9 +138,11 @@ def every_field_is_checked():
            ({"prompt": [1], "seed": -1}, "seed"), ({"prompt": [1], "logprobs": 21}, "logprobs"),
            ({"prompt": [1], "stop": ["a", 3]}, "stop"), ({"prompt": [1], "stop": list("abcdefghi")}, "stop"),
            ({"prompt": [1], "stream": 1}, "stream"), ({"prompt": [1], "ignore_eos": "yes"}, "ignore_eos"),
-           ({"prompt": [1], "echo": True}, "echo"), ({"prompt": [1], "suffix": "x"}, "suffix"),
-           ({"prompt": [1], "best_of": 2}, "best_of"), ({"prompt": [1], "logprobs": 0}, "logprobs"),
-           ({"prompt": [1], "logprobs": 2, "stream": True}, "logprobs"),
+           ({"prompt": [1], "echo": True, "logprobs": 2}, "'echo' with 'logprobs'"),
+           ({"prompt": [1], "echo": 1}, "echo"), ({"prompt": [1], "suffix": "x"}, "suffix"),
+           ({"prompt": [1], "best_of": 2}, "best_of"), ({"prompt": [1], "n": 2, "best_of": 1}, "best_of"),
+           ({"prompt": [1], "logprobs": 0}, "logprobs"), ({"prompt": [1], "n": 0}, "'n'"),
+           ({"prompt": [1], "n": 2.5}, "'n'"), ({"prompt": [1], "max_tokens": 0}, "max_tokens"),
            ({"prompt": [1], "presence_penalty": 2.5}, "presence_penalty"),
            ({"prompt": [1], "frequency_penalty": -3}, "frequency_penalty"),
            ({"prompt": [1], "min_tokens": -1}, "min_tokens"), ({"prompt": [1], "logit_bias": [1]}, "logit_bias"),

@@ -61,17 +61,22 @@ serve_request *chat_completions_parse(const kite_model *model, const char *serve
     }
     r->request.sampling = kite_chat_sampling_defaults(chat);
     r->request.max_tokens = 0; /* until the turn ends (or the context does), as OpenAI's chat default */
-    bool ok = request_fields_model(root, served_model, e) && parse_fields(root, r, e);
+    int n = 1;
+    bool ok = request_fields_model(root, served_model, e) && parse_fields(root, r, e) && request_fields_n(root, &n, e);
     json_decref(root);
     if (ok && kite_chat_render(chat, body, length, &r->prompt) != KITE_OK) {
         field_error_set(e, "messages", "%s", kite_last_error());
+        ok = false;
+    }
+    if (ok) r->n_prompt = r->prompt.n_ids;
+    if (ok && !serve_request_make_choices(r, n)) {
+        field_error_set(e, NULL, "out of memory");
         ok = false;
     }
     if (!ok) {
         serve_request_free(r);
         return NULL;
     }
-    r->n_prompt = r->prompt.n_ids;
     return r;
 }
 
@@ -105,7 +110,7 @@ void chat_completions_chunk_json(text_buffer *b, const char *model_name, const s
                                  const text_buffer *content, const text_buffer *reasoning, const text_buffer *calls,
                                  bool first, bool last) {
     head(b, model_name, r, true);
-    text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+    text_buffer_printf(b, ",\"choices\":[{\"index\":%d,\"delta\":{", r->choice);
     bool any = false;
     if (first) {
         text_buffer_puts(b, "\"role\":\"assistant\"");
@@ -142,9 +147,9 @@ void chat_completions_usage_chunk_json(text_buffer *b, const char *model_name, c
     text_buffer_puts(b, "}");
 }
 
-void chat_completions_whole_json(text_buffer *b, const char *model_name, const serve_request *r) {
-    head(b, model_name, r, false);
-    text_buffer_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+/* One choice of a whole answer: {"index","message","logprobs","finish_reason"}. */
+static void whole_choice(text_buffer *b, const serve_request *r) {
+    text_buffer_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", r->choice);
     if (r->whole_text.length || r->n_calls == 0)
         text_buffer_json_string(b, r->whole_text.data ? r->whole_text.data : "", r->whole_text.length);
     else
@@ -157,7 +162,17 @@ void chat_completions_whole_json(text_buffer *b, const char *model_name, const s
         text_buffer_puts(b, ",\"tool_calls\":");
         append_calls(b, r->whole_calls.data, r->whole_calls.length);
     }
-    text_buffer_printf(b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}]", finish_reason(r));
-    serve_request_usage_json(b, r);
+    text_buffer_printf(b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}", finish_reason(r));
+}
+
+void chat_completions_whole_json(text_buffer *b, const char *model_name, const serve_request *lead) {
+    head(b, model_name, lead, false);
+    text_buffer_puts(b, ",\"choices\":[");
+    for (int i = 0; i < lead->n_choices; i++) {
+        if (i) text_buffer_puts(b, ",");
+        whole_choice(b, lead->choices[i]);
+    }
+    text_buffer_puts(b, "]");
+    serve_request_usage_json(b, lead);
     text_buffer_puts(b, "}");
 }

@@ -15,7 +15,8 @@ void chat_completions_chunk_json(text_buffer *b, const char *model_name, const s
                                  const text_buffer *content, const text_buffer *reasoning, const text_buffer *calls,
                                  bool first, bool last);
 void chat_completions_usage_chunk_json(text_buffer *b, const char *model_name, const serve_request *r);
-/* The whole answer of a request that is not streamed (collected in whole_text, whole_reasoning, whole_calls). */
-void chat_completions_whole_json(text_buffer *b, const char *model_name, const serve_request *r);
+/* The whole answer of a request that is not streamed: every choice of the lead (each one's collected in
+ * whole_text, whole_reasoning, whole_calls). */
+void chat_completions_whole_json(text_buffer *b, const char *model_name, const serve_request *lead);
 
 #endif

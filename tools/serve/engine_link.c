@@ -34,6 +34,7 @@ static void live_remove(engine_link *link, serve_request *r) {
 static void finish_locked(engine_link *link, serve_request *r, kite_finish_reason finish) {
     r->finish = finish;
     r->done = true;
+    r->prompt_read = true;
     live_remove(link, r);
     outbox_push_locked(link, r);
     r->references--;
@@ -41,6 +42,7 @@ static void finish_locked(engine_link *link, serve_request *r, kite_finish_reaso
 
 static void note_token_locked(serve_request *r, int32_t token) {
     if (token < 0) return;
+    r->prompt_read = true;
     if (r->n_generated++ == 0) r->first_token_seconds = serve_now_seconds();
 }
 
@@ -141,7 +143,7 @@ static void submit_one(engine_link *link, serve_request *r) {
     kite_request_id id = 0;
     kite_status status;
     if (r->endpoint == SERVE_ENDPOINT_CHAT) {
-        status = kite_chat_submit(link->engine, kite_model_chat(link->model), &r->prompt, &r->request,
+        status = kite_chat_submit(link->engine, kite_model_chat(link->model), &r->lead->prompt, &r->request,
                                   on_chat_event, r, &id);
     } else {
         r->request.on_token = on_token;
@@ -158,6 +160,61 @@ static void submit_one(engine_link *link, serve_request *r) {
     pthread_mutex_unlock(&link->mutex);
 }
 
+/* Takes the first held choice off the held list; NULL when there is none. The engine thread's. */
+static serve_request *held_pop(engine_link *link) {
+    serve_request *r = link->held;
+    if (r) {
+        link->held = r->next_held;
+        r->next_held = NULL;
+        r->held = false;
+    }
+    return r;
+}
+
+/* A held choice ends without reaching the engine (its client left, or the drain cancels it). */
+static void end_held(engine_link *link, serve_request *r, kite_finish_reason finish) {
+    serve_request **at = &link->held;
+    while (*at && *at != r) at = &(*at)->next_held;
+    if (*at) *at = r->next_held;
+    r->next_held = NULL;
+    r->held = false;
+    pthread_mutex_lock(&link->mutex);
+    finish_locked(link, r, finish);
+    pthread_mutex_unlock(&link->mutex);
+}
+
+/* A choice after the first waits while the prefix cache is on, its prompt has a full block to share (the cache
+ * keeps full blocks, and a prompt always computes its last token), and its lead's prompt is still being computed. */
+static bool should_hold(engine_link *link, serve_request *r) {
+    if (r->choice == 0) return false;
+    pthread_mutex_lock(&link->mutex);
+    const bool hold = link->stats.prefix_cache && r->n_prompt > (size_t)link->stats.kv_block_size &&
+                      !r->lead->prompt_read;
+    pthread_mutex_unlock(&link->mutex);
+    return hold;
+}
+
+static void hold(engine_link *link, serve_request *r) {
+    r->held = true;
+    r->next_held = link->held;
+    link->held = r;
+}
+
+/* Submits the held choices whose lead's prompt is now in the cache (or whose lead ended). */
+static void release_held(engine_link *link) {
+    serve_request *still = NULL;
+    for (serve_request *r = held_pop(link); r; r = held_pop(link)) {
+        if (should_hold(link, r)) {
+            r->held = true;
+            r->next_held = still;
+            still = r;
+        } else {
+            submit_one(link, r);
+        }
+    }
+    link->held = still;
+}
+
 /* After a failed step the engine's state is unknown: every request still running ends with the failure and
  * the engine is not stepped again. */
 static void fail_everything(engine_link *link, const char *message) {
@@ -165,6 +222,8 @@ static void fail_everything(engine_link *link, const char *message) {
     link->state = ENGINE_LINK_FAILED;
     snprintf(link->error, sizeof link->error, "engine step failed: %s", message);
     while (link->live) fail_locked(link, link->live, KITE_ERROR_BACKEND, link->error);
+    for (serve_request *r = held_pop(link); r; r = held_pop(link))
+        fail_locked(link, r, KITE_ERROR_BACKEND, link->error);
     pthread_mutex_unlock(&link->mutex);
 }
 
@@ -200,8 +259,9 @@ bool engine_link_load(engine_link *link) {
     return status == KITE_OK;
 }
 
-/* Cancels every live request; each one's last event comes inside kite_engine_cancel. */
+/* Cancels every live request (each one's last event comes inside kite_engine_cancel) and every held one. */
 static void cancel_live(engine_link *link) {
+    while (link->held) end_held(link, link->held, KITE_FINISH_CANCELLED);
     for (;;) {
         pthread_mutex_lock(&link->mutex);
         serve_request *first = link->live;
@@ -233,7 +293,9 @@ bool engine_link_work(engine_link *link, bool wait) {
 
     for (serve_request *r = arrived, *next; r; r = next) {
         next = r->next_in;
-        if (usable) {
+        if (usable && should_hold(link, r)) {
+            hold(link, r);
+        } else if (usable) {
             submit_one(link, r);
         } else {
             pthread_mutex_lock(&link->mutex);
@@ -243,6 +305,7 @@ bool engine_link_work(engine_link *link, bool wait) {
     }
     for (serve_request *r = cancels, *next; r; r = next) {
         next = r->next_cancel;
+        if (r->held) end_held(link, r, KITE_FINISH_CANCELLED);
         pthread_mutex_lock(&link->mutex);
         const kite_request_id id = r->done || !r->submitted ? 0 : r->id;
         pthread_mutex_unlock(&link->mutex);
@@ -255,6 +318,7 @@ bool engine_link_work(engine_link *link, bool wait) {
         fprintf(stderr, "kite serve: engine step failed: %s\n", kite_last_error());
         fail_everything(link, kite_last_error());
     }
+    if (usable && link->state == ENGINE_LINK_READY) release_held(link);
     if (usable) {
         const kite_engine_stats stats = kite_engine_get_stats(link->engine);
         pthread_mutex_lock(&link->mutex);
@@ -391,6 +455,29 @@ bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *t
     take_new(&r->text, &r->text_taken, text);
     take_new(&r->reasoning, &r->reasoning_taken, reasoning);
     take_new(&r->calls, &r->calls_taken, calls);
+    const bool done = r->done;
+    pthread_mutex_unlock(&link->mutex);
+    return done;
+}
+
+bool engine_link_take_output_logprobs(engine_link *link, serve_request *r, text_buffer *text,
+                                      serve_logprob **logprobs, size_t *n_logprobs, bool *logprobs_failed) {
+    *logprobs = NULL;
+    *n_logprobs = 0;
+    *logprobs_failed = false;
+    pthread_mutex_lock(&link->mutex);
+    take_new(&r->text, &r->text_taken, text);
+    const size_t n = r->n_logprobs_kept - r->logprobs_taken;
+    if (n > 0) {
+        *logprobs = malloc(n * sizeof **logprobs);
+        if (*logprobs) {
+            memcpy(*logprobs, r->logprobs + r->logprobs_taken, n * sizeof **logprobs);
+            *n_logprobs = n;
+            r->logprobs_taken = r->n_logprobs_kept;
+        } else {
+            *logprobs_failed = true;
+        }
+    }
     const bool done = r->done;
     pthread_mutex_unlock(&link->mutex);
     return done;

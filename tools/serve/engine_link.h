@@ -49,6 +49,9 @@ typedef struct engine_link {
     kite_engine_stats stats; /* the engine's, refreshed after every step */
 
     serve_request *live; /* the engine thread's: submitted and not finished */
+    /* The engine thread's: choices 1..n-1 waiting for their lead's prompt to be computed, so that their prefill
+     * takes its full KV blocks from the prefix cache instead of computing the same prompt n times. */
+    serve_request *held;
 } engine_link;
 
 /* Starts the engine thread, which loads the model and then works until engine_link_stop. false (with a line
@@ -68,7 +71,8 @@ bool engine_link_work(engine_link *link, bool wait);
 engine_link_state engine_link_get_state(engine_link *link, char *error, size_t error_size);
 kite_engine_stats engine_link_get_stats(engine_link *link);
 
-/* Hands a request to the engine thread (it takes a reference). */
+/* Hands a request to the engine thread (it takes a reference). Choices after the first are submitted to the
+ * engine once their lead has its first token (or ended), when the prefix cache is on. */
 void engine_link_submit(engine_link *link, serve_request *r);
 /* Asks the engine thread to cancel a submitted request; its last event comes through the outbox. */
 void engine_link_cancel(engine_link *link, serve_request *r);
@@ -82,9 +86,13 @@ serve_request *engine_link_take_outbox(engine_link *link);
  * before taking r's output, so that nothing the engine adds is missed. */
 serve_request *engine_link_outbox_next(engine_link *link, serve_request *r);
 /* Appends what the engine produced since the last call to the three buffers (any may be NULL to drop it) and
- * returns whether the request is done. */
+ * returns whether the request is done. With `logprobs`, the logprobs kept since the last call come too, taken
+ * with the text under one lock (a malloc'd copy in *logprobs, *n_logprobs of them; NULL when none, and
+ * *logprobs_failed when out of memory). */
 bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *text, text_buffer *reasoning,
                              text_buffer *calls);
+bool engine_link_take_output_logprobs(engine_link *link, serve_request *r, text_buffer *text,
+                                      serve_logprob **logprobs, size_t *n_logprobs, bool *logprobs_failed);
 /* Gives back one reference; the last one frees the request. */
 void engine_link_release(engine_link *link, serve_request *r);
 

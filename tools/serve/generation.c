@@ -33,6 +33,16 @@ static int failure_status(const serve_request *r) {
     }
 }
 
+/* The first token of any choice. */
+static double first_token_seconds(const serve_request *lead) {
+    double first = 0;
+    for (int i = 0; i < lead->n_choices; i++) {
+        const double t = lead->choices[i]->first_token_seconds;
+        if (t > 0 && (first == 0 || t < first)) first = t;
+    }
+    return first;
+}
+
 static void log_request(router *rt, const serve_request *r, int status) {
     char id[48];
     snprintf(id, sizeof id, "%s-%ld", r->endpoint == SERVE_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", r->number);
@@ -43,8 +53,8 @@ static void log_request(router *rt, const serve_request *r, int status) {
         .endpoint = endpoint_path(r),
         .status = status,
         .prompt_tokens = r->n_prompt,
-        .generated_tokens = r->n_generated,
-        .ttft_seconds = r->first_token_seconds > 0 ? r->first_token_seconds - r->start_seconds : -1,
+        .generated_tokens = serve_request_generated(r),
+        .ttft_seconds = first_token_seconds(r) > 0 ? first_token_seconds(r) - r->start_seconds : -1,
         .total_seconds = now - r->start_seconds,
         .finish_reason = r->done && !r->failed && r->finish != KITE_FINISH_NONE ? kite_finish_reason_string(r->finish)
                                                                                   : NULL,
@@ -81,15 +91,47 @@ static void release_connection(serve_request *r) {
     r->connection = NULL;
 }
 
-/* The loop is done with the request: no more watching, no more output; the loop's reference goes back. */
+/* The loop is done with the lead's request: no more watching, no more output; the loop's references to every
+ * choice go back (the lead's last: the others point to it). */
 static void finish(router *rt, serve_request *r, int status) {
-    r->answered = true;
+    const int n = r->n_choices;
+    for (int i = 0; i < n; i++) r->choices[i]->answered = true;
     release_connection(r);
     log_request(rt, r, status);
-    rt->in_flight--;
-    engine_link_release(rt->link, r);
+    rt->in_flight -= n;
+    for (int i = n - 1; i >= 0; i--) engine_link_release(rt->link, r->choices[i]);
     if (rt->draining && rt->in_flight == 0) exit_when_flushed(rt);
 }
+
+/* Every choice whose end the loop has not seen is cancelled (the client left, or the response ended early). */
+static void cancel_choices(router *rt, serve_request *lead) {
+    for (int i = 0; i < lead->n_choices; i++) {
+        serve_request *c = lead->choices[i];
+        if (c->done_seen || c->cancel_sent) continue;
+        c->cancel_sent = true;
+        engine_link_cancel(rt->link, c);
+    }
+}
+
+/* Takes a choice's new output (into the buffers, or dropped where NULL; with its logprobs for a stream that
+ * reports them); true when the choice is done, which is counted on the lead once. */
+static bool take_choice_output(router *rt, serve_request *c, text_buffer *text, text_buffer *reasoning,
+                               text_buffer *calls, serve_logprob **logprobs, size_t *n_logprobs, bool *failed) {
+    bool done;
+    *failed = false;
+    if (logprobs) {
+        done = engine_link_take_output_logprobs(rt->link, c, text, logprobs, n_logprobs, failed);
+    } else {
+        done = engine_link_take_output(rt->link, c, text, reasoning, calls);
+    }
+    if (done && !c->done_seen) {
+        c->done_seen = true;
+        c->lead->n_choices_done++;
+    }
+    return done;
+}
+
+static bool all_choices_done(const serve_request *lead) { return lead->n_choices_done == lead->n_choices; }
 
 static void send_body(struct evhttp_request *http, int status, const text_buffer *b) {
     struct evbuffer *out = evbuffer_new();
@@ -144,119 +186,141 @@ static void end_stream(router *rt, serve_request *r, int status) {
     finish(rt, r, status);
 }
 
-/* The response is over before the engine is done with the request (it failed on this side): the engine is
- * told to stop, and deliver_nowhere finishes the request once it has. */
-static void abandon(router *rt, serve_request *r, int status) {
-    if (r->http && r->reply_started) evhttp_send_reply_end(r->http);
-    r->http = NULL;
-    release_connection(r);
-    r->client_gone = true;
-    r->final_status = status;
-    if (!r->cancel_sent) {
-        r->cancel_sent = true;
-        engine_link_cancel(rt->link, r);
+/* The response is over (its error went out) before the engine is done with every choice: the engine is told to
+ * stop the others, and deliver_nowhere finishes the request once it has; or now, when nothing runs. */
+static void abandon(router *rt, serve_request *lead, int status) {
+    if (lead->http && lead->reply_started) evhttp_send_reply_end(lead->http);
+    lead->http = NULL;
+    if (all_choices_done(lead)) {
+        finish(rt, lead, status);
+        return;
     }
+    release_connection(lead);
+    lead->client_gone = true;
+    lead->final_status = status;
+    cancel_choices(rt, lead);
 }
 
-/* The chunks for what arrived; false when the client was dropped. */
-static bool send_chunks(router *rt, serve_request *r, const text_buffer *text, const text_buffer *reasoning,
-                        const text_buffer *calls, bool done) {
+/* The chunks for what arrived for choice `c` (the usage and [DONE] after the last choice's end); false when the
+ * client was dropped. */
+static bool send_chunks(router *rt, serve_request *c, const text_buffer *text, const text_buffer *reasoning,
+                        const text_buffer *calls, const serve_logprob *logprobs, size_t n_logprobs, bool done) {
     const char *name = rt->options.model_name;
     text_buffer chunk = {0};
     bool alive = true;
-    if (r->endpoint == SERVE_ENDPOINT_CHAT) {
-        if (text->length || reasoning->length || calls->length || done || !r->first_chunk_out) {
-            chat_completions_chunk_json(&chunk, name, r, text, reasoning, calls, !r->first_chunk_out, done);
-            r->first_chunk_out = true;
-            alive = send_event(rt, r, &chunk);
+    if (c->endpoint == SERVE_ENDPOINT_CHAT) {
+        if (text->length || reasoning->length || calls->length || done || !c->first_chunk_out) {
+            chat_completions_chunk_json(&chunk, name, c, text, reasoning, calls, !c->first_chunk_out, done);
+            c->first_chunk_out = true;
+            alive = send_event(rt, c->lead, &chunk);
         }
-    } else if (text->length || done) {
-        completions_chunk_json(&chunk, name, r, text->data, text->length, done);
-        alive = send_event(rt, r, &chunk);
+    } else if (text->length || n_logprobs || done) {
+        completions_chunk_json(&chunk, rt->link->model, name, c, text->data, text->length, logprobs, n_logprobs, done);
+        alive = send_event(rt, c->lead, &chunk);
     }
-    if (alive && done && r->include_usage) {
+    const bool last = done && all_choices_done(c->lead);
+    if (alive && last && c->include_usage) {
         text_buffer_clear(&chunk);
-        if (r->endpoint == SERVE_ENDPOINT_CHAT)
-            chat_completions_usage_chunk_json(&chunk, name, r);
+        if (c->endpoint == SERVE_ENDPOINT_CHAT)
+            chat_completions_usage_chunk_json(&chunk, name, c);
         else
-            completions_usage_chunk_json(&chunk, name, r);
-        alive = send_event(rt, r, &chunk);
+            completions_usage_chunk_json(&chunk, name, c);
+        alive = send_event(rt, c->lead, &chunk);
     }
-    if (alive && done) {
+    if (alive && last) {
         text_buffer_clear(&chunk);
         text_buffer_puts(&chunk, "[DONE]");
-        alive = send_event(rt, r, &chunk);
+        alive = send_event(rt, c->lead, &chunk);
     }
     text_buffer_free(&chunk);
     return alive;
 }
 
-/* What the engine produced for a streamed request, as chunks; on the last one, the end of the stream. The
- * stream's header goes out with the first output, so a request refused at submission is still a plain 400. */
-static void deliver_stream(router *rt, serve_request *r) {
+/* What the engine produced for one choice of a streamed request, as chunks; after the last choice's end, the end
+ * of the stream. The stream's header goes out with the first output, so a request refused at submission is still
+ * a plain 400. A choice that fails ends the response with the error (an event once the stream began) and cancels
+ * the others. */
+static void deliver_stream(router *rt, serve_request *c) {
+    serve_request *lead = c->lead;
     text_buffer text = {0}, reasoning = {0}, calls = {0};
-    const bool done = engine_link_take_output(rt->link, r, &text, &reasoning, &calls);
-    const bool cancelled = done && !r->failed && r->finish == KITE_FINISH_CANCELLED;
-    if (text.failed || reasoning.failed || calls.failed) {
-        if (r->reply_started) {
-            send_error_event(rt, r, 500, "out of memory");
-        } else {
-            api_error_send(r->http, 500, "out of memory", NULL, 0);
-            r->http = NULL;
-        }
-        if (done)
-            end_stream(rt, r, 500);
-        else
-            abandon(rt, r, 500);
-    } else if (done && (r->failed || cancelled)) {
-        const int status = r->failed ? failure_status(r) : 503;
-        const char *message = r->failed ? r->error : "the server stopped before the request finished";
-        if (r->reply_started) {
-            send_error_event(rt, r, status, message); /* the stream has begun: the error is an event */
-        } else {
-            api_error_send(r->http, status, message, NULL, r->failed ? 0 : RETRY_AFTER_SECONDS);
-            r->http = NULL;
-        }
-        end_stream(rt, r, status);
-    } else {
-        if (!r->reply_started) start_stream(r);
-        const bool alive = send_chunks(rt, r, &text, &reasoning, &calls, done);
-        if (done) end_stream(rt, r, alive ? 200 : 499);
+    serve_logprob *logprobs = NULL;
+    size_t n_logprobs = 0;
+    bool logprobs_failed = false;
+    const bool with_logprobs = c->endpoint == SERVE_ENDPOINT_COMPLETIONS && c->request.n_logprobs > 0;
+    const bool done = take_choice_output(rt, c, &text, &reasoning, &calls, with_logprobs ? &logprobs : NULL,
+                                         &n_logprobs, &logprobs_failed);
+    const bool cancelled = done && !c->failed && c->finish == KITE_FINISH_CANCELLED;
+    int status = 0;
+    const char *message = NULL;
+    if (text.failed || reasoning.failed || calls.failed || logprobs_failed) {
+        status = 500;
+        message = "out of memory";
+    } else if (done && (c->failed || cancelled)) {
+        status = c->failed ? failure_status(c) : 503;
+        message = c->failed ? c->error : "the server stopped before the request finished";
     }
+    if (status) {
+        if (lead->reply_started) {
+            send_error_event(rt, lead, status, message); /* the stream has begun: the error is an event */
+        } else {
+            api_error_send(lead->http, status, message, NULL, c->failed || status == 500 ? 0 : RETRY_AFTER_SECONDS);
+            lead->http = NULL;
+        }
+        abandon(rt, lead, status);
+    } else {
+        if (!lead->reply_started) start_stream(lead);
+        const bool alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, done);
+        /* A client dropped for not reading was cancelled by the hangup handler; deliver_nowhere takes the rest. */
+        if (all_choices_done(lead)) end_stream(rt, lead, alive ? 200 : 499);
+    }
+    free(logprobs);
     text_buffer_free(&text);
     text_buffer_free(&reasoning);
     text_buffer_free(&calls);
 }
 
-static void deliver_whole(router *rt, serve_request *r) {
-    if (!engine_link_take_output(rt->link, r, &r->whole_text, &r->whole_reasoning, &r->whole_calls)) return;
+/* The whole response once every choice is done; a choice that fails answers the request with its error and
+ * cancels the others. */
+static void deliver_whole(router *rt, serve_request *c) {
+    serve_request *lead = c->lead;
+    bool unused;
+    if (!take_choice_output(rt, c, &c->whole_text, &c->whole_reasoning, &c->whole_calls, NULL, NULL, &unused)) return;
     int status = 200;
-    if (r->failed) {
-        status = failure_status(r);
-        api_error_send(r->http, status, r->error, NULL, 0);
-    } else if (r->finish == KITE_FINISH_CANCELLED) {
+    if (c->failed) {
+        status = failure_status(c);
+        api_error_send(lead->http, status, c->error, NULL, 0);
+    } else if (c->finish == KITE_FINISH_CANCELLED) {
         status = 503;
-        api_error_send(r->http, status, "the server stopped before the request finished", NULL, RETRY_AFTER_SECONDS);
-    } else if (r->whole_text.failed || r->whole_reasoning.failed || r->whole_calls.failed) {
+        api_error_send(lead->http, status, "the server stopped before the request finished", NULL,
+                       RETRY_AFTER_SECONDS);
+    } else if (c->whole_text.failed || c->whole_reasoning.failed || c->whole_calls.failed) {
         status = 500;
-        api_error_send(r->http, status, "out of memory", NULL, 0);
+        api_error_send(lead->http, status, "out of memory", NULL, 0);
+    } else if (!all_choices_done(lead)) {
+        return;
     } else {
         text_buffer b = {0};
-        if (r->endpoint == SERVE_ENDPOINT_CHAT)
-            chat_completions_whole_json(&b, rt->options.model_name, r);
+        if (lead->endpoint == SERVE_ENDPOINT_CHAT)
+            chat_completions_whole_json(&b, rt->options.model_name, lead);
         else
-            completions_whole_json(&b, rt->link->model, rt->options.model_name, r);
-        send_body(r->http, status, &b);
+            completions_whole_json(&b, rt->link->model, rt->options.model_name, lead);
+        send_body(lead->http, status, &b);
         text_buffer_free(&b);
     }
-    r->http = NULL;
-    finish(rt, r, status);
+    lead->http = NULL;
+    if (status == 200)
+        finish(rt, lead, status);
+    else
+        abandon(rt, lead, status);
 }
 
-/* A request whose client is gone: its output is dropped; once the engine is done with it, a request evhttp
- * detached from its connection is freed (by the reply it no longer sends anywhere). */
-static void deliver_nowhere(router *rt, serve_request *r) {
-    if (!engine_link_take_output(rt->link, r, NULL, NULL, NULL)) return;
+/* A request whose client is gone (or whose response ended early): its output is dropped; once the engine is done
+ * with every choice, a request evhttp detached from its connection is freed (by the reply it no longer sends
+ * anywhere). */
+static void deliver_nowhere(router *rt, serve_request *c) {
+    serve_request *r = c->lead;
+    bool unused;
+    if (!take_choice_output(rt, c, NULL, NULL, NULL, NULL, NULL, &unused) || !all_choices_done(r)) return;
     if (r->http) {
         if (r->reply_started)
             evhttp_send_reply_end(r->http);
@@ -265,6 +329,31 @@ static void deliver_nowhere(router *rt, serve_request *r) {
         r->http = NULL;
     }
     finish(rt, r, r->final_status ? r->final_status : 499); /* 499: nginx's "client closed request" */
+}
+
+/* echo with max_tokens 0: every choice is the prompt alone, finished for its length, without the engine. */
+static void answer_prompt_alone(router *rt, serve_request *lead) {
+    for (int i = 0; i < lead->n_choices; i++) {
+        serve_request *c = lead->choices[i];
+        c->finish = KITE_FINISH_LENGTH;
+        c->done = c->done_seen = true;
+        lead->n_choices_done++;
+    }
+    if (lead->stream) {
+        const text_buffer none = {0};
+        start_stream(lead);
+        bool alive = true;
+        for (int i = 0; i < lead->n_choices && alive; i++)
+            alive = send_chunks(rt, lead->choices[i], &none, &none, &none, NULL, 0, true);
+        end_stream(rt, lead, alive ? 200 : 499);
+        return;
+    }
+    text_buffer b = {0};
+    completions_whole_json(&b, rt->link->model, rt->options.model_name, lead);
+    send_body(lead->http, 200, &b);
+    text_buffer_free(&b);
+    lead->http = NULL;
+    finish(rt, lead, 200);
 }
 
 static void report_load(router *rt) {
@@ -291,9 +380,9 @@ void router_on_wake(int fd, short what, void *argument) {
     report_load(rt);
     for (serve_request *r = engine_link_take_outbox(rt->link), *next; r; r = next) {
         next = engine_link_outbox_next(rt->link, r);
-        if (r->answered) {
+        if (r->answered || r->done_seen) {
             /* nothing more to write */
-        } else if (r->client_gone) {
+        } else if (r->lead->client_gone) {
             deliver_nowhere(rt, r);
         } else if (r->stream) {
             deliver_stream(rt, r);
@@ -313,10 +402,7 @@ void router_on_hangup(serve_connection *c, void *argument) {
     /* evhttp frees a request still on its connection; one it detached (the client hung up or timed out) waits
      * for a reply to be freed. */
     if (r->http && evhttp_request_get_connection(r->http) != NULL) r->http = NULL;
-    if (!r->cancel_sent) {
-        r->cancel_sent = true;
-        engine_link_cancel(rt->link, r);
-    }
+    cancel_choices(rt, r);
 }
 
 void router_generate(router *rt, struct evhttp_request *request, serve_connection *c, serve_endpoint endpoint) {
@@ -342,13 +428,30 @@ void router_generate(router *rt, struct evhttp_request *request, serve_connectio
         router_send_error(rt, request, e.status ? e.status : 400, e.message, e.param[0] ? e.param : NULL, 0);
         return;
     }
+    /* Each choice is a request of the engine's: n of them count against the bound. */
+    const int bound = rt->link->engine_params.max_sequences + rt->options.max_queue;
+    if (rt->in_flight + r->n_choices > bound) {
+        if (r->n_choices > bound)
+            router_send_error(rt, request, 400, "'n' is more than this server ever admits at once (--max-batch plus "
+                              "--max-queue)", "n", 0);
+        else
+            router_send_error(rt, request, 503, "the server is busy: too many requests are waiting", NULL,
+                              RETRY_AFTER_SECONDS);
+        serve_request_discard(r);
+        return;
+    }
     r->number = ++rt->next_number;
+    for (int i = 1; i < r->n_choices; i++) r->choices[i]->number = r->number;
     r->http = request;
     r->connection = c;
     c->current = r;
-    rt->in_flight++;
+    rt->in_flight += r->n_choices;
+    if (r->endpoint == SERVE_ENDPOINT_COMPLETIONS && completions_prompt_alone(r)) {
+        answer_prompt_alone(rt, r);
+        return;
+    }
     http_server_watch_hangup(c, true);
-    engine_link_submit(rt->link, r);
+    for (int i = 0; i < r->n_choices; i++) engine_link_submit(rt->link, r->choices[i]);
 }
 
 static void on_drain_deadline(int fd, short what, void *argument) {

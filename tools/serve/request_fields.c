@@ -74,7 +74,7 @@ bool request_fields_bool(const json_t *root, const char *key, bool *out, field_e
 
 bool request_fields_numbers(const json_t *root, kite_request *request, field_error *e) {
     enum { MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, MIN_P, REPETITION_PENALTY, PRESENCE_PENALTY, FREQUENCY_PENALTY,
-           MIN_TOKENS, SEED, N };
+           MIN_TOKENS, SEED };
     static const struct {
         const char *key;
         double min, max;
@@ -89,7 +89,6 @@ bool request_fields_numbers(const json_t *root, kite_request *request, field_err
         [FREQUENCY_PENALTY] = {"frequency_penalty", -2, 2},
         [MIN_TOKENS] = {"min_tokens", 0, 1 << 30}, /* vLLM's extension */
         [SEED] = {"seed", 0, 9.0e15}, /* integers a double holds exactly */
-        [N] = {"n", 1, 1}, /* one choice per request */
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         bool present;
@@ -115,6 +114,18 @@ bool request_fields_numbers(const json_t *root, kite_request *request, field_err
         default: break;
         }
     }
+    return true;
+}
+
+bool request_fields_n(const json_t *root, int *n, field_error *e) {
+    const json_t *v = json_object_get(root, "n");
+    *n = 1;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SERVE_MAX_CHOICES) {
+        field_error_set(e, "n", "'n' must be an integer in [1, %d] (the choices to generate)", SERVE_MAX_CHOICES);
+        return false;
+    }
+    *n = (int)json_integer_value(v);
     return true;
 }
 

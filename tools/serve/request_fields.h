@@ -26,8 +26,10 @@ json_t *request_fields_load(const char *body, size_t length, field_error *e);
 bool request_fields_model(const json_t *root, const char *served_model, field_error *e);
 bool request_fields_bool(const json_t *root, const char *key, bool *out, field_error *e);
 /* max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty,
- * min_tokens, seed and n into the request. */
+ * min_tokens and seed into the request. */
 bool request_fields_numbers(const json_t *root, kite_request *request, field_error *e);
+/* "n": the choices to generate, 1..SERVE_MAX_CHOICES (1 when absent); serve_request_make_choices makes them. */
+bool request_fields_n(const json_t *root, int *n, field_error *e);
 /* "logit_bias": an object from token ids (as strings, OpenAI's) to biases in [-100, 100], copied into the request. */
 bool request_fields_logit_bias(const json_t *root, serve_request *r, field_error *e);
 /* "stop": a string or at most SERVE_MAX_STOP_STRINGS strings, copied into the request. */

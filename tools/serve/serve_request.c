@@ -9,6 +9,9 @@ serve_request *serve_request_new(serve_endpoint endpoint) {
     if (!r) return NULL;
     r->endpoint = endpoint;
     r->request = kite_request_default();
+    r->n_choices = 1;
+    r->lead = r;
+    r->choices[0] = r;
     r->references = 1;
     r->start_seconds = serve_now_seconds();
     return r;
@@ -17,6 +20,7 @@ serve_request *serve_request_new(serve_endpoint endpoint) {
 void serve_request_free(serve_request *r) {
     if (!r) return;
     free(r->prompt_ids);
+    free(r->echo_text);
     free(r->logprobs);
     for (int i = 0; i < SERVE_MAX_STOP_STRINGS; i++) free(r->stop_storage[i]);
     kite_chat_prompt_free(&r->prompt);
@@ -29,6 +33,41 @@ void serve_request_free(serve_request *r) {
     free(r);
 }
 
+bool serve_request_make_choices(serve_request *lead, int n) {
+    for (int i = 1; i < n; i++) {
+        serve_request *c = serve_request_new(lead->endpoint);
+        if (!c) {
+            while (--i >= 1) serve_request_free(lead->choices[i]);
+            lead->n_choices = 1;
+            return false;
+        }
+        c->request = lead->request;
+        if (!c->request.sampling.fresh_seed) c->request.sampling.seed += (uint64_t)i;
+        c->choice = i;
+        c->n_choices = n;
+        c->lead = lead;
+        c->n_prompt = lead->n_prompt;
+        c->stream = lead->stream;
+        c->include_usage = lead->include_usage;
+        c->start_seconds = lead->start_seconds;
+        lead->choices[i] = c;
+    }
+    lead->n_choices = n;
+    return true;
+}
+
+void serve_request_discard(serve_request *lead) {
+    if (!lead) return;
+    for (int i = 1; i < lead->n_choices; i++) serve_request_free(lead->choices[i]);
+    serve_request_free(lead);
+}
+
+int32_t serve_request_generated(const serve_request *lead) {
+    int32_t n = 0;
+    for (int i = 0; i < lead->n_choices; i++) n += lead->choices[i]->n_generated;
+    return n;
+}
+
 double serve_now_seconds(void) {
     struct timespec t;
     if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0; /* CLOCK_MONOTONIC exists on Linux: not reached */
@@ -36,6 +75,7 @@ double serve_now_seconds(void) {
 }
 
 void serve_request_usage_json(text_buffer *b, const serve_request *r) {
+    const int32_t generated = serve_request_generated(r->lead);
     text_buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}",
-                       r->n_prompt, r->n_generated, r->n_prompt + (size_t)r->n_generated);
+                       r->n_prompt, generated, r->n_prompt + (size_t)generated);
 }

@@ -16,6 +16,7 @@
 #include "text_buffer.h"
 
 #define SERVE_MAX_STOP_STRINGS 8
+#define SERVE_MAX_CHOICES 16 /* the most choices ("n") one request may ask for */
 
 struct evhttp_request;
 struct serve_connection;
@@ -32,10 +33,20 @@ typedef struct serve_logprob {
     float top_logprobs[KITE_MAX_LOGPROBS];
 } serve_logprob;
 
+/* An HTTP request asking for n choices is n serve_requests, one engine request each: the lead (choice 0) owns
+ * the HTTP exchange, the prompt, stop strings and logit bias (the others' kite_request points into the lead's
+ * copies, which the engine copies at submit) and lives until every choice is done; each choice has its own output.
+ * Fields marked "the lead's" are used on the lead only. */
 typedef struct serve_request {
     /* Built by the loop thread before the hand-over; read-only afterwards. */
     serve_endpoint endpoint;
-    kite_request request; /* prompt ids and stop strings point into this struct's own copies */
+    kite_request request; /* prompt ids and stop strings point into the lead's own copies */
+    int choice;           /* the index of this choice, 0..n_choices-1 */
+    int n_choices;        /* n */
+    struct serve_request *lead;
+    struct serve_request *choices[SERVE_MAX_CHOICES]; /* the lead's: every choice, the lead first */
+    char *echo_text;      /* the lead's: echo's prompt text, put before each choice's text (NULL: no echo) */
+    size_t echo_length;
     int32_t *prompt_ids;
     size_t n_prompt;
     char *stop_storage[SERVE_MAX_STOP_STRINGS];
@@ -60,6 +71,7 @@ typedef struct serve_request {
     kite_status failed_status;
     char error[512];
     double first_token_seconds; /* 0 until the first token */
+    bool prompt_read;           /* a token came, or the request ended: its prompt's blocks are in the prefix cache */
     bool on_outbox;             /* queued for the loop thread */
     struct serve_request *next_out;
     int references; /* the loop, the engine and the outbox each hold one while they keep it */
@@ -71,6 +83,8 @@ typedef struct serve_request {
     struct serve_request *next_in; /* inbox link */
     struct serve_request *next_cancel;
     struct serve_request *next_live, *prev_live; /* submitted and not finished */
+    struct serve_request *next_held;             /* engine_link's held list */
+    bool held;                                   /* on it */
 
     /* The loop thread's. */
     struct evhttp_request *http;   /* NULL once the connection freed it */
@@ -81,7 +95,11 @@ typedef struct serve_request {
     bool cancel_sent;
     int final_status;     /* the status logged for a response that ended early (0: 499, the client left) */
     bool answered;        /* the loop has finished with it (the outbox may still hand it over once more) */
-    bool first_chunk_out; /* chat: the role went out */
+    bool first_chunk_out; /* chat: the role went out; completions: the echo went out */
+    bool done_seen;       /* the loop took this choice's last output */
+    int n_choices_done;   /* the lead's: choices whose last output the loop took */
+    size_t logprobs_taken; /* streamed logprobs: entries already sent */
+    size_t text_offset;    /* streamed logprobs: the characters of the tokens already sent (text_offset goes on) */
     text_buffer whole_text, whole_reasoning, whole_calls; /* a response that is not streamed, collected */
 } serve_request;
 
@@ -89,8 +107,17 @@ typedef struct serve_request {
 serve_request *serve_request_new(serve_endpoint endpoint);
 /* Frees what the request owns and the request itself (no locking: the caller holds the last reference). */
 void serve_request_free(serve_request *r);
+/* Makes a lead built with every other field into n choices (n >= 1): choices 1..n-1 copy its request, and with a
+ * seed S choice i samples with S + i (vLLM's rule: the choices differ and each one is reproducible as a request
+ * of its own with that seed); without one (fresh_seed) each draws its own. false when out of memory. */
+bool serve_request_make_choices(serve_request *lead, int n);
+/* Frees a lead that was never handed over, with its choices. */
+void serve_request_discard(serve_request *lead);
 
-/* ,"usage":{"prompt_tokens":P,"completion_tokens":C,"total_tokens":T} for a finished request. */
+/* The completion tokens of every choice of the lead's request. */
+int32_t serve_request_generated(const serve_request *lead);
+/* ,"usage":{"prompt_tokens":P,"completion_tokens":C,"total_tokens":T} for a finished request: the prompt once, the
+ * completion tokens of every choice (r may be any choice). */
 void serve_request_usage_json(text_buffer *b, const serve_request *r);
 
 /* Seconds on a monotonic clock, for TTFT and total times. */
