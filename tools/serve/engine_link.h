@@ -82,7 +82,8 @@ serve_request *engine_link_take_outbox(engine_link *link);
  * before taking r's output, so that nothing the engine adds is missed. */
 serve_request *engine_link_outbox_next(engine_link *link, serve_request *r);
 /* Appends what the engine produced since the last call to the three buffers (any may be NULL to drop it) and
- * returns whether the request is done. */
+ * returns whether the request is done. A streamed request's new logprobs go to r->stream_logprobs (with
+ * `text` given; text->failed when they cannot). */
 bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *text, text_buffer *reasoning,
                              text_buffer *calls);
 /* Gives back one reference; the last one frees the request. */

@@ -18,6 +18,7 @@ void serve_request_free(serve_request *r) {
     if (!r) return;
     free(r->prompt_ids);
     free(r->logprobs);
+    free(r->stream_logprobs);
     for (int i = 0; i < SERVE_MAX_STOP_STRINGS; i++) free(r->stop_storage[i]);
     kite_chat_prompt_free(&r->prompt);
     text_buffer_free(&r->text);
