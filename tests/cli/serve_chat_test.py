@@ -90,8 +90,8 @@ def error_of(status, data):
 
 
 def tool(name):
-    return {"type": "function", "function": {"name": name, "description": "A tool.",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}}
+    return {"type": "function", "function": {"name": name, "description": "A tool.", "parameters": parameters}}
 
 
 def named(name):
