@@ -437,20 +437,42 @@ void kite_chat_free(kite_chat *chat);
 /* The model's chat format (its template was parsed when it loaded); NULL when the checkpoint has none. */
 const kite_chat *kite_model_chat(const kite_model *model);
 
+/* A request's tool_choice (OpenAI's): whether the answer may, must, or must not call a tool. */
+typedef enum kite_tool_choice {
+    KITE_TOOL_CHOICE_AUTO = 0, /* "auto", or no tool_choice: the model decides */
+    KITE_TOOL_CHOICE_NONE,     /* "none": the tools are shown but calls are not parsed */
+    KITE_TOOL_CHOICE_REQUIRED, /* "required": the answer starts with a call to one of the tools */
+    KITE_TOOL_CHOICE_NAMED,    /* {"type": "function", "function": {"name": N}}: the answer starts with a call to N */
+} kite_tool_choice;
+
 typedef struct kite_chat_prompt {
-    char *text;               /* the rendered prompt, NUL-terminated */
+    char *text;               /* the rendered prompt, NUL-terminated; ends with `forced` */
     size_t length;
     int32_t *ids;             /* text encoded with the tokenizer (special tokens recognised) */
     size_t n_ids;
-    bool thinking;            /* enable_thinking is not false */
+    bool thinking;            /* enable_thinking is not false (a forced tool choice renders it false) */
     bool starts_in_reasoning; /* the prompt leaves a <think> open: the answer starts as reasoning */
     bool has_tools;           /* tools are offered and tool_choice lets the model call them */
+    kite_tool_choice tool_choice;
+    /* REQUIRED and NAMED: the opening of the answer's first tool call, written by kite instead of the model at
+     * the end of `text` (and so of `ids`): '<tool_call>\n{"name": "' for REQUIRED, '<tool_call>\n{"name": "N",
+     * "arguments":' for NAMED. kite_chat_submit parses it as the answer's first bytes; its tokens are the prompt's
+     * and carry no logprobs. NULL (forced_length 0) otherwise. */
+    char *forced;
+    size_t forced_length;
+    /* REQUIRED: the tools' names; NAMED: N alone. A parsed call naming anything else is malformed (chat_output.h,
+     * T4). NULL (n_call_names 0) otherwise: any name is a call. */
+    char **call_names;
+    size_t n_call_names;
 } kite_chat_prompt;
 
 /* Renders a /v1/chat/completions request body (messages, tools, tool_choice, add_generation_prompt (default
  * true), chat_template_kwargs such as {"enable_thinking": false}) with the chat template. Messages are prepared
  * as vLLM prepares them: null content as "", text parts joined with "\n", a tool call's arguments string parsed
- * into its object.
+ * into its object. tool_choice "required" or a named function (needs tools; the name must be one of them) renders
+ * the turn as enable_thinking false does (the template's empty think block: kite has no way to let the model
+ * think first and write the call's opening after its </think>) and ends the prompt with the call's opening
+ * (kite_chat_prompt.forced); with a template that opens <think> itself it is KITE_ERROR_UNSUPPORTED.
  * A malformed request, or an error the template raises, is KITE_ERROR_INVALID_INPUT naming the field or
  * quoting the template. */
 kite_status kite_chat_render(const kite_chat *chat, const char *request_json, size_t length, kite_chat_prompt *out);
@@ -494,7 +516,8 @@ typedef void (*kite_chat_callback)(const kite_chat_event *event, void *user_data
 /* Queues a chat answer to a rendered prompt: `request` gives max_tokens, sampling, stop strings and logprobs
  * (its prompt, stop ids and callback are replaced: the prompt's ids, the chat's stop ids and the parser).
  * Events come from kite_engine_step like a plain request's. Tool calls are parsed when the prompt has_tools;
- * their ids are drawn from request->sampling.seed. */
+ * their ids are drawn from request->sampling.seed. A prompt's forced opening is parsed before the first token
+ * (it must open a tool call: KITE_ERROR_INVALID_ARGUMENT otherwise) and only calls to its call_names count. */
 kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const kite_chat_prompt *prompt,
                              const kite_request *request, kite_chat_callback on_event, void *user_data,
                              kite_request_id *id);

@@ -62,6 +62,9 @@ void kite_chat_prompt_free(kite_chat_prompt *p) {
     if (!p) return;
     free(p->text);
     free(p->ids);
+    free(p->forced);
+    for (size_t i = 0; p->call_names && i < p->n_call_names; i++) free(p->call_names[i]);
+    free(p->call_names);
     *p = (kite_chat_prompt){0};
 }
 

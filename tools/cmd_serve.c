@@ -57,9 +57,10 @@ static const cli_command serve_command = {
     "serve", "--model DIR [--host 127.0.0.1] [--port 8080] [options]",
     "  POST /v1/completions (OpenAI-compatible: prompt as text or token ids, max_tokens, temperature, top_p,\n"
     "  top_k, min_p, repetition_penalty, seed, stop, stream, stream_options.include_usage, ignore_eos),\n"
-    "  POST /v1/chat/completions (messages, tools, tool_choice auto|none, chat_template_kwargs such as\n"
-    "  enable_thinking; the answer's reasoning_content and tool_calls parsed; sampling not given follows\n"
-    "  generation_config.json), GET /v1/models, GET /v1/models/{id}, GET /health (503 while the model loads),\n"
+    "  POST /v1/chat/completions (messages, tools, tool_choice auto|none|required|a function, logprobs,\n"
+    "  top_logprobs, chat_template_kwargs such as enable_thinking; the answer's reasoning_content and tool_calls\n"
+    "  parsed; sampling not given follows generation_config.json), GET /v1/models, GET /v1/models/{id},\n"
+    "  GET /health (503 while the model loads),\n"
     "  POST /tokenize, POST /detokenize (vLLM's shapes).\n"
     "  \"listening on HOST:PORT\" is printed on stdout once the socket listens; the model loads after it.\n",
     serve_options, sizeof serve_options / sizeof serve_options[0]};

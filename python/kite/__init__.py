@@ -80,7 +80,9 @@ class _Request(ctypes.Structure):
 class _ChatPrompt(ctypes.Structure):
     _fields_ = [("text", ctypes.POINTER(ctypes.c_char)), ("length", c_size_t), ("ids", ctypes.POINTER(c_int32)),
                 ("n_ids", c_size_t), ("thinking", ctypes.c_bool), ("starts_in_reasoning", ctypes.c_bool),
-                ("has_tools", ctypes.c_bool)]
+                ("has_tools", ctypes.c_bool), ("tool_choice", ctypes.c_int),
+                ("forced", ctypes.POINTER(ctypes.c_char)), ("forced_length", c_size_t),
+                ("call_names", ctypes.POINTER(ctypes.c_char_p)), ("n_call_names", c_size_t)]
 
 
 class _ToolCall(ctypes.Structure):

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/chat_tool_choice.h"
 #include "chat/jinja.h"
 #include "chat/python_json.h"
 #include "util/error.h"
@@ -466,6 +467,7 @@ typedef struct request_view {
     bool add_generation_prompt;
     bool tools_called; /* tools offered and tool_choice allows calling them */
     bool thinking;
+    chat_tool_choice choice;
 } request_view;
 
 static kite_status read_request(const json_value *root, request_view *r) {
@@ -483,14 +485,8 @@ static kite_status read_request(const json_value *root, request_view *r) {
     const json_value *v = json_object_member(root, "add_generation_prompt");
     if (v && !json_is_null(v) && !json_get_bool(v, &r->add_generation_prompt))
         return kite_fail(KITE_ERROR_INVALID_INPUT, "add_generation_prompt: expected true or false");
-    r->tools_called = r->tools != NULL;
-    const json_value *choice = json_object_member(root, "tool_choice");
-    if (choice && !json_is_null(choice)) {
-        if (!json_is_string(choice) ||
-            (strcmp(choice->as.string, "auto") != 0 && strcmp(choice->as.string, "none") != 0))
-            return kite_fail(KITE_ERROR_UNSUPPORTED, "tool_choice: only \"auto\" and \"none\" are implemented");
-        if (strcmp(choice->as.string, "none") == 0) r->tools_called = false;
-    }
+    KITE_TRY(chat_tool_choice_read(root, r->tools, &r->choice));
+    r->tools_called = r->tools != NULL && r->choice.choice != KITE_TOOL_CHOICE_NONE;
     r->kwargs = json_object_member(root, "chat_template_kwargs");
     if (r->kwargs && json_is_null(r->kwargs)) r->kwargs = NULL;
     if (r->kwargs && !json_is_object(r->kwargs))
@@ -501,6 +497,8 @@ static kite_status read_request(const json_value *root, request_view *r) {
             return kite_fail(KITE_ERROR_INVALID_INPUT, "chat_template_kwargs.%s: set by the request itself", m->key);
         if (strcmp(m->key, "enable_thinking") == 0 && m->value.type == JSON_TYPE_FALSE) r->thinking = false;
     }
+    /* A forced call's opening follows the template's empty think block (chat_tool_choice.h). */
+    if (chat_tool_choice_forces(&r->choice)) r->thinking = false;
     return KITE_OK;
 }
 
@@ -519,13 +517,16 @@ static kite_status write_variables(const chat_format *f, const request_view *r, 
         text_builder_puts(b, ", ");
         text_builder_puts(b, f->special_variables);
     }
+    const bool forced = chat_tool_choice_forces(&r->choice);
     for (size_t i = 0; r->kwargs && i < r->kwargs->length; i++) {
         const json_member *m = &r->kwargs->as.members[i];
+        if (forced && strcmp(m->key, "enable_thinking") == 0) continue; /* written below */
         text_builder_puts(b, ", ");
         python_json_string(b, m->key, m->key_length);
         text_builder_puts(b, ": ");
         python_json_value(b, &m->value, -1, false);
     }
+    if (forced) text_builder_puts(b, ", \"enable_thinking\": false");
     text_builder_putc(b, '}');
     return b->failed ? kite_fail(KITE_ERROR_OUT_OF_MEMORY, "chat: out of memory") : KITE_OK;
 }
@@ -535,6 +536,20 @@ static bool ends_inside_think(const char *text) {
     const char *open = NULL;
     for (const char *p = strstr(text, "<think>"); p; p = strstr(p + 1, "<think>")) open = p;
     return open && !strstr(open, "</think>");
+}
+
+/* The forced opening at the end of the rendered text. A template that leaves <think> open would need the opening
+ * after the model's own </think>, which kite cannot place. */
+static kite_status append_forced(kite_chat_prompt *out) {
+    if (ends_inside_think(out->text))
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "tool_choice: this chat template opens <think> for the answer; a "
+                                                 "forced tool call after the model's reasoning is not implemented");
+    char *text = realloc(out->text, out->length + out->forced_length + 1);
+    if (!text) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "chat: out of memory for the prompt");
+    memcpy(text + out->length, out->forced, out->forced_length + 1);
+    out->text = text;
+    out->length += out->forced_length;
+    return KITE_OK;
 }
 
 kite_status chat_format_render(const chat_format *f, const char *request_json, size_t length, kite_chat_prompt *out) {
@@ -553,7 +568,6 @@ kite_status chat_format_render(const chat_format *f, const char *request_json, s
     text_builder variables = {0};
     kite_status status = read_request(json_root(doc), &r);
     if (status == KITE_OK) status = write_variables(f, &r, &variables);
-    json_free(doc);
     json_document *vars = NULL;
     if (status == KITE_OK) {
         vars = json_parse(variables.data, variables.length, &error);
@@ -563,13 +577,16 @@ kite_status chat_format_render(const chat_format *f, const char *request_json, s
     const jinja_template *t = r.tools && f->template_tools ? f->template_tools : f->template_default;
     if (status == KITE_OK) status = jinja_render(t, json_root(vars), &out->text, &out->length);
     json_free(vars);
+    if (status == KITE_OK) status = chat_tool_choice_prepare(&r.choice, r.tools, out);
+    json_free(doc); /* r's values live in it until here */
+    if (status == KITE_OK && out->forced) status = append_forced(out);
     if (status == KITE_OK) status = tokenizer_encode(f->tokenizer, out->text, out->length, &out->ids, &out->n_ids);
     if (status != KITE_OK) {
         kite_chat_prompt_free(out);
         return status;
     }
     out->thinking = r.thinking;
-    out->starts_in_reasoning = ends_inside_think(out->text);
+    out->starts_in_reasoning = !out->forced && ends_inside_think(out->text);
     out->has_tools = r.tools_called;
     return KITE_OK;
 }

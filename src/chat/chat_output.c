@@ -142,7 +142,15 @@ static void free_call(chat_tool_call *call) {
     free(call->arguments);
 }
 
-/* Reads a call's body (T2). *valid is false for a malformed body; the status is not OK only when memory ran
+/* Whether a call may name name[0..length) (T6). */
+static bool name_allowed(const chat_output_params *params, const char *name, size_t length) {
+    if (!params->call_names) return true;
+    for (size_t i = 0; i < params->n_call_names; i++)
+        if (strlen(params->call_names[i]) == length && memcmp(params->call_names[i], name, length) == 0) return true;
+    return false;
+}
+
+/* Reads a call's body (T2, T6). *valid is false for a malformed body; the status is not OK only when memory ran
  * out. */
 static kite_status parse_call(chat_output_parser *p, const char *body, size_t length, bool *valid) {
     *valid = false;
@@ -158,7 +166,7 @@ static kite_status parse_call(chat_output_parser *p, const char *body, size_t le
     const json_value *root = json_root(doc);
     const json_value *name = json_is_object(root) ? json_object_member(root, "name") : NULL;
     const json_value *arguments = json_is_object(root) ? json_object_member(root, "arguments") : NULL;
-    if (!json_is_string(name) || !arguments) {
+    if (!json_is_string(name) || !arguments || !name_allowed(&p->params, name->as.string, name->length)) {
         json_free(doc);
         return KITE_OK;
     }

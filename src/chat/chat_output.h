@@ -26,7 +26,7 @@
  *      `<tool_call>` inside reasoning is reasoning text: vLLM ends reasoning at a `<tool_call>` only when
  *      `<function=` follows it, Qwen3.5's XML call format, which this parser does not read.
  *
- * Tool calls (params.tools: the request has tools and tool_choice is neither "none" nor a forced call),
+ * Tool calls (params.tools: the request has tools and tool_choice is not "none"),
  * in the content only, as vLLM's hermes parser:
  *  T1. The content is the text before the first `<tool_call>`. A call is `<tool_call>` BODY `</tool_call>`,
  *      or `<tool_call>` BODY running to the end of the text (vLLM's `<tool_call>(.*)` alternative).
@@ -49,6 +49,8 @@
  *  T5. A call whose BODY grows past params.max_call_bytes without its `</tool_call>` is malformed (T4),
  *      which bounds the memory held for an open call. vLLM has no such limit; with the request's output
  *      budget as the limit the two agree.
+ *  T6. With params.call_names (a forced tool_choice: chat_tool_choice.h), a call whose name is none of them
+ *      is malformed (T4). vLLM's grammar never lets such a call be written; kite's parser turns it into text.
  *  JSON differences left (kite's reader is strict RFC 8259, Python's is not): NaN, Infinity and -Infinity
  *  make a call malformed here while json.loads reads them; so do invalid UTF-8 inside a string (vLLM's
  *  detokenizer would have made it U+FFFD first) and nesting deeper than JSON_MAX_DEPTH; integers beyond int64
@@ -79,6 +81,8 @@ typedef struct chat_output_params {
     bool tools;               /* parse <tool_call> blocks in the content (T1-T5) */
     size_t max_call_bytes;    /* with tools: the most bytes an open call's body may hold (T5); must be > 0 */
     uint64_t id_seed;         /* seeds the tool call ids; callers pass a random value, tests a fixed one */
+    const char *const *call_names; /* with tools: the only names a call may have (T6); NULL: any name */
+    size_t n_call_names;
 } chat_output_params;
 
 typedef struct chat_tool_call {

@@ -142,6 +142,20 @@ static void on_token(const kite_token_event *token, void *user_data) {
     run_free(run);
 }
 
+/* The forced opening (kite_chat_prompt.forced) is the answer's first bytes for the parser. It opens a tool
+ * call, which the parser holds until the call is complete, so it adds nothing to the first event. */
+static kite_status feed_forced(chat_output_parser *parser, const kite_chat_prompt *prompt) {
+    if (prompt->forced_length == 0) return KITE_OK;
+    if (!prompt->forced || !prompt->has_tools)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_chat_submit: a forced opening needs its text and tools");
+    chat_output_delta d;
+    KITE_TRY(chat_output_feed(parser, prompt->forced, prompt->forced_length, &d));
+    if (d.reasoning_length || d.content_length || d.n_calls)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "kite_chat_submit: the prompt's forced opening must open a tool call (it gave text)");
+    return KITE_OK;
+}
+
 kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const kite_chat_prompt *prompt,
                              const kite_request *request, kite_chat_callback on_event, void *user_data,
                              kite_request_id *id) {
@@ -159,14 +173,19 @@ kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const k
         run_free(run);
         return kite_fail(KITE_ERROR_IO, "chat: getentropy for fresh tool-call ids failed: %s", strerror(errno));
     }
-    /* An open tool call holds at most what the answer may produce (64 bytes a token is more than any token). */
-    const size_t max_call_bytes = request->max_tokens > 0 ? (size_t)request->max_tokens * 64 : (size_t)1 << 24;
+    /* An open tool call holds at most what the answer may produce (64 bytes a token is more than any token),
+     * after the forced opening. */
+    const size_t max_call_bytes =
+        (request->max_tokens > 0 ? (size_t)request->max_tokens * 64 : (size_t)1 << 24) + prompt->forced_length;
     const chat_output_params params = {.reasoning = prompt->thinking,
                                        .starts_in_reasoning = prompt->thinking && prompt->starts_in_reasoning,
                                        .tools = prompt->has_tools,
                                        .max_call_bytes = max_call_bytes,
-                                       .id_seed = id_seed ^ 0x7001ca11ull};
+                                       .id_seed = id_seed ^ 0x7001ca11ull,
+                                       .call_names = (const char *const *)prompt->call_names,
+                                       .n_call_names = prompt->n_call_names};
     kite_status status = chat_output_create(&params, &run->parser);
+    if (status == KITE_OK) status = feed_forced(run->parser, prompt);
     if (status != KITE_OK) {
         run_free(run);
         return status;

@@ -10,6 +10,7 @@
 #include "chat/chat_format.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "util/text_builder.h"
 
 static tokenizer *tok;
 static char dir[64];
@@ -141,7 +142,7 @@ static void test_malformed_requests(void) {
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", KITE_ERROR_INVALID_INPUT,
          "tools: expected a list"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}",
-         KITE_ERROR_UNSUPPORTED, "tool_choice"},
+         KITE_ERROR_INVALID_INPUT, "tool_choice: \"required\" needs tools"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": 1}",
          KITE_ERROR_INVALID_INPUT, "add_generation_prompt"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": []}",
@@ -155,6 +156,104 @@ static void test_malformed_requests(void) {
         if (cases[i].status == KITE_OK) kite_chat_prompt_free(&p);
     }
     chat_format_free(f);
+}
+
+#define TWO_TOOLS                                                                                                      \
+    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, {\"type\": \"function\", "       \
+    "\"function\": {\"name\": \"lookup\"}}]"
+#define QUESTION "\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]"
+
+/* Whether the prompt's ids are the start of the ids of its text followed by `rest` (what the model writes
+ * next): the forced opening ends where the tokenizer would split the whole call anyway. */
+static bool ids_begin_the_call(const kite_chat_prompt *p, const char *rest) {
+    text_builder b = {0};
+    text_builder_append(&b, p->text, p->length);
+    text_builder_puts(&b, rest);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const bool ok = !b.failed && tokenizer_encode(tok, b.data, b.length, &ids, &n) == KITE_OK && n > p->n_ids &&
+                    memcmp(ids, p->ids, p->n_ids * sizeof *ids) == 0;
+    free(ids);
+    text_builder_free(&b);
+    return ok;
+}
+
+/* tool_choice "required" and a named function: the prompt ends with the call's opening exactly as Qwen3's
+ * template writes an assistant call, after the template's empty think block whatever enable_thinking says;
+ * the call names are the tools' (required) or the one (named); the opening's tokens are those of the whole
+ * call; bad choices are refused naming the field. */
+static void test_forced_tool_choice(void) {
+    chat_format *f = NULL;
+    CHECK(chat_format_load(KITE_TEST_DATA_DIR "/tiny", tok, &f) == KITE_OK && f);
+    if (!f) return;
+    static const char opened[] = "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"";
+    kite_chat_prompt p;
+    render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_OK, NULL, &p);
+    CHECK_MSG(p.length > strlen(opened) && strcmp(p.text + p.length - strlen(opened), opened) == 0, "%s", p.text);
+    CHECK(p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"") == 0 && p.forced_length == strlen(p.forced));
+    CHECK(p.tool_choice == KITE_TOOL_CHOICE_REQUIRED && p.has_tools && !p.thinking && !p.starts_in_reasoning);
+    CHECK(p.n_call_names == 2 && strcmp(p.call_names[0], "get_weather") == 0 && strcmp(p.call_names[1], "lookup") == 0);
+    CHECK(ids_begin_the_call(&p, "get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    kite_chat_prompt q;
+    render(f,
+           "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\", \"chat_template_kwargs\": "
+           "{\"enable_thinking\": true}}",
+           KITE_OK, NULL, &q);
+    CHECK(q.length == p.length && memcmp(q.text, p.text, p.length) == 0 && !q.thinking);
+    kite_chat_prompt_free(&q);
+    kite_chat_prompt_free(&p);
+
+    render(f,
+           "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": {\"type\": \"function\", \"function\": "
+           "{\"name\": \"lookup\"}}}",
+           KITE_OK, "</think>\n\n<tool_call>\n{\"name\": \"lookup\", \"arguments\":", &p);
+    CHECK(p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"lookup\", \"arguments\":") == 0);
+    CHECK(p.length >= p.forced_length && strcmp(p.text + p.length - p.forced_length, p.forced) == 0);
+    CHECK(p.tool_choice == KITE_TOOL_CHOICE_NAMED && p.has_tools && !p.thinking);
+    CHECK(p.n_call_names == 1 && strcmp(p.call_names[0], "lookup") == 0);
+    CHECK(ids_begin_the_call(&p, " {\"city\": \"Paris\"}}\n</tool_call>"));
+    kite_chat_prompt_free(&p);
+
+    render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"auto\"}", KITE_OK, NULL, &p);
+    CHECK(p.tool_choice == KITE_TOOL_CHOICE_AUTO && p.has_tools && p.thinking && !p.forced && !p.call_names);
+    kite_chat_prompt_free(&p);
+    render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"none\"}", KITE_OK, NULL, &p);
+    CHECK(p.tool_choice == KITE_TOOL_CHOICE_NONE && !p.has_tools && !p.forced);
+    kite_chat_prompt_free(&p);
+
+    static const struct {
+        const char *request, *needle;
+    } bad[] = {
+        {"{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}",
+         "tool_choice.function.name: \"f\" is not one of the request's tools"},
+        {"{" QUESTION ", \"tools\": [], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}",
+         "tool_choice: a named function needs tools"},
+        {"{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": {\"function\": {\"name\": \"lookup\"}}}",
+         "tool_choice.type: expected \"function\""},
+        {"{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": {\"type\": \"function\", \"function\": \"lookup\"}}",
+         "tool_choice.function.name: expected a string"},
+        {"{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"any\"}", "tool_choice: expected \"auto\""},
+        {"{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": 1}", "tool_choice: expected \"auto\""},
+        {"{" QUESTION ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\\u0000b\"}}], "
+         "\"tool_choice\": \"required\"}",
+         "tools[0].function.name: expected a string without NUL"},
+        {"{" QUESTION ", \"tools\": [{\"type\": \"function\"}], \"tool_choice\": \"required\"}",
+         "tools[0].function.name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        render(f, bad[i].request, KITE_ERROR_INVALID_INPUT, bad[i].needle, &p);
+    chat_format_free(f);
+
+    /* A template that opens <think> for the answer leaves no place kite can write the opening at. */
+    const char *files[] = {"tokenizer_config.json",
+                           "{\"chat_template\": \"{{ '<|im_start|>assistant\\n<think>\\n' }}\"}", NULL};
+    make_dir(files);
+    f = load(KITE_OK);
+    if (f)
+        render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_ERROR_UNSUPPORTED,
+               "forced tool call after the model's reasoning is not implemented", &p);
+    chat_format_free(f);
+    remove_dir();
 }
 
 /* chat_template.jinja wins over tokenizer_config.json's chat_template; a named list gives "default" and, for
@@ -271,6 +370,7 @@ int main(void) {
     TEST_RUN(test_checkpoint_template);
     TEST_RUN(test_malformed_requests);
     TEST_RUN(test_template_sources);
+    TEST_RUN(test_forced_tool_choice);
     TEST_RUN(test_bad_files_refused);
     TEST_RUN(test_raise_exception);
     tokenizer_free(tok);

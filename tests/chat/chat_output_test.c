@@ -39,6 +39,14 @@ static const chat_output_params OPEN_TOOLS = {
     .reasoning = true, .starts_in_reasoning = true, .tools = true, .max_call_bytes = DEFAULT_MAX_CALL_BYTES,
     .id_seed = 1};
 
+/* A forced tool_choice's parser (T6): named get_weather, or required over get_weather and lookup. */
+static const char *const NAMED_WEATHER[] = {"get_weather"};
+static const chat_output_params NAMED = {.tools = true, .max_call_bytes = DEFAULT_MAX_CALL_BYTES, .id_seed = 1,
+                                         .call_names = NAMED_WEATHER, .n_call_names = 1};
+static const char *const TWO_TOOLS[] = {"lookup", "get_weather"};
+static const chat_output_params REQUIRED = {.tools = true, .max_call_bytes = DEFAULT_MAX_CALL_BYTES, .id_seed = 1,
+                                            .call_names = TWO_TOOLS, .n_call_names = 2};
+
 #define WEATHER_CALL "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
 
 static const output_case CASES[] = {
@@ -115,6 +123,20 @@ static const output_case CASES[] = {
     {"a call, then an unterminated complete one", TOOLS,
      "ok<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":{}}", "",
      "ok", 2, {{"a", "{}"}, {"b", "{}"}}},
+    /* Forced choices (T6): only calls to the allowed names count; any other is malformed (T4). */
+    {"named: the named call", NAMED, WEATHER_CALL, "", "", 1, {{"get_weather", "{\"city\": \"Paris\"}"}}},
+    {"named: another name is text", NAMED, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>", "",
+     "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>", 0, {{0}}},
+    {"named: a prefix of the name is text", NAMED, "<tool_call>{\"name\": \"get_weathe\", \"arguments\": 1}", "",
+     "<tool_call>{\"name\": \"get_weathe\", \"arguments\": 1}", 0, {{0}}},
+    {"named: a later key renames the call, which is then text", NAMED,
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}, \"name\": \"x\"}</tool_call>", "",
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}, \"name\": \"x\"}</tool_call>", 0, {{0}}},
+    {"required: either tool, then a stranger ends the calls", REQUIRED,
+     "<tool_call>{\"name\": \"lookup\", \"arguments\": {}}</tool_call>" WEATHER_CALL
+     "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+     "", "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", 2,
+     {{"lookup", "{}"}, {"get_weather", "{\"city\": \"Paris\"}"}}},
     {"tools off: a call is content", THINK, "<think>x</think>" WEATHER_CALL, "x", WEATHER_CALL, 0, {{0}}},
     {"a stray </tool_call> is content", TOOLS, "a</tool_call>b", "", "a</tool_call>b", 0, {{0}}},
     {"a partial <tool_call> at the end is content", TOOLS, "hi <tool_ca", "", "hi <tool_ca", 0, {{0}}},

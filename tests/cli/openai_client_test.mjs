@@ -1,13 +1,15 @@
 // The official OpenAI client (npm `openai`) against `kite serve`; run by openai_client_test.py, which installs the
 // package, starts the servers and passes, in the environment: KITE_OPENAI_MODULES (the node_modules folder),
 // KITE_TINY_URL and KITE_SCRIPTED_URL (the two servers' /v1), KITE_API_KEY, KITE_REFERENCES (`kite run`'s
-// results as JSON). Prints PASS or FAIL per case and exits 1 when one failed.
+// results as JSON), KITE_SCRIPTED_TOKENS (how many tokens the scripted checkpoint's answers generate). Prints PASS or
+// FAIL per case and exits 1 when one failed.
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const { default: OpenAI } = await import(pathToFileURL(join(process.env.KITE_OPENAI_MODULES, "openai", "index.mjs")));
 const refs = JSON.parse(process.env.KITE_REFERENCES);
+const scriptedTokens = JSON.parse(process.env.KITE_SCRIPTED_TOKENS);
 // No retries: a 5xx or a dropped connection must show, not be retried away.
 const options = { apiKey: process.env.KITE_API_KEY, maxRetries: 0, timeout: 60_000 };
 const tiny = new OpenAI({ ...options, baseURL: process.env.KITE_TINY_URL });
@@ -164,7 +166,7 @@ await test("streamed chat with include_usage, tools and reasoning", async () => 
   assert.equal(calls[0].function.name, "get_weather");
   assert.deepEqual(JSON.parse(calls[0].function.arguments), { city: "Paris" });
   assert.equal(finish, "tool_calls");
-  assert.equal(usage.completion_tokens, 20); // the scripted chain: 19 tokens and the end of text
+  assert.equal(usage.completion_tokens, scriptedTokens.answer); // the scripted chain and the end of text
   assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
 });
 
@@ -174,8 +176,69 @@ await test("without tools the call is text", async () => {
   const message = out.choices[0].message;
   assert.equal(out.choices[0].finish_reason, "stop");
   assert.equal(message.reasoning_content, "ok");
-  assert.equal(message.content, 'Sure<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>');
+  assert.equal(message.content, 'Sure<tool_call>{"name": "get_weather","arguments": {"city":"Paris"}}</tool_call>');
   assert.ok(!message.tool_calls || message.tool_calls.length === 0, JSON.stringify(message));
+});
+
+const lookup = { type: "function", function: { name: "lookup", parameters: { type: "object" } } };
+
+await test("tool_choice required and a named function", async () => {
+  const messages = [{ role: "user", content: "What is the weather in Paris?" }];
+  let out = await scripted.chat.completions.create({ model: "scripted", messages, tools: [weather, lookup],
+                                                     tool_choice: "required", temperature: 0 });
+  assert.equal(out.choices[0].finish_reason, "tool_calls");
+  assert.equal(out.choices[0].message.content, null);
+  assert.equal(out.choices[0].message.tool_calls[0].function.name, "get_weather");
+  assert.deepEqual(JSON.parse(out.choices[0].message.tool_calls[0].function.arguments), { city: "Paris" });
+  assert.equal(out.usage.completion_tokens, scriptedTokens.required);
+  // Named: the name is the request's, the arguments the model's; OpenAI's finish_reason for it is "stop".
+  out = await scripted.chat.completions.create({ model: "scripted", messages, tools: [weather, lookup],
+                                                 tool_choice: { type: "function", function: { name: "lookup" } },
+                                                 temperature: 0 });
+  assert.equal(out.choices[0].finish_reason, "stop");
+  assert.equal(out.choices[0].message.tool_calls.length, 1);
+  assert.equal(out.choices[0].message.tool_calls[0].function.name, "lookup");
+  assert.deepEqual(JSON.parse(out.choices[0].message.tool_calls[0].function.arguments), { city: "Paris" });
+  assert.equal(out.usage.completion_tokens, scriptedTokens.named);
+  const stream = await scripted.chat.completions.create({ model: "scripted", messages, tools: [weather],
+                                                          tool_choice: "required", temperature: 0, stream: true });
+  const calls = [];
+  let finish = null, content = "";
+  for await (const chunk of stream) {
+    content += chunk.choices[0].delta.content ?? "";
+    for (const c of chunk.choices[0].delta.tool_calls ?? []) calls.push(c);
+    finish = chunk.choices[0].finish_reason ?? finish;
+  }
+  assert.equal(content, "");
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].function.name, "get_weather");
+  assert.equal(finish, "tool_calls");
+  const e = await rejection(scripted.chat.completions.create({ model: "scripted", messages, tools: [weather],
+                                                               tool_choice: { type: "function",
+                                                                              function: { name: "other" } } }),
+                            OpenAI.BadRequestError, 400);
+  assert.equal(e.param, "tool_choice");
+  assert.match(e.message, /other/);
+});
+
+await test("chat logprobs, streamed and not", async () => {
+  const body = { model: "tiny", messages: [{ role: "user", content: "Hello!" }], max_tokens: 6, temperature: 0,
+                 ignore_eos: true, logprobs: true, top_logprobs: 2 };
+  const out = await tiny.chat.completions.create(body);
+  const content = out.choices[0].logprobs.content;
+  assert.equal(content.length, 6);
+  for (const entry of content) {
+    assert.equal(typeof entry.token, "string");
+    assert.ok(entry.logprob <= 0, JSON.stringify(entry));
+    assert.equal(entry.top_logprobs.length, 2);
+    assert.equal(entry.top_logprobs[0].logprob, entry.logprob); // greedy: the sampled token is the best
+  }
+  // the tokens' bytes put together are the answer kite run gives on the rendered prompt
+  assert.equal(Buffer.from(content.flatMap((entry) => entry.bytes)).toString("utf8"), refs.chat.text);
+  const streamed = [];
+  for await (const chunk of await tiny.chat.completions.create({ ...body, stream: true }))
+    for (const entry of chunk.choices[0]?.logprobs?.content ?? []) streamed.push(entry);
+  assert.deepEqual(streamed, content);
 });
 
 await test("400 names the field", async () => {

@@ -6,15 +6,15 @@ on loopback, and runs tests/cli/openai_client_test.mjs against them.
   - the tiny checkpoint: models list/retrieve, completions (plain, streamed, usage) against `kite run`'s text,
     n seeded choices streamed with logprobs against the whole response, echo with max_tokens 0,
     chat against `kite run` on the rendered prompt, errors (400 naming the field, 401, 404);
-  - a scripted checkpoint written here: the tiny model's shapes with weights that make greedy decoding a fixed
-    chain of tokens (each token's embedding is its own one-hot direction, the attention and MLP outputs are zero,
-    so the residual stream is the current token's embedding and lm_head maps it to the next one). After a chat
-    prompt it writes "<think>ok</think>Sure<tool_call>{...get_weather...}</tool_call>" and the end of text, which
-    is how reasoning_content and tool_calls are tested end to end with a model that cannot write them by chance.
+  - a scripted checkpoint (tests/common/scripted_checkpoint.py): the tiny model's shapes with weights that make
+    greedy decoding a fixed chain of tokens. After a chat prompt it writes "<think>ok</think>Sure<tool_call>
+    {...get_weather...}</tool_call>" and the end of text, and it continues the openings of tool_choice "required"
+    and of a named function with the rest of that call, which is how reasoning_content, tool_calls and forced
+    tool choices are tested end to end with a model that cannot write them by chance.
 
 Without node/npm, or when npm cannot install the package (no network), the test is skipped (exit 77) with a line
 saying why; it never passes without running."""
-import argparse, json, os, shutil, struct, subprocess, sys, tempfile
+import argparse, json, os, shutil, subprocess, sys, tempfile
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--kite", required=True)
@@ -24,6 +24,7 @@ args = ap.parse_args()
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 from kite_server import KiteServer  # noqa: E402
+import scripted_checkpoint  # noqa: E402
 
 OPENAI_PACKAGE = "openai@6"  # the major version the .mjs is written against
 API_KEY = "kite-test-key"
@@ -65,81 +66,6 @@ def install_openai():
     return node
 
 
-# ---- the scripted checkpoint ----
-
-def bf16(value):
-    return struct.pack("<f", value)[2:]  # the upper half of a float32: exact for 0, 1 and 10
-
-
-def write_safetensors(path, tensors):
-    """tensors: [(name, shape, bytes)] in bf16."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape, data in tensors:
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for _, _, data in tensors:
-            f.write(data)
-
-
-def scripted_checkpoint(folder):
-    """The tiny checkpoint's shapes and tokenizer with weights whose greedy output after "\\n" (the end of a chat
-    prompt) is the chain below, whatever came before. Returns the text it writes."""
-    with open(os.path.join(TINY, "config.json")) as f:
-        config = json.load(f)
-    config["tie_word_embeddings"] = False
-    with open(os.path.join(TINY, "tokenizer.json")) as f:
-        tokenizer = json.load(f)
-    vocab = dict(tokenizer["model"]["vocab"])
-    vocab.update({t["content"]: t["id"] for t in tokenizer["added_tokens"]})
-    pieces = ["Ċ", "<think>", "ok", "</think>", "Sure", "<tool_call>", '{"', "name", '":"', "get", "_weather", '","',
-              "arguments", '":{"', "city", '":', '"', "Paris", '"}}', "</tool_call>", "<|endoftext|>"]
-    chain = [vocab[p] for p in pieces]
-    hidden, vocab_size = config["hidden_size"], config["vocab_size"]
-    assert len(set(chain)) == len(chain) and len(chain) - 1 <= hidden, chain
-    assert chain[-1] == config["eos_token_id"], (chain[-1], config["eos_token_id"])
-    embed, head = bytearray(vocab_size * hidden * 2), bytearray(vocab_size * hidden * 2)
-    for i, token in enumerate(chain[:-1]):
-        embed[(token * hidden + i) * 2:(token * hidden + i) * 2 + 2] = bf16(1.0)
-        successor = chain[i + 1]
-        head[(successor * hidden + i) * 2:(successor * hidden + i) * 2 + 2] = bf16(10.0)
-
-    def zeros(*shape):
-        n = 1
-        for s in shape:
-            n *= s
-        return bytes(2 * n)
-
-    def ones(n):
-        return bf16(1.0) * n
-    heads, kv_heads, head_dim = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
-    inter = config["intermediate_size"]
-    tensors = [("model.embed_tokens.weight", [vocab_size, hidden], bytes(embed)),
-               ("lm_head.weight", [vocab_size, hidden], bytes(head)), ("model.norm.weight", [hidden], ones(hidden))]
-    for layer in range(config["num_hidden_layers"]):
-        p = "model.layers.%d." % layer
-        tensors += [(p + "input_layernorm.weight", [hidden], ones(hidden)),
-                    (p + "post_attention_layernorm.weight", [hidden], ones(hidden)),
-                    (p + "self_attn.q_norm.weight", [head_dim], ones(head_dim)),
-                    (p + "self_attn.k_norm.weight", [head_dim], ones(head_dim)),
-                    (p + "self_attn.q_proj.weight", [heads * head_dim, hidden], zeros(heads * head_dim, hidden)),
-                    (p + "self_attn.k_proj.weight", [kv_heads * head_dim, hidden], zeros(kv_heads * head_dim, hidden)),
-                    (p + "self_attn.v_proj.weight", [kv_heads * head_dim, hidden], zeros(kv_heads * head_dim, hidden)),
-                    (p + "self_attn.o_proj.weight", [hidden, heads * head_dim], zeros(hidden, heads * head_dim)),
-                    (p + "mlp.gate_proj.weight", [inter, hidden], zeros(inter, hidden)),
-                    (p + "mlp.up_proj.weight", [inter, hidden], zeros(inter, hidden)),
-                    (p + "mlp.down_proj.weight", [hidden, inter], zeros(hidden, inter))]
-    os.makedirs(folder)
-    write_safetensors(os.path.join(folder, "model.safetensors"), tensors)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        shutil.copy(os.path.join(TINY, name), folder)
-
-
 # ---- references from `kite run` ----
 
 def kite_run(*cli):
@@ -166,7 +92,7 @@ def main():
     node = install_openai()
     with tempfile.TemporaryDirectory() as folder:
         scripted = os.path.join(folder, "scripted")
-        scripted_checkpoint(scripted)
+        scripted_checkpoint.write_scripted_checkpoint(TINY, scripted)
         refs = references(folder)
         servers = []
         try:
@@ -175,7 +101,10 @@ def main():
             env = dict(os.environ, KITE_OPENAI_MODULES=os.path.join(args.cache, "node_modules"),
                        KITE_TINY_URL="http://127.0.0.1:%d/v1" % servers[0].port,
                        KITE_SCRIPTED_URL="http://127.0.0.1:%d/v1" % servers[1].port, KITE_API_KEY=API_KEY,
-                       KITE_REFERENCES=json.dumps(refs))
+                       KITE_REFERENCES=json.dumps(refs),
+                       KITE_SCRIPTED_TOKENS=json.dumps({"answer": scripted_checkpoint.ANSWER_TOKENS,
+                                                        "required": scripted_checkpoint.REQUIRED_TOKENS,
+                                                        "named": scripted_checkpoint.NAMED_TOKENS}))
             p = subprocess.run([node, os.path.join(HERE, "openai_client_test.mjs")], env=env, timeout=300)
             code = p.returncode
             for s in servers:

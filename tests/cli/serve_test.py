@@ -243,7 +243,7 @@ def chat_requests_are_checked():
     bad = [({"messages": []}, "messages"), ({"max_tokens": 2}, "messages"),
            ({"messages": [{"content": "x"}]}, "role"),
            ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice"),
-           ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+           ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs"),
            ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "max_completion_tokens": 2}, "both"),
            ({"messages": [{"role": "user", "content": "x"}], "temperature": -1}, "temperature"),
            ("[1]", "JSON object")]

@@ -115,7 +115,10 @@ static void on_chat_event(const kite_chat_event *event, void *user_data) {
         }
     }
     mark_out_of_memory_locked(r);
-    if (event->token) note_token_locked(r, event->token->token);
+    if (event->token) {
+        keep_logprob_locked(r, event->token);
+        note_token_locked(r, event->token->token);
+    }
     if (event->finish != KITE_FINISH_NONE)
         finish_locked(link, r, event->finish);
     else
@@ -449,9 +452,29 @@ static void take_new(const text_buffer *from, size_t *taken, text_buffer *to) {
     *taken = from->length;
 }
 
+/* A streamed request's new logprobs, copied for the loop thread (the engine thread may grow `logprobs` after
+ * the lock is let go); false when out of memory. Under the mutex. */
+static bool take_new_logprobs_locked(serve_request *r) {
+    const size_t n = r->n_logprobs_kept - r->logprobs_taken;
+    if (n == 0) return true;
+    if (r->n_stream_logprobs + n > r->stream_logprobs_capacity) {
+        const size_t capacity = 2 * (r->n_stream_logprobs + n);
+        serve_logprob *grown = realloc(r->stream_logprobs, capacity * sizeof *grown);
+        if (!grown) return false;
+        r->stream_logprobs = grown;
+        r->stream_logprobs_capacity = capacity;
+    }
+    memcpy(r->stream_logprobs + r->n_stream_logprobs, r->logprobs + r->logprobs_taken, n * sizeof *r->logprobs);
+    r->n_stream_logprobs += n;
+    r->logprobs_taken = r->n_logprobs_kept;
+    return true;
+}
+
 bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *text, text_buffer *reasoning,
                              text_buffer *calls) {
     pthread_mutex_lock(&link->mutex);
+    /* Logprobs that cannot be copied mark the text incomplete: the caller answers out of memory, as for text. */
+    if (r->stream && text && !take_new_logprobs_locked(r)) text->failed = true;
     take_new(&r->text, &r->text_taken, text);
     take_new(&r->reasoning, &r->reasoning_taken, reasoning);
     take_new(&r->calls, &r->calls_taken, calls);

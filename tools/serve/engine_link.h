@@ -86,9 +86,10 @@ serve_request *engine_link_take_outbox(engine_link *link);
  * before taking r's output, so that nothing the engine adds is missed. */
 serve_request *engine_link_outbox_next(engine_link *link, serve_request *r);
 /* Appends what the engine produced since the last call to the three buffers (any may be NULL to drop it) and
- * returns whether the request is done. With `logprobs`, the logprobs kept since the last call come too, taken
- * with the text under one lock (a malloc'd copy in *logprobs, *n_logprobs of them; NULL when none, and
- * *logprobs_failed when out of memory). */
+ * returns whether the request is done. A streamed chat request's new logprobs go to r->stream_logprobs (with
+ * `text` given; text->failed when they cannot). engine_link_take_output_logprobs takes the text alone and, with
+ * it under one lock, the logprobs kept since the last call (a malloc'd copy in *logprobs, *n_logprobs of them;
+ * NULL when none, and *logprobs_failed when out of memory): the completions stream's. */
 bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *text, text_buffer *reasoning,
                              text_buffer *calls);
 bool engine_link_take_output_logprobs(engine_link *link, serve_request *r, text_buffer *text,

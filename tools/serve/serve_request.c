@@ -22,6 +22,7 @@ void serve_request_free(serve_request *r) {
     free(r->prompt_ids);
     free(r->echo_text);
     free(r->logprobs);
+    free(r->stream_logprobs);
     for (int i = 0; i < SERVE_MAX_STOP_STRINGS; i++) free(r->stop_storage[i]);
     kite_chat_prompt_free(&r->prompt);
     text_buffer_free(&r->text);
@@ -47,6 +48,9 @@ bool serve_request_make_choices(serve_request *lead, int n) {
         c->n_choices = n;
         c->lead = lead;
         c->n_prompt = lead->n_prompt;
+        c->tokenizer = lead->tokenizer;
+        c->chat_logprobs = lead->chat_logprobs;
+        c->chat_top_logprobs = lead->chat_top_logprobs;
         c->stream = lead->stream;
         c->include_usage = lead->include_usage;
         c->start_seconds = lead->start_seconds;

@@ -52,6 +52,9 @@ typedef struct serve_request {
     char *stop_storage[SERVE_MAX_STOP_STRINGS];
     kite_logit_bias logit_bias[KITE_MAX_LOGIT_BIAS];
     kite_chat_prompt prompt; /* chat only: the rendered prompt, submitted through kite_chat_submit */
+    const kite_tokenizer *tokenizer; /* chat only: the model's, for the logprobs' token texts */
+    bool chat_logprobs;              /* chat's "logprobs": true (request.n_logprobs is then at least 1) */
+    int32_t chat_top_logprobs;       /* chat's "top_logprobs": the alternatives shown per token */
     bool stream;
     bool include_usage; /* stream_options.include_usage: a last chunk with the usage */
     long number;        /* the response's id: cmpl-N / chatcmpl-N */
@@ -90,6 +93,9 @@ typedef struct serve_request {
     struct evhttp_request *http;   /* NULL once the connection freed it */
     struct serve_connection *connection;
     size_t text_taken, reasoning_taken, calls_taken;
+    size_t logprobs_taken; /* of `logprobs`, those taken for a stream (chat: into stream_logprobs) */
+    serve_logprob *stream_logprobs; /* a stream's logprobs not yet sent in a chunk */
+    size_t n_stream_logprobs, stream_logprobs_capacity;
     bool reply_started;   /* the stream's header is out */
     bool client_gone;     /* the connection closed (or was dropped) before the response ended */
     bool cancel_sent;
@@ -98,7 +104,6 @@ typedef struct serve_request {
     bool first_chunk_out; /* chat: the role went out; completions: the echo went out */
     bool done_seen;       /* the loop took this choice's last output */
     int n_choices_done;   /* the lead's: choices whose last output the loop took */
-    size_t logprobs_taken; /* streamed logprobs: entries already sent */
     size_t text_offset;    /* streamed logprobs: the characters of the tokens already sent (text_offset goes on) */
     text_buffer whole_text, whole_reasoning, whole_calls; /* a response that is not streamed, collected */
 } serve_request;
