@@ -70,7 +70,9 @@ typedef struct backend_segment {
  * mismatch is KITE_ERROR_INVALID_CHECKPOINT) dst holds nothing usable and the caller gives up the whole
  * creation. offset must be a multiple of chunk_bytes, and size a multiple of it or reach the segment's end,
  * so that every read covers whole checksummed chunks: a GPU backend stages chunk_bytes (or a multiple) at a
- * time, uploads each staged piece while the next is read, and never needs the segment whole in host memory. */
+ * time, uploads each staged piece while the next is read, and never needs the segment whole in host memory. A
+ * read counts its bytes in the load's progress (weights/load_progress.h), so a backend reading a source does not
+ * count them again. */
 typedef struct backend_segment_source {
     int32_t n_segments;
     const backend_segment *segments; /* sizes already checked against the entry's file */
