@@ -1,5 +1,6 @@
 /* What the weight cache tests share: a greedy run of a checkpoint through a given cache folder on a given backend,
- * with what its load reported (kite_load_event: which stages ran, the notices), and the files they damage. Header-only,
+ * with what its load reported (kite_load_event: which stages ran, the notices), the checkpoints they write and the
+ * files they damage. Header-only,
  * as test_util.h is, so that their CHECKs count in the test that includes them. */
 #ifndef KITE_TESTS_WEIGHTS_CACHE_RUNS_H
 #define KITE_TESTS_WEIGHTS_CACHE_RUNS_H
@@ -7,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint_writer.h"
 #include "kite.h"
 #include "test_util.h"
 
@@ -61,11 +64,12 @@ static inline void cache_run_collect(const kite_token_event *event, void *user_d
     }
 }
 
-/* Greedy tokens of model dir on `backend` in `weights` mode through weight cache `cache` ("off", or a folder). */
-static inline run_result cache_run(const char *dir, kite_backend_kind backend, kite_weights weights, const char *cache) {
+/* Greedy tokens of model dir on backend `kind` in `weights` mode through weight cache `cache` ("off", or a folder). */
+static inline run_result cache_run(const char *dir, kite_backend_kind kind, kite_weights weights,
+                                   const char *cache) {
     run_result r = {0};
     kite_load_params p = kite_load_params_default();
-    p.backend = backend;
+    p.backend = kind;
     p.n_threads = 2;
     p.weights = weights;
     p.weight_cache = cache;
@@ -77,7 +81,7 @@ static inline run_result cache_run(const char *dir, kite_backend_kind backend, k
     CHECK_MSG(s == KITE_OK, "load %s: %s", dir, kite_last_error());
     if (s != KITE_OK) return r;
     kite_engine_params ep = kite_engine_params_default();
-    ep.kv_cache_bytes = backend == KITE_BACKEND_CUDA ? (size_t)64 << 20 : (size_t)4 << 20;
+    ep.kv_cache_bytes = kind == KITE_BACKEND_CUDA ? (size_t)64 << 20 : (size_t)4 << 20;
     s = kite_engine_create(m, &ep, &e);
     CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
     const int32_t prompt[5] = {9707, 11, 1879, 0, 42};
@@ -86,6 +90,7 @@ static inline run_result cache_run(const char *dir, kite_backend_kind backend, k
     q.n_prompt_ids = 5;
     q.max_tokens = CACHE_RUN_TOKENS;
     q.ignore_eos = true;
+    q.n_logprobs = 1; /* so that each token's log-probability is computed (greedy alone reads only the argmax) */
     q.on_token = cache_run_collect;
     q.user_data = &r;
     kite_request_id id;
@@ -100,6 +105,8 @@ static inline run_result cache_run(const char *dir, kite_backend_kind backend, k
 
 /* Both runs succeeded with the same tokens and log-probabilities, bit for bit. */
 static inline bool cache_runs_same(const run_result *a, const run_result *b) {
+    for (int i = 0; i < CACHE_RUN_TOKENS; i++)
+        if (a->logprobs[i] != a->logprobs[i]) return false; /* a NaN: nothing was compared */
     return a->ok && b->ok && memcmp(a->tokens, b->tokens, sizeof a->tokens) == 0 &&
            memcmp(a->logprobs, b->logprobs, sizeof a->logprobs) == 0;
 }
@@ -191,6 +198,21 @@ static inline bool cache_flip_byte(const char *path, long offset, bool from_end)
     byte ^= 0x10;
     ok = ok && pwrite(fd, &byte, 1, at) == 1;
     return close(fd) == 0 && ok;
+}
+
+/* Writes checkpoint folder dir (made here) of `shape` with the tokenizer of tests/data (Qwen3's: the shape's
+ * vocabulary must hold it). */
+static inline bool cache_write_checkpoint(const char *dir, const checkpoint_writer_shape *shape) {
+    bool ok = mkdir(dir, 0700) == 0 && checkpoint_writer_write(dir, shape);
+    static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2 && ok; i++) {
+        char from[1024], to[1100], resolved[PATH_MAX];
+        snprintf(from, sizeof from, "%s/tokenizer/%s", KITE_TEST_DATA_DIR, tokenizer_files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, tokenizer_files[i]);
+        ok = realpath(from, resolved) != NULL && symlink(resolved, to) == 0;
+    }
+    CHECK_MSG(ok, "cannot write checkpoint %s: %s", dir, strerror(errno));
+    return ok;
 }
 
 #endif

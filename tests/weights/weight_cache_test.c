@@ -2,8 +2,8 @@
  * tokens and log-probabilities of a load from the checkpoint (bf16 and fp8, tied and untied); every kind of
  * damage (truncated, a flipped data byte, a flipped header byte, a changed checkpoint = stale, another mode's
  * entry in the slot = foreign, a folder that cannot be written) is one notice and a rebuild, and the run still
- * gives the same tokens; two processes filling one entry at once both succeed and leave a valid entry; the
- * hash is XXH64. */
+ * gives the same tokens; an FP8 checkpoint's entries match too; two processes filling one entry at once both
+ * succeed and leave a valid entry; the hash is XXH64. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -212,6 +212,33 @@ static void test_two_processes_fill_one_entry(void) {
     free(work);
 }
 
+/* An FP8 checkpoint in Qwen's layout (kite_checkpoint_writer quantizes its twin's BF16 values as kite does):
+ * cached and uncached alike in both modes, and under --weights fp8 the very run of its twin quantized at load. */
+static void test_fp8_checkpoint(void) {
+    char *work = cache_temp_dir();
+    if (!work) return;
+    char bf16_dir[1100], fp8_dir[1100];
+    snprintf(bf16_dir, sizeof bf16_dir, "%s/bf16", work);
+    snprintf(fp8_dir, sizeof fp8_dir, "%s/fp8", work);
+    checkpoint_writer_shape shape;
+    checkpoint_writer_shape_tiny(&shape);
+    shape.vocab_size = 151936; /* the tokenizer's */
+    shape.hidden_size = 160;   /* two 128-column blocks, the second partial */
+    shape.intermediate_size = 192;
+    bool ok = cache_write_checkpoint(bf16_dir, &shape);
+    shape.fp8_linear = true;
+    ok = ok && cache_write_checkpoint(fp8_dir, &shape);
+    if (ok) {
+        check_cached_matches(fp8_dir, KITE_WEIGHTS_BF16);
+        check_cached_matches(fp8_dir, KITE_WEIGHTS_FP8);
+        run_result twin = cache_run_cpu(bf16_dir, KITE_WEIGHTS_FP8, "off");
+        run_result stored = cache_run_cpu(fp8_dir, KITE_WEIGHTS_FP8, "off");
+        CHECK_MSG(cache_runs_same(&twin, &stored), "the FP8 checkpoint's run differs from its twin's at --weights fp8");
+    }
+    cache_remove_tree(work);
+    free(work);
+}
+
 static void test_list_and_clear(void) {
     char *cache = cache_temp_dir();
     if (!cache) return;
@@ -251,6 +278,7 @@ static void test_list_and_clear(void) {
 int main(void) {
     TEST_RUN(test_hash64_is_xxh64);
     TEST_RUN(test_cached_equals_uncached);
+    TEST_RUN(test_fp8_checkpoint);
     TEST_RUN(test_damage_truncated);
     TEST_RUN(test_damage_data_byte);
     TEST_RUN(test_damage_header_byte);
