@@ -201,6 +201,13 @@ int cuda_backend_available(char *reason, size_t reason_capacity);
 void cuda_backend_probe(int32_t device, kite_backend_probe_result *out);
 kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                 const backend_params *params, backend **out);
+/* The CUDA backend from the segments its list_segments exported: its one weight allocation, byte for byte, as
+ * "weights.0", "weights.1", ... of at most 1 GiB each (cuda_weight_layout.h), without reading or converting a
+ * checkpoint. The count and every size are checked against the layout config implies (tie_word_embeddings
+ * included) before anything is allocated; params->weights KITE_WEIGHTS_FP8 is refused as cuda_backend_create
+ * refuses it. A failed read frees everything and returns its status (the caller rebuilds from the checkpoint). */
+kite_status cuda_backend_create_from_segments(const qwen3_config *config, const backend_segment_source *source,
+                                              const backend_params *params, backend **out);
 
 #ifdef __cplusplus
 }
