@@ -70,7 +70,9 @@ typedef struct backend_segment {
  * mismatch is KITE_ERROR_INVALID_CHECKPOINT) dst holds nothing usable and the caller gives up the whole
  * creation. offset must be a multiple of chunk_bytes, and size a multiple of it or reach the segment's end,
  * so that every read covers whole checksummed chunks: a GPU backend stages chunk_bytes (or a multiple) at a
- * time, uploads each staged piece while the next is read, and never needs the segment whole in host memory. */
+ * time, uploads each staged piece while the next is read, and never needs the segment whole in host memory. A
+ * read counts its bytes in the load's progress (weights/load_progress.h), so a backend reading a source does not
+ * count them again. */
 typedef struct backend_segment_source {
     int32_t n_segments;
     const backend_segment *segments; /* sizes already checked against the entry's file */
@@ -199,6 +201,13 @@ int cuda_backend_available(char *reason, size_t reason_capacity);
 void cuda_backend_probe(int32_t device, kite_backend_probe_result *out);
 kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights *weights,
                                 const backend_params *params, backend **out);
+/* The CUDA backend from the segments its list_segments exported: its one weight allocation, byte for byte, as
+ * "weights.0", "weights.1", ... of at most 1 GiB each (cuda_weight_layout.h), without reading or converting a
+ * checkpoint. The count and every size are checked against the layout config implies (tie_word_embeddings
+ * included) before anything is allocated; params->weights KITE_WEIGHTS_FP8 is refused as cuda_backend_create
+ * refuses it. A failed read frees everything and returns its status (the caller rebuilds from the checkpoint). */
+kite_status cuda_backend_create_from_segments(const qwen3_config *config, const backend_segment_source *source,
+                                              const backend_params *params, backend **out);
 
 #ifdef __cplusplus
 }

@@ -20,3 +20,9 @@ kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights 
     *out = NULL;
     return kite_fail(KITE_ERROR_UNSUPPORTED, "this build of kite has no CUDA backend (nvcc was not found at build time)");
 }
+
+kite_status cuda_backend_create_from_segments(const qwen3_config *config, const backend_segment_source *source,
+                                              const backend_params *params, backend **out) {
+    *out = NULL;
+    return kite_fail(KITE_ERROR_UNSUPPORTED, "this build of kite has no CUDA backend (nvcc was not found at build time)");
+}

@@ -14,10 +14,13 @@
 typedef kite_status (*create_from_segments_fn)(const qwen3_config *config, const backend_segment_source *source,
                                                 const backend_params *params, backend **out);
 
-/* The backends that can be created from a cache entry. The CUDA backend joins when it has
- * cuda_backend_create_from_segments (and sets backend.segments for the fill). */
+/* The backends that can be created from a cache entry (each sets backend.segments for the fill). */
 static create_from_segments_fn from_segments_for(kite_backend_kind kind) {
-    return kind == KITE_BACKEND_CPU ? cpu_backend_create_from_segments : NULL;
+    switch (kind) {
+    case KITE_BACKEND_CPU: return cpu_backend_create_from_segments;
+    case KITE_BACKEND_CUDA: return cuda_backend_create_from_segments;
+    default: return NULL;
+    }
 }
 
 static const char *kind_name(kite_backend_kind kind) { return kind == KITE_BACKEND_CUDA ? "cuda" : "cpu"; }
@@ -65,11 +68,15 @@ kite_status cached_load_create(const char *dir, const checkpoint *c, const qwen3
     load_progress progress = load_progress_make(p->on_load_event, p->load_event_user_data);
     const qwen3_weights *weights = checkpoint_weights(c);
     const uint64_t stored_bytes = checkpoint_weight_bytes(c);
+    /* A CUDA backend that cannot run here (no usable GPU, a build without nvcc) goes straight to its creation,
+     * which says why, rather than after a notice that the cache has no architecture to key on. */
+    if (kind == KITE_BACKEND_CUDA && !cuda_backend_available(NULL, 0))
+        return cached_load_convert(config, weights, stored_bytes, kind, bp, &progress, out);
     create_from_segments_fn from_segments = from_segments_for(kind);
     if (!from_segments) {
         /* Said only when asked for: the default cache applies wherever a backend supports it. */
         if (p->weight_cache && strcmp(p->weight_cache, "off") != 0)
-            load_progress_notice(&progress, "weight cache: the %s backend does not cache its weights yet; loading "
+            load_progress_notice(&progress, "weight cache: the %s backend does not cache its weights; loading "
                                             "from the checkpoint", kind_name(kind));
         return cached_load_convert(config, weights, stored_bytes, kind, bp, &progress, out);
     }

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "quant/fp8.h"
+
 void checkpoint_writer_shape_tiny(checkpoint_writer_shape *shape) {
     memset(shape, 0, sizeof *shape);
     shape->vocab_size = 256;
@@ -58,6 +60,23 @@ static void add_tensor(checkpoint_writer_tensor *out, size_t capacity, size_t *c
     t->shard = shape->n_shards > 0 ? (int)(index % (size_t)shape->n_shards) : 0;
 }
 
+/* An fp8_linear shape's linear weight: the matrix just added (out[*count - 1]) becomes F8_E4M3, followed by its
+ * block scales. */
+static void add_fp8_scales(checkpoint_writer_tensor *out, size_t capacity, size_t *count, const char *weight_name,
+                           int64_t rows, int64_t columns) {
+    if (*count <= capacity) snprintf(out[*count - 1].dtype, sizeof out[*count - 1].dtype, "F8_E4M3");
+    size_t index = (*count)++;
+    if (index >= capacity) return;
+    checkpoint_writer_tensor *t = &out[index];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s_scale_inv", weight_name);
+    snprintf(t->dtype, sizeof t->dtype, "F32");
+    t->n_dims = 2;
+    t->shape[0] = fp8_block_count(rows, FP8_BLOCK_SIZE);
+    t->shape[1] = fp8_block_count(columns, FP8_BLOCK_SIZE);
+    t->shard = out[index - 1].shard;
+}
+
 size_t checkpoint_writer_list_tensors(const checkpoint_writer_shape *shape, checkpoint_writer_tensor *out,
                                       size_t capacity) {
     size_t count = 0;
@@ -69,17 +88,21 @@ size_t checkpoint_writer_list_tensors(const checkpoint_writer_shape *shape, chec
 #define LAYER_TENSOR(suffix, n_dims, rows, columns)                                                                    \
     snprintf(name, sizeof name, "model.layers.%d.%s", (int)layer, suffix);                                             \
     add_tensor(out, capacity, &count, shape, name, n_dims, rows, columns)
+#define LINEAR_TENSOR(suffix, rows, columns)                                                                           \
+    LAYER_TENSOR(suffix, 2, rows, columns);                                                                            \
+    if (shape->fp8_linear) add_fp8_scales(out, capacity, &count, name, rows, columns)
         LAYER_TENSOR("input_layernorm.weight", 1, hidden, 0);
-        LAYER_TENSOR("self_attn.q_proj.weight", 2, q_dim, hidden);
-        LAYER_TENSOR("self_attn.k_proj.weight", 2, kv_dim, hidden);
-        LAYER_TENSOR("self_attn.v_proj.weight", 2, kv_dim, hidden);
+        LINEAR_TENSOR("self_attn.q_proj.weight", q_dim, hidden);
+        LINEAR_TENSOR("self_attn.k_proj.weight", kv_dim, hidden);
+        LINEAR_TENSOR("self_attn.v_proj.weight", kv_dim, hidden);
         LAYER_TENSOR("self_attn.q_norm.weight", 1, head_dim, 0);
         LAYER_TENSOR("self_attn.k_norm.weight", 1, head_dim, 0);
-        LAYER_TENSOR("self_attn.o_proj.weight", 2, hidden, q_dim);
+        LINEAR_TENSOR("self_attn.o_proj.weight", hidden, q_dim);
         LAYER_TENSOR("post_attention_layernorm.weight", 1, hidden, 0);
-        LAYER_TENSOR("mlp.gate_proj.weight", 2, inter, hidden);
-        LAYER_TENSOR("mlp.up_proj.weight", 2, inter, hidden);
-        LAYER_TENSOR("mlp.down_proj.weight", 2, hidden, inter);
+        LINEAR_TENSOR("mlp.gate_proj.weight", inter, hidden);
+        LINEAR_TENSOR("mlp.up_proj.weight", inter, hidden);
+        LINEAR_TENSOR("mlp.down_proj.weight", hidden, inter);
+#undef LINEAR_TENSOR
 #undef LAYER_TENSOR
     }
     add_tensor(out, capacity, &count, shape, "model.norm.weight", 1, hidden, 0);
@@ -234,6 +257,45 @@ static uint64_t tensor_bytes(const checkpoint_writer_tensor *t) {
     return elements * checkpoint_writer_dtype_size(t->dtype);
 }
 
+/* The contents of an fp8_linear shape's tensors: a 2-D F8_E4M3 tensor holds the codes, and "<weight>_scale_inv"
+ * (F32) next to such a weight its block scales, of kite's quantization (quant/fp8.h) of the BF16 values
+ * checkpoint_writer_fill gives the weight's name. 0: tensor i is neither (filled as usual); -1: failure. */
+static int fill_fp8(const checkpoint_writer_tensor *tensors, size_t n, size_t i, uint64_t seed, void *dst) {
+    const checkpoint_writer_tensor *t = &tensors[i], *weight = NULL;
+    bool want_scales = false;
+    if (strcmp(t->dtype, "F8_E4M3") == 0 && t->n_dims == 2) {
+        weight = t;
+    } else if (strcmp(t->dtype, "F32") == 0) {
+        const size_t length = strlen(t->name), suffix = strlen("_scale_inv");
+        for (size_t k = 0; k < n && length > suffix && strcmp(t->name + length - suffix, "_scale_inv") == 0; k++)
+            if (strlen(tensors[k].name) == length - suffix && strncmp(tensors[k].name, t->name, length - suffix) == 0 &&
+                strcmp(tensors[k].dtype, "F8_E4M3") == 0 && tensors[k].n_dims == 2)
+                weight = &tensors[k];
+        want_scales = weight != NULL;
+    }
+    if (!weight) return 0;
+    const int64_t rows = weight->shape[0], columns = weight->shape[1];
+    const size_t count = (size_t)(rows * columns);
+    const size_t n_scales = (size_t)(fp8_block_count(rows, FP8_BLOCK_SIZE) * fp8_block_count(columns, FP8_BLOCK_SIZE));
+    uint16_t *bf16 = malloc(count * sizeof *bf16);
+    float *values = malloc(count * sizeof *values), *scales = malloc(n_scales * sizeof *scales);
+    uint8_t *codes = malloc(count);
+    bool ok = bf16 && values && scales && codes;
+    if (ok) {
+        checkpoint_writer_fill(weight->name, "BF16", count, seed, bf16);
+        for (size_t k = 0; k < count; k++) values[k] = bf16_to_float(bf16[k]);
+        ok = fp8_quantize_blocks(values, rows, columns, codes, scales, weight->name) == KITE_OK;
+    }
+    if (ok && want_scales) memcpy(dst, scales, n_scales * sizeof *scales);
+    else if (ok) memcpy(dst, codes, count);
+    else fprintf(stderr, "checkpoint_writer: cannot quantize %s\n", weight->name);
+    free(bf16);
+    free(values);
+    free(scales);
+    free(codes);
+    return ok ? 1 : -1;
+}
+
 bool checkpoint_writer_write_safetensors(const char *path, const checkpoint_writer_tensor *tensors, size_t n,
                                          uint64_t seed) {
     text_buffer header = {0};
@@ -270,9 +332,11 @@ bool checkpoint_writer_write_safetensors(const char *path, const checkpoint_writ
             ok = false;
             break;
         }
-        checkpoint_writer_fill(tensors[i].name, tensors[i].dtype,
-                               (size_t)(bytes / checkpoint_writer_dtype_size(tensors[i].dtype)), seed, data);
-        ok = bytes == 0 || fwrite(data, 1, (size_t)bytes, f) == bytes;
+        const int fp8 = fill_fp8(tensors, n, i, seed, data);
+        if (fp8 == 0)
+            checkpoint_writer_fill(tensors[i].name, tensors[i].dtype,
+                                   (size_t)(bytes / checkpoint_writer_dtype_size(tensors[i].dtype)), seed, data);
+        ok = fp8 >= 0 && (bytes == 0 || fwrite(data, 1, (size_t)bytes, f) == bytes);
         free(data);
     }
     if (fclose(f) != 0) ok = false;
@@ -340,6 +404,11 @@ static const char *torch_dtype_name(tensor_dtype dtype) {
     return "bfloat16";
 }
 
+/* What Qwen's FP8 releases say in config.json (after the last field, hence the leading comma). */
+#define FP8_QUANTIZATION_CONFIG                                                                                        \
+    ",\n  \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", "                           \
+    "\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], \"modules_to_not_convert\": [\"lm_head\"]}"
+
 bool checkpoint_writer_write_config(const char *dir, const checkpoint_writer_shape *shape) {
     /* Qwen3's special ids where the vocabulary holds them, else the last ids (tiny vocabularies). */
     int32_t bos = shape->vocab_size > 151643 ? 151643 : shape->vocab_size - 1;
@@ -355,10 +424,11 @@ bool checkpoint_writer_write_config(const char *dir, const checkpoint_writer_sha
                 "  \"rms_norm_eps\": 1e-06,\n  \"rope_scaling\": null,\n  \"rope_theta\": 1000000,\n"
                 "  \"sliding_window\": null,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\",\n"
                 "  \"transformers_version\": \"4.51.0\",\n  \"use_cache\": true,\n  \"use_sliding_window\": false,\n"
-                "  \"vocab_size\": %d\n}\n",
+                "  \"vocab_size\": %d%s\n}\n",
                 bos, eos, shape->head_dim, shape->hidden_size, shape->intermediate_size, shape->n_layers,
                 shape->n_heads, shape->n_layers, shape->n_kv_heads, shape->tie_word_embeddings ? "true" : "false",
-                torch_dtype_name(shape->dtype), shape->vocab_size);
+                torch_dtype_name(shape->dtype), shape->vocab_size,
+                shape->fp8_linear ? FP8_QUANTIZATION_CONFIG : "");
     char *path = checkpoint_writer_path(dir, "config.json");
     bool ok = !text.failed && path && checkpoint_writer_write_file(path, text.data, text.length);
     free(path);

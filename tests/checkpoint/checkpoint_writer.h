@@ -28,6 +28,10 @@ typedef struct checkpoint_writer_shape {
     tensor_dtype dtype;           /* of every tensor, and config.json's torch_dtype */
     int n_shards;                 /* 0: one model.safetensors; N >= 1: N shards + index */
     uint64_t seed;                /* weight contents */
+    /* Qwen's FP8 layout: each linear layer's weight (q, k, v, o, gate, up, down) stored as F8_E4M3 with
+     * <name>_scale_inv (F32, one per 128 x 128 block), quantized by quant/fp8.h from the BF16 values the plain
+     * checkpoint of this seed holds, and config.json with that quantization_config. */
+    bool fp8_linear;
 } checkpoint_writer_shape;
 
 #define CHECKPOINT_WRITER_MAX_DIMS 4
@@ -52,7 +56,9 @@ size_t checkpoint_writer_list_tensors(const checkpoint_writer_shape *shape, chec
 /* Bytes per element for a safetensors dtype string (unknown strings count 2, so damage tests still write). */
 size_t checkpoint_writer_dtype_size(const char *dtype);
 
-/* The deterministic contents of a tensor: n_elements of dtype (BF16, F16, F32; others get zero bytes). */
+/* The deterministic contents of a tensor: n_elements of dtype (BF16, F16, F32; others get zero bytes; the F8_E4M3
+ * matrices and their scales of an fp8_linear shape are written from these BF16 values by
+ * checkpoint_writer_write_safetensors). */
 void checkpoint_writer_fill(const char *name, const char *dtype, size_t n_elements, uint64_t seed, void *dst);
 
 /* config.json in the hub format for the shape. */

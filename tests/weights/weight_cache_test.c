@@ -2,8 +2,8 @@
  * tokens and log-probabilities of a load from the checkpoint (bf16 and fp8, tied and untied); every kind of
  * damage (truncated, a flipped data byte, a flipped header byte, a changed checkpoint = stale, another mode's
  * entry in the slot = foreign, a folder that cannot be written) is one notice and a rebuild, and the run still
- * gives the same tokens; two processes filling one entry at once both succeed and leave a valid entry; the
- * hash is XXH64. */
+ * gives the same tokens; an FP8 checkpoint's entries match too; two processes filling one entry at once both
+ * succeed and leave a valid entry; the hash is XXH64. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,172 +16,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache_runs.h"
 #include "kite.h"
 #include "test_util.h"
 #include "util/hash64.h"
 
-#define N_TOKENS 12
-
-typedef struct load_log {
-    bool from_checkpoint, from_cache, filled;
-    int notices;
-    char notice[1024];
-} load_log;
-
-static void log_event(const kite_load_event *e, void *user_data) {
-    load_log *log = user_data;
-    if (e->kind == KITE_LOAD_EVENT_NOTICE) {
-        log->notices++;
-        snprintf(log->notice, sizeof log->notice, "%s", e->message);
-    } else if (e->kind == KITE_LOAD_EVENT_DONE) {
-        if (e->stage == KITE_LOAD_STAGE_CHECKPOINT) log->from_checkpoint = true;
-        if (e->stage == KITE_LOAD_STAGE_CACHE_READ) log->from_cache = true;
-        if (e->stage == KITE_LOAD_STAGE_CACHE_FILL) log->filled = true;
-    }
-}
-
-typedef struct run_result {
-    bool ok;
-    int32_t tokens[N_TOKENS];
-    float logprobs[N_TOKENS];
-    int n;
-    load_log log;
-} run_result;
-
-static void collect(const kite_token_event *event, void *user_data) {
-    run_result *r = user_data;
-    if (event->token >= 0 && r->n < N_TOKENS) {
-        r->tokens[r->n] = event->token;
-        r->logprobs[r->n] = event->logprob;
-        r->n++;
-    }
-}
-
-/* Greedy tokens of model dir loaded on the CPU in `weights` mode through weight cache `cache`. */
-static run_result run_model(const char *dir, kite_weights weights, const char *cache) {
-    run_result r = {0};
-    kite_load_params p = kite_load_params_default();
-    p.backend = KITE_BACKEND_CPU;
-    p.n_threads = 2;
-    p.weights = weights;
-    p.weight_cache = cache;
-    p.on_load_event = log_event;
-    p.load_event_user_data = &r.log;
-    kite_model *m = NULL;
-    kite_engine *e = NULL;
-    kite_status s = kite_model_load(dir, &p, &m);
-    CHECK_MSG(s == KITE_OK, "load %s: %s", dir, kite_last_error());
-    if (s != KITE_OK) return r;
-    kite_engine_params ep = kite_engine_params_default();
-    ep.kv_cache_bytes = (size_t)4 << 20;
-    s = kite_engine_create(m, &ep, &e);
-    CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
-    const int32_t prompt[5] = {9707, 11, 1879, 0, 42};
-    kite_request q = kite_request_default();
-    q.prompt_ids = prompt;
-    q.n_prompt_ids = 5;
-    q.max_tokens = N_TOKENS;
-    q.ignore_eos = true;
-    q.on_token = collect;
-    q.user_data = &r;
-    kite_request_id id;
-    if (s == KITE_OK) s = kite_engine_submit(e, &q, &id);
-    if (s == KITE_OK) s = kite_engine_run(e);
-    CHECK_MSG(s == KITE_OK, "generate: %s", kite_last_error());
-    r.ok = s == KITE_OK && r.n == N_TOKENS;
-    kite_engine_free(e);
-    kite_model_free(m);
-    return r;
-}
-
-static bool same_run(const run_result *a, const run_result *b) {
-    return a->ok && b->ok && memcmp(a->tokens, b->tokens, sizeof a->tokens) == 0 &&
-           memcmp(a->logprobs, b->logprobs, sizeof a->logprobs) == 0;
-}
-
-/* ---- temporary folders and files -------------------------------------------------------------------- */
-
-static char *make_temp_dir(void) {
-    const char *base = getenv("TMPDIR");
-    char templ[512];
-    snprintf(templ, sizeof templ, "%s/kite-weight-cache-XXXXXX", base && base[0] ? base : "/tmp");
-    char *dir = mkdtemp(templ);
-    CHECK_MSG(dir != NULL, "mkdtemp: %s", strerror(errno));
-    return dir ? strdup(dir) : NULL;
-}
-
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *entry;
-    while ((entry = readdir(d)) != NULL) {
-        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
-        else if (unlink(path) != 0) fprintf(stderr, "  cannot remove %s: %s\n", path, strerror(errno));
-    }
-    closedir(d);
-    if (rmdir(dir) != 0) fprintf(stderr, "  cannot remove %s: %s\n", dir, strerror(errno));
-}
-
-/* The entries (".kwc") and leftovers (".tmp.") of a cache folder; path of the last entry into `entry`. */
-static int count_files(const char *dir, const char *needle, char *entry, size_t capacity) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *hit = strstr(e->d_name, needle);
-        bool is_tmp = strstr(e->d_name, ".tmp.") != NULL;
-        if (!hit || (strcmp(needle, ".kwc") == 0 && (is_tmp || hit[4] != '\0'))) continue;
-        n++;
-        if (entry) snprintf(entry, capacity, "%s/%s", dir, e->d_name);
-    }
-    closedir(d);
-    return n;
-}
-
-static bool copy_file(const char *from, const char *to) {
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    bool ok = in && out;
-    char buffer[1 << 16];
-    size_t n;
-    while (ok && (n = fread(buffer, 1, sizeof buffer, in)) > 0) ok = fwrite(buffer, 1, n, out) == n;
-    if (in && ferror(in)) ok = false;
-    if (in) fclose(in);
-    if (out && fclose(out) != 0) ok = false;
-    return ok;
-}
-
-static bool copy_checkpoint(const char *from, const char *to) {
-    DIR *d = opendir(from);
-    if (!d) return false;
-    bool ok = true;
-    struct dirent *e;
-    while (ok && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char a[1024], b[1024];
-        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
-        ok = copy_file(a, b);
-    }
-    closedir(d);
-    return ok;
-}
-
-static bool flip_byte(const char *path, long offset_from_start, bool from_end) {
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return false;
-    struct stat st;
-    bool ok = fstat(fd, &st) == 0;
-    off_t at = from_end ? st.st_size - 1 - offset_from_start : offset_from_start;
-    unsigned char byte = 0;
-    ok = ok && pread(fd, &byte, 1, at) == 1;
-    byte ^= 0x10;
-    ok = ok && pwrite(fd, &byte, 1, at) == 1;
-    return close(fd) == 0 && ok;
+/* The CPU backend (2 threads). */
+static run_result cache_run_cpu(const char *dir, kite_weights weights, const char *cache) {
+    return cache_run(dir, KITE_BACKEND_CPU, weights, cache);
 }
 
 /* ---- cases ---------------------------------------------------------------------------------------------- */
@@ -198,11 +40,11 @@ static void test_hash64_is_xxh64(void) {
 }
 
 static void check_cached_matches(const char *model, kite_weights weights) {
-    char *cache = make_temp_dir();
+    char *cache = cache_temp_dir();
     if (!cache) return;
-    run_result plain = run_model(model, weights, "off");
-    run_result first = run_model(model, weights, cache);
-    run_result second = run_model(model, weights, cache);
+    run_result plain = cache_run_cpu(model, weights, "off");
+    run_result first = cache_run_cpu(model, weights, cache);
+    run_result second = cache_run_cpu(model, weights, cache);
     CHECK_MSG(plain.log.from_checkpoint && !plain.log.filled, "%s: an uncached load", model);
     CHECK_MSG(first.log.from_checkpoint && first.log.filled && !first.log.from_cache, "%s: the first load fills",
               model);
@@ -210,10 +52,14 @@ static void check_cached_matches(const char *model, kite_weights weights) {
               "%s: the second load reads the entry", model);
     CHECK_MSG(first.log.notices == 0 && second.log.notices == 0, "%s: no notice expected: %s", model,
               second.log.notice);
-    CHECK_MSG(same_run(&plain, &first) && same_run(&plain, &second), "%s (%s): cached and uncached tokens differ",
+    /* Every byte of the entry is counted once. */
+    CHECK_MSG(second.log.cache_read_total > 0 && second.log.cache_read_done == second.log.cache_read_total,
+              "%s: the cache read counted %llu of %llu bytes", model, (unsigned long long)second.log.cache_read_done,
+              (unsigned long long)second.log.cache_read_total);
+    CHECK_MSG(cache_runs_same(&plain, &first) && cache_runs_same(&plain, &second), "%s (%s): cached and uncached tokens differ",
               model, weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16");
-    CHECK(count_files(cache, ".kwc", NULL, 0) == 1 && count_files(cache, ".tmp.", NULL, 0) == 0);
-    remove_tree(cache);
+    CHECK(cache_count_files(cache, ".kwc", NULL, 0) == 1 && cache_count_files(cache, ".tmp.", NULL, 0) == 0);
+    cache_remove_tree(cache);
     free(cache);
 }
 
@@ -229,19 +75,19 @@ typedef enum damage { DAMAGE_TRUNCATE, DAMAGE_DATA_BYTE, DAMAGE_HEADER_BYTE, DAM
 /* Fills an entry of a copy of tiny, damages it, and checks the next load says so in one notice, rebuilds, and
  * runs to the same tokens; the load after that reads the rebuilt entry. */
 static void check_damage(damage kind, const char *word) {
-    char *work = make_temp_dir();
-    char *cache = make_temp_dir();
+    char *work = cache_temp_dir();
+    char *cache = cache_temp_dir();
     if (!work || !cache) return;
-    CHECK(copy_checkpoint(KITE_TEST_DATA_DIR "/tiny", work));
-    run_result plain = run_model(work, KITE_WEIGHTS_BF16, "off");
-    run_result filled = run_model(work, KITE_WEIGHTS_BF16, cache);
+    CHECK(cache_copy_checkpoint(KITE_TEST_DATA_DIR "/tiny", work));
+    run_result plain = cache_run_cpu(work, KITE_WEIGHTS_BF16, "off");
+    run_result filled = cache_run_cpu(work, KITE_WEIGHTS_BF16, cache);
     CHECK(filled.log.filled);
     char entry[1024] = "";
-    CHECK(count_files(cache, ".kwc", entry, sizeof entry) == 1);
+    CHECK(cache_count_files(cache, ".kwc", entry, sizeof entry) == 1);
     switch (kind) {
     case DAMAGE_TRUNCATE: CHECK(truncate(entry, 5000) == 0); break;
-    case DAMAGE_DATA_BYTE: CHECK(flip_byte(entry, 7, true)); break;
-    case DAMAGE_HEADER_BYTE: CHECK(flip_byte(entry, 100, false)); break;
+    case DAMAGE_DATA_BYTE: CHECK(cache_flip_byte(entry, 7, true)); break;
+    case DAMAGE_HEADER_BYTE: CHECK(cache_flip_byte(entry, 100, false)); break;
     case DAMAGE_STALE: {
         char path[1024];
         snprintf(path, sizeof path, "%s/model.safetensors", work);
@@ -251,27 +97,27 @@ static void check_damage(damage kind, const char *word) {
     }
     case DAMAGE_FOREIGN: {
         /* An fp8 entry of the same checkpoint, renamed into the bf16 entry's place. */
-        char *other = make_temp_dir();
+        char *other = cache_temp_dir();
         if (!other) break;
-        run_result fp8 = run_model(work, KITE_WEIGHTS_FP8, other);
+        run_result fp8 = cache_run_cpu(work, KITE_WEIGHTS_FP8, other);
         CHECK(fp8.log.filled);
         char fp8_entry[1024] = "";
-        CHECK(count_files(other, ".kwc", fp8_entry, sizeof fp8_entry) == 1);
+        CHECK(cache_count_files(other, ".kwc", fp8_entry, sizeof fp8_entry) == 1);
         CHECK(rename(fp8_entry, entry) == 0);
-        remove_tree(other);
+        cache_remove_tree(other);
         free(other);
         break;
     }
     }
-    run_result rebuilt = run_model(work, KITE_WEIGHTS_BF16, cache);
+    run_result rebuilt = cache_run_cpu(work, KITE_WEIGHTS_BF16, cache);
     CHECK_MSG(rebuilt.log.notices == 1 && strstr(rebuilt.log.notice, word) && strstr(rebuilt.log.notice, "rebuild"),
               "expected one notice saying '%s', got %d: %s", word, rebuilt.log.notices, rebuilt.log.notice);
     CHECK(rebuilt.log.from_checkpoint && rebuilt.log.filled && !rebuilt.log.from_cache);
-    CHECK_MSG(same_run(&plain, &rebuilt), "the rebuilt run's tokens differ (%s)", word);
-    run_result again = run_model(work, KITE_WEIGHTS_BF16, cache);
-    CHECK(again.log.from_cache && again.log.notices == 0 && same_run(&plain, &again));
-    remove_tree(work);
-    remove_tree(cache);
+    CHECK_MSG(cache_runs_same(&plain, &rebuilt), "the rebuilt run's tokens differ (%s)", word);
+    run_result again = cache_run_cpu(work, KITE_WEIGHTS_BF16, cache);
+    CHECK(again.log.from_cache && again.log.notices == 0 && cache_runs_same(&plain, &again));
+    cache_remove_tree(work);
+    cache_remove_tree(cache);
     free(work);
     free(cache);
 }
@@ -284,30 +130,30 @@ static void test_damage_foreign(void) { check_damage(DAMAGE_FOREIGN, "foreign");
 
 /* A cache folder that cannot be made (a path through a regular file) or written: one notice, an uncached run. */
 static void test_unusable_folder(void) {
-    char *work = make_temp_dir();
+    char *work = cache_temp_dir();
     if (!work) return;
-    run_result plain = run_model(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, "off");
+    run_result plain = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, "off");
     char file[1024], below[1100];
     snprintf(file, sizeof file, "%s/a-file", work);
     FILE *f = fopen(file, "w");
     CHECK(f && fclose(f) == 0);
     snprintf(below, sizeof below, "%s/cache", file);
-    run_result r = run_model(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, below);
+    run_result r = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, below);
     CHECK_MSG(r.log.notices == 1 && strstr(r.log.notice, "without the weight cache"), "%d: %s", r.log.notices,
               r.log.notice);
-    CHECK(r.log.from_checkpoint && !r.log.filled && same_run(&plain, &r));
+    CHECK(r.log.from_checkpoint && !r.log.filled && cache_runs_same(&plain, &r));
     char locked[1024];
     snprintf(locked, sizeof locked, "%s/read-only", work);
     CHECK(mkdir(locked, 0500) == 0);
     if (access(locked, W_OK) == 0) {
         printf("  (running as root: a 0500 folder is writable, so only the path through a file is checked)\n");
     } else {
-        run_result ro = run_model(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, locked);
+        run_result ro = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, locked);
         CHECK_MSG(ro.log.notices == 1 && strstr(ro.log.notice, "not filled"), "%d: %s", ro.log.notices, ro.log.notice);
-        CHECK(ro.log.from_checkpoint && !ro.log.filled && same_run(&plain, &ro));
+        CHECK(ro.log.from_checkpoint && !ro.log.filled && cache_runs_same(&plain, &ro));
     }
     CHECK(chmod(locked, 0700) == 0);
-    remove_tree(work);
+    cache_remove_tree(work);
     free(work);
 }
 
@@ -333,7 +179,7 @@ static bool read_text(const char *path, char *out, size_t capacity) {
 }
 
 static void test_two_processes_fill_one_entry(void) {
-    char *work = make_temp_dir();
+    char *work = cache_temp_dir();
     if (!work) return;
     char cache[1100], reference[1100], outputs[3][1100];
     snprintf(cache, sizeof cache, "%s/cache", work);
@@ -355,22 +201,49 @@ static void test_two_processes_fill_one_entry(void) {
             CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "round %d process %d: status %d", round, i, status);
             CHECK(read_text(outputs[i], got, sizeof got) && strcmp(got, want) == 0);
         }
-        CHECK(count_files(cache, ".kwc", NULL, 0) == 1 && count_files(cache, ".tmp.", NULL, 0) == 0);
+        CHECK(cache_count_files(cache, ".kwc", NULL, 0) == 1 && cache_count_files(cache, ".tmp.", NULL, 0) == 0);
         if (round == 0) CHECK(kite_weight_cache_clear(cache, NULL) == KITE_OK);
     }
     /* What they left is a whole entry: the next load reads it without a notice. */
-    run_result plain = run_model(KITE_TEST_DATA_DIR "/tiny-untied", KITE_WEIGHTS_BF16, "off");
-    run_result cached = run_model(KITE_TEST_DATA_DIR "/tiny-untied", KITE_WEIGHTS_BF16, cache);
-    CHECK(cached.log.from_cache && cached.log.notices == 0 && same_run(&plain, &cached));
-    remove_tree(work);
+    run_result plain = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-untied", KITE_WEIGHTS_BF16, "off");
+    run_result cached = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-untied", KITE_WEIGHTS_BF16, cache);
+    CHECK(cached.log.from_cache && cached.log.notices == 0 && cache_runs_same(&plain, &cached));
+    cache_remove_tree(work);
+    free(work);
+}
+
+/* An FP8 checkpoint in Qwen's layout (kite_checkpoint_writer quantizes its twin's BF16 values as kite does):
+ * cached and uncached alike in both modes, and under --weights fp8 the very run of its twin quantized at load. */
+static void test_fp8_checkpoint(void) {
+    char *work = cache_temp_dir();
+    if (!work) return;
+    char bf16_dir[1100], fp8_dir[1100];
+    snprintf(bf16_dir, sizeof bf16_dir, "%s/bf16", work);
+    snprintf(fp8_dir, sizeof fp8_dir, "%s/fp8", work);
+    checkpoint_writer_shape shape;
+    checkpoint_writer_shape_tiny(&shape);
+    shape.vocab_size = 151936; /* the tokenizer's */
+    shape.hidden_size = 160;   /* two 128-column blocks, the second partial */
+    shape.intermediate_size = 192;
+    bool ok = cache_write_checkpoint(bf16_dir, &shape);
+    shape.fp8_linear = true;
+    ok = ok && cache_write_checkpoint(fp8_dir, &shape);
+    if (ok) {
+        check_cached_matches(fp8_dir, KITE_WEIGHTS_BF16);
+        check_cached_matches(fp8_dir, KITE_WEIGHTS_FP8);
+        run_result twin = cache_run_cpu(bf16_dir, KITE_WEIGHTS_FP8, "off");
+        run_result stored = cache_run_cpu(fp8_dir, KITE_WEIGHTS_FP8, "off");
+        CHECK_MSG(cache_runs_same(&twin, &stored), "the FP8 checkpoint's run differs from its twin's at --weights fp8");
+    }
+    cache_remove_tree(work);
     free(work);
 }
 
 static void test_list_and_clear(void) {
-    char *cache = make_temp_dir();
+    char *cache = cache_temp_dir();
     if (!cache) return;
-    run_model(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, cache);
-    run_model(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_FP8, cache);
+    cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, cache);
+    cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_FP8, cache);
     char junk[1100];
     snprintf(junk, sizeof junk, "%s/notes.txt", cache);
     FILE *f = fopen(junk, "w");
@@ -388,15 +261,15 @@ static void test_list_and_clear(void) {
     }
     CHECK(fp8 == 1 && bf16 == 1);
     /* A damaged entry is listed with its problem. */
-    if (n > 0) CHECK(flip_byte(entries[0].file, 40, false));
+    if (n > 0) CHECK(cache_flip_byte(entries[0].file, 40, false));
     kite_weight_cache_list_free(entries, n);
     CHECK(kite_weight_cache_list(cache, &entries, &n) == KITE_OK && n == 2 && entries[0].problem &&
           strstr(entries[0].problem, "damaged"));
     kite_weight_cache_list_free(entries, n);
     size_t removed = 0;
     CHECK(kite_weight_cache_clear(cache, &removed) == KITE_OK && removed == 2);
-    CHECK(count_files(cache, ".kwc", NULL, 0) == 0 && access(junk, F_OK) == 0);
-    remove_tree(cache);
+    CHECK(cache_count_files(cache, ".kwc", NULL, 0) == 0 && access(junk, F_OK) == 0);
+    cache_remove_tree(cache);
     free(cache);
     /* A folder that does not exist has no entries. */
     CHECK(kite_weight_cache_list("/nonexistent/kite-cache", &entries, &n) == KITE_OK && n == 0);
@@ -405,6 +278,7 @@ static void test_list_and_clear(void) {
 int main(void) {
     TEST_RUN(test_hash64_is_xxh64);
     TEST_RUN(test_cached_equals_uncached);
+    TEST_RUN(test_fp8_checkpoint);
     TEST_RUN(test_damage_truncated);
     TEST_RUN(test_damage_data_byte);
     TEST_RUN(test_damage_header_byte);

@@ -488,9 +488,9 @@ kite_status cpu_backend_create_from_segments(const qwen3_config *config, const b
         if (!*refs[i].buffer)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %llu bytes for weight %s",
                                (unsigned long long)refs[i].bytes, refs[i].name);
+        /* The source counts what it reads in the load's progress (backend_segment_source). */
         if (status == KITE_OK)
             status = source->read(source, indices[i], 0, *refs[i].buffer, (size_t)refs[i].bytes);
-        if (status == KITE_OK) load_progress_advance(params ? params->progress : NULL, refs[i].bytes);
     }
     if (status == KITE_OK && config->tie_word_embeddings) b->lm_head = b->embed_tokens;
     free(refs);

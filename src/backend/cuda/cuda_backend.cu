@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_backend_internal.h"
+#include "backend/cuda_weight_layout.h"
 #include "util/options.h"
 
 namespace {
@@ -53,6 +54,7 @@ void free_all(cuda_backend *b) {
     cudaFree(core->rope_cos);
     cudaFree(core->rope_sin);
     cudaFree(core->kv_cache);
+    cudaFreeHost(core->export_staging);
     if (core->stream) cudaStreamDestroy(core->stream);
     free(b);
 }
@@ -260,6 +262,150 @@ kite_status check_device(int device, char *reason, size_t capacity) {
     return KITE_OK;
 }
 
+/* What creation checks before it touches the device's memory: the weights mode, the device, and the shapes the
+ * kernels implement. */
+kite_status check_create(const qwen3_config *c, const backend_params *params) {
+    if (params && params->weights != KITE_WEIGHTS_BF16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda backend: --weights fp8 needs the fp8 kernels, which are not implemented yet; use "
+                         "--weights bf16 (an FP8 checkpoint is then dequantized to bf16) or --backend cpu");
+    KITE_TRY(check_device(params ? params->device : 0, NULL, 0));
+    if (c->head_dim != 128)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: head_dim %d (only 128 is implemented)", c->head_dim);
+    if (c->hidden_size % 8 != 0 || c->intermediate_size % 8 != 0 || c->n_kv_heads <= 0 ||
+        c->n_heads % c->n_kv_heads != 0 || c->vocab_size <= 0 || c->n_layers <= 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: unsupported shape (hidden %d, intermediate %d, heads %d/%d)",
+                         c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads);
+    return KITE_OK;
+}
+
+#define STEP(expr)                                                                                       \
+    do {                                                                                                 \
+        if (status == KITE_OK) status = (expr);                                                          \
+    } while (0)
+
+/* The backend before its weights: the switches, the device's stream, events and mapped host words, the cuBLASLt
+ * handle. On failure it is freed and *out stays NULL. */
+kite_status create_without_weights(const qwen3_config *config, int device, const runtime_options *options,
+                                   cuda_backend **out) {
+    *out = NULL;
+    const qwen3_config *c = config;
+    CUDA_CHECK(cudaSetDevice(device));
+    cuda_backend *b = static_cast<cuda_backend *>(calloc(1, sizeof(cuda_backend)));
+    if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    cuda_core *core = &b->core;
+    decode_state *d = &b->decode;
+    batch_state *bp = &b->batch;
+    core->config = *config;
+    b->base.ops = &cuda_ops;
+    b->base.config = &core->config;
+    b->base.segments = &cuda_segment_ops;
+    b->kept = kept_none();
+    core->device = device;
+    core->use_graph = options->cuda_graph != 0;
+    core->use_pdl = options->cuda_pdl != 0;
+    bp->enabled = options->cuda_batch != 0;
+    bp->rows_max = ROWS_MAX;
+    bp->bulk_max_rows = BATCH_BULK_MAX_ROWS;
+    bp->lm_head_rows_max = BATCH_LM_HEAD_ROWS_MAX;
+    bp->split = batch_split_fits(c, BATCH_SPLIT) ? BATCH_SPLIT : 0; /* a split that does not fit is not used */
+    bp->split_max_rows = BATCH_SPLIT_MAX_ROWS;
+    d->bulk_max_context = BULK_MAX_CONTEXT;
+
+    kite_status status = KITE_OK;
+    STEP(cuda_status(cudaDeviceGetAttribute(&core->sm_count, cudaDevAttrMultiProcessorCount, device),
+                     "cudaDeviceGetAttribute"));
+    cudaDeviceProp prop;
+    STEP(cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+    if (status == KITE_OK) snprintf(core->device_name, sizeof core->device_name, "%s", prop.name);
+    STEP(cuda_status(cudaStreamCreateWithFlags(&core->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    STEP(cuda_status(cudaEventCreateWithFlags(&b->prefill.meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_status(cudaEventCreateWithFlags(&d->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    STEP(cuda_status(cudaEventCreateWithFlags(&bp->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
+    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
+        STEP(cuda_status(cudaEventCreateWithFlags(&b->results.begun_copied[i], cudaEventDisableTiming),
+                         "cudaEventCreate"));
+    STEP(cuda_status(
+        cudaHostAlloc(reinterpret_cast<void **>(&d->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
+        "cudaHostAlloc"));
+    STEP(cuda_status(cudaHostGetDevicePointer(reinterpret_cast<void **>(&d->publish_device), d->publish_host, 0),
+                     "cudaHostGetDevicePointer"));
+    STEP(cuda_status(cudaHostAlloc(reinterpret_cast<void **>(&bp->publish_host), 2 * BATCH_MAX * sizeof(int32_t),
+                                   cudaHostAllocMapped),
+                     "cudaHostAlloc"));
+    STEP(cuda_status(cudaHostGetDevicePointer(reinterpret_cast<void **>(&bp->publish_device), bp->publish_host, 0),
+                     "cudaHostGetDevicePointer"));
+    STEP(cuda_gemm_create(&core->gemm));
+    if (status != KITE_OK) {
+        free_all(b);
+        return status;
+    }
+    *out = b;
+    return KITE_OK;
+}
+
+/* What needs the weights in place: the RoPE table, the decode buffers, the lm_head's int8 screen (built from the
+ * lm_head), the attention clusters; then the device synchronised, so that an asynchronous failure surfaces here. */
+kite_status finish_create(cuda_backend *b, const runtime_options *options) {
+    cuda_core *core = &b->core;
+    decode_state *d = &b->decode;
+    batch_state *bp = &b->batch;
+    const qwen3_config *c = &core->config;
+    kite_status status = KITE_OK;
+    STEP(upload_rope(core));
+
+    /* Decode buffers: fixed for the life of the backend, so the captured graphs stay valid. */
+    const int group_heads = qwen3_group_heads(c);
+    core->head_groups = group_heads / decode_group_size(group_heads);
+    /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
+     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66). */
+    STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &core->split_blocks_per_sm));
+    d->n_splits = attention_splits(core, 1); /* at least 1 */
+    STEP(decode_alloc_buffers(core, d));
+    /* The lm_head's int8 screen for greedy single-stream decode (lm_head_screen.cu): half the lm_head's bytes of
+     * device memory more, to read half its bytes per greedy step. Off with KITE_CUDA_LM_HEAD_SCREEN=0; left off
+     * (decode then reads the bf16 lm_head whole) where the shape does not suit its kernels or the device has no
+     * room for it. */
+    if (status == KITE_OK && options->cuda_lm_head_screen && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
+        if (cudaMalloc(&d->lm_head_screen, cuda_lm_head_screen_bytes(c->vocab_size, c->hidden_size)) == cudaSuccess) {
+            STEP(cuda_lm_head_screen_build(core->lm_head, c->vocab_size, c->hidden_size, d->lm_head_screen,
+                                           core->stream));
+        } else {
+            (void)cudaGetLastError(); /* out of memory: not sticky; clear it */
+            d->lm_head_screen = NULL;
+        }
+    }
+    if (status == KITE_OK && options->cuda_attention_cluster) {
+        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0};
+        d->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
+        for (int i = 0; i < N_BUCKETS; i++)
+            bp->bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
+    }
+    STEP(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
+    return status;
+}
+
+#undef STEP
+
+/* A backend whose weights `place_and_fill` puts on the device (from a checkpoint, or from a weight cache entry),
+ * everything else made alike; on any failure everything is freed and *out stays NULL. */
+template <typename PlaceAndFill>
+kite_status create_with(const qwen3_config *config, const backend_params *params, PlaceAndFill place_and_fill,
+                        backend **out) {
+    runtime_options options;
+    KITE_TRY(options_read(&options));
+    cuda_backend *b = NULL;
+    KITE_TRY(create_without_weights(config, params ? params->device : 0, &options, &b));
+    kite_status status = place_and_fill(&b->core);
+    if (status == KITE_OK) status = finish_create(b, &options);
+    if (status != KITE_OK) {
+        free_all(b);
+        return status;
+    }
+    *out = &b->base;
+    return KITE_OK;
+}
+
 } // namespace
 
 extern "C" int cuda_backend_available(char *reason, size_t reason_capacity) {
@@ -275,111 +421,23 @@ extern "C" kite_status cuda_backend_create(const qwen3_config *config, const qwe
     *out = NULL;
     if (!config || !weights)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: no config or weights");
-    if (params && params->weights != KITE_WEIGHTS_BF16)
-        return kite_fail(KITE_ERROR_UNSUPPORTED,
-                         "cuda backend: --weights fp8 needs the fp8 kernels, which are not implemented yet; use "
-                         "--weights bf16 (an FP8 checkpoint is then dequantized to bf16) or --backend cpu");
-    const int device = params ? params->device : 0;
-    KITE_TRY(check_device(device, NULL, 0));
-    const qwen3_config *c = config;
-    if (c->head_dim != 128)
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: head_dim %d (only 128 is implemented)", c->head_dim);
-    if (c->hidden_size % 8 != 0 || c->intermediate_size % 8 != 0 || c->n_kv_heads <= 0 ||
-        c->n_heads % c->n_kv_heads != 0 || c->vocab_size <= 0 || c->n_layers <= 0)
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: unsupported shape (hidden %d, intermediate %d, heads %d/%d)",
-                         c->hidden_size, c->intermediate_size, c->n_heads, c->n_kv_heads);
-    runtime_options options;
-    KITE_TRY(options_read(&options));
-    CUDA_CHECK(cudaSetDevice(device));
+    KITE_TRY(check_create(config, params));
+    return create_with(config, params, [&](cuda_core *core) { return upload_weights(core, weights); }, out);
+}
 
-    cuda_backend *b = static_cast<cuda_backend *>(calloc(1, sizeof(cuda_backend)));
-    if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
-    cuda_core *core = &b->core;
-    decode_state *d = &b->decode;
-    batch_state *bp = &b->batch;
-    core->config = *config;
-    b->base.ops = &cuda_ops;
-    b->base.config = &core->config;
-    b->kept = kept_none();
-    core->device = device;
-    core->use_graph = options.cuda_graph != 0;
-    core->use_pdl = options.cuda_pdl != 0;
-    bp->enabled = options.cuda_batch != 0;
-    bp->rows_max = ROWS_MAX;
-    bp->bulk_max_rows = BATCH_BULK_MAX_ROWS;
-    bp->lm_head_rows_max = BATCH_LM_HEAD_ROWS_MAX;
-    bp->split = batch_split_fits(c, BATCH_SPLIT) ? BATCH_SPLIT : 0; /* a split that does not fit is not used */
-    bp->split_max_rows = BATCH_SPLIT_MAX_ROWS;
-    d->bulk_max_context = BULK_MAX_CONTEXT;
-
-    kite_status status = KITE_OK;
-#define STEP(expr)                                                                                       \
-    do {                                                                                                 \
-        if (status == KITE_OK) status = (expr);                                                          \
-    } while (0)
-    auto cuda_step = [&](cudaError_t e, const char *what) -> kite_status {
-        if (e == cudaSuccess) return KITE_OK;
-        return kite_fail(KITE_ERROR_BACKEND, "cuda: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-    };
-    STEP(cuda_step(cudaDeviceGetAttribute(&core->sm_count, cudaDevAttrMultiProcessorCount, device),
-                   "cudaDeviceGetAttribute"));
-    cudaDeviceProp prop;
-    STEP(cuda_step(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
-    if (status == KITE_OK) snprintf(core->device_name, sizeof core->device_name, "%s", prop.name);
-    STEP(cuda_step(cudaStreamCreateWithFlags(&core->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-    STEP(cuda_step(cudaEventCreateWithFlags(&b->prefill.meta_copied, cudaEventDisableTiming), "cudaEventCreate"));
-    STEP(cuda_step(cudaEventCreateWithFlags(&d->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
-    STEP(cuda_step(cudaEventCreateWithFlags(&bp->step_copied, cudaEventDisableTiming), "cudaEventCreate"));
-    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++)
-        STEP(cuda_step(cudaEventCreateWithFlags(&b->results.begun_copied[i], cudaEventDisableTiming), "cudaEventCreate"));
-    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&d->publish_host), 2 * sizeof(int32_t), cudaHostAllocMapped),
-                   "cudaHostAlloc"));
-    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&d->publish_device), d->publish_host, 0),
-                   "cudaHostGetDevicePointer"));
-    STEP(cuda_step(cudaHostAlloc(reinterpret_cast<void **>(&bp->publish_host), 2 * BATCH_MAX * sizeof(int32_t),
-                                 cudaHostAllocMapped),
-                   "cudaHostAlloc"));
-    STEP(cuda_step(cudaHostGetDevicePointer(reinterpret_cast<void **>(&bp->publish_device), bp->publish_host, 0),
-                   "cudaHostGetDevicePointer"));
-    STEP(cuda_gemm_create(&core->gemm));
-    STEP(upload_weights(core, weights));
-    STEP(upload_rope(core));
-
-    /* Decode buffers: fixed for the life of the backend, so the captured graphs stay valid. */
-    const int group_heads = qwen3_group_heads(c);
-    core->head_groups = group_heads / decode_group_size(group_heads);
-    /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
-     * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66). */
-    STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &core->split_blocks_per_sm));
-    d->n_splits = attention_splits(core, 1); /* at least 1 */
-    STEP(decode_alloc_buffers(core, d));
-    /* The lm_head's int8 screen for greedy single-stream decode (lm_head_screen.cu): half the lm_head's bytes of
-     * device memory more, to read half its bytes per greedy step. Off with KITE_CUDA_LM_HEAD_SCREEN=0; left off
-     * (decode then reads the bf16 lm_head whole) where the shape does not suit its kernels or the device has no
-     * room for it. */
-    if (status == KITE_OK && options.cuda_lm_head_screen && cuda_lm_head_screen_fits(c->vocab_size, c->hidden_size)) {
-        if (cudaMalloc(&d->lm_head_screen, cuda_lm_head_screen_bytes(c->vocab_size, c->hidden_size)) == cudaSuccess) {
-            STEP(cuda_lm_head_screen_build(core->lm_head, c->vocab_size, c->hidden_size, d->lm_head_screen,
-                                           core->stream));
-        } else {
-            (void)cudaGetLastError(); /* out of memory: not sticky; clear it */
-            d->lm_head_screen = NULL;
-        }
-    }
-    if (status == KITE_OK && options.cuda_attention_cluster) {
-        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0};
-        d->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
-        for (int i = 0; i < N_BUCKETS; i++)
-            bp->bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
-    }
-    STEP(cuda_step(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after upload)"));
-#undef STEP
-    if (status != KITE_OK) {
-        free_all(b);
-        return status;
-    }
-    *out = &b->base;
-    return KITE_OK;
+extern "C" kite_status cuda_backend_create_from_segments(const qwen3_config *config,
+                                                         const backend_segment_source *source,
+                                                         const backend_params *params, backend **out) {
+    if (!out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_backend_create_from_segments: out is NULL");
+    *out = NULL;
+    if (!config || !source)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_backend_create_from_segments: config or source is NULL");
+    KITE_TRY(check_create(config, params));
+    /* The entry is checked against this config's layout before the device holds anything of it. */
+    cuda_weight_layout layout;
+    KITE_TRY(cuda_weight_layout_make(config, config->tie_word_embeddings, &layout));
+    KITE_TRY(cuda_weight_layout_check_source(&layout, source));
+    return create_with(config, params, [&](cuda_core *core) { return fill_weights(core, source); }, out);
 }
 
 extern "C" kite_status cuda_backend_set_decode_options(backend *self, int use_graph, int use_pdl) {

@@ -40,7 +40,11 @@ struct cuda_core {
     int head_groups;         /* blocks per kv head in decode attention (query heads per block: group_heads / this) */
     int split_blocks_per_sm; /* split-K decode attention blocks an SM holds (cuda_attention_decode_blocks_per_sm) */
 
-    void *weight_bytes; /* one allocation for every weight */
+    void *weight_bytes;    /* one allocation for every weight, laid out by cuda_weight_layout.h */
+    uint64_t weight_total; /* its bytes */
+    /* Pinned staging of the weight cache's export (read_segment), made at its first call and freed after its last
+     * byte: bounded, so a fill never needs a segment whole in host memory. */
+    void *export_staging;
     bf16 *embed, *lm_head;
     float *final_norm;
     cuda_layer *layers;
@@ -105,6 +109,12 @@ struct nvtx_scope {
 
 inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* A CUDA call's result as a status, for code that must clean up before it returns (CUDA_CHECK returns at once). */
+inline kite_status cuda_status(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return KITE_OK;
+    return kite_fail(KITE_ERROR_BACKEND, "cuda: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 /* Several buffers kept in one device allocation (the decode, batched and prefill paths each do): parts of
  * sizes[0..n) bytes, one after another, each starting at a multiple of 256 bytes. parts_bytes is what to allocate;
  * split_parts gives each part's address in the allocation at `base`. */
@@ -166,8 +176,16 @@ kite_status capture_graph(cudaStream_t stream, Launches launches, cudaGraphExec_
     return KITE_OK;
 }
 
-/* cuda_weights.cu: the weights and the RoPE table into the core. */
+/* cuda_weights.cu: the weights and the RoPE table into the core. place_weights makes the weight allocation of the
+ * core's config (the lm_head the embedding's when tied) and points the core's weights into it; upload_weights
+ * places and fills it from a checkpoint's weights. */
+kite_status place_weights(cuda_core *core, bool tied);
 kite_status upload_weights(cuda_core *core, const qwen3_weights *w);
 kite_status upload_rope(cuda_core *core);
+
+/* cuda_weight_cache.cu: the weight allocation to and from the weight cache (backend_segment_ops). fill_weights
+ * places the allocation and fills it from source, which cuda_weight_layout_check_source accepted for this config. */
+extern const backend_segment_ops cuda_segment_ops;
+kite_status fill_weights(cuda_core *core, const backend_segment_source *source);
 
 #endif

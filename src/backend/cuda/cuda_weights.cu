@@ -1,7 +1,8 @@
 /* The CUDA backend's weights on the device (the core's, cuda_core.cuh): every matrix as bf16 (F16 / F32 checkpoints
  * converted on the host, FP8 checkpoints dequantized on the host as quant/fp8_weights.h specifies), every norm
- * vector as fp32, all in one allocation; and the RoPE table. */
+ * vector as fp32, all in one allocation laid out by cuda_weight_layout.h; and the RoPE table. */
 #include "backend/cuda/cuda_core.cuh"
+#include "backend/cuda_weight_layout.h"
 #include "model/rope.h"
 #include "quant/fp8_weights.h"
 
@@ -71,6 +72,33 @@ kite_status upload_vector(float *dst, const tensor_view *t, float *staging_f32) 
 
 } // namespace
 
+kite_status place_weights(cuda_core *core, bool tied) {
+    const qwen3_config *c = &core->config;
+    cuda_weight_layout layout;
+    KITE_TRY(cuda_weight_layout_make(c, tied, &layout));
+    core->layers = static_cast<cuda_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_layer)));
+    if (!core->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    CUDA_CHECK(cudaMalloc(&core->weight_bytes, layout.total));
+    core->weight_total = layout.total;
+    unsigned char *base = static_cast<unsigned char *>(core->weight_bytes);
+    core->embed = reinterpret_cast<bf16 *>(base + layout.embed);
+    core->lm_head = reinterpret_cast<bf16 *>(base + layout.lm_head);
+    core->final_norm = reinterpret_cast<float *>(base + layout.final_norm);
+    for (int l = 0; l < c->n_layers; l++) {
+        unsigned char *at = base + layout.first_layer + (size_t)l * layout.layer_bytes;
+        cuda_layer *L = &core->layers[l];
+        L->qkv = reinterpret_cast<bf16 *>(at + layout.layer.qkv);
+        L->o = reinterpret_cast<bf16 *>(at + layout.layer.o);
+        L->gate_up = reinterpret_cast<bf16 *>(at + layout.layer.gate_up);
+        L->down = reinterpret_cast<bf16 *>(at + layout.layer.down);
+        L->input_norm = reinterpret_cast<float *>(at + layout.layer.input_norm);
+        L->post_norm = reinterpret_cast<float *>(at + layout.layer.post_norm);
+        L->q_norm = reinterpret_cast<float *>(at + layout.layer.q_norm);
+        L->k_norm = reinterpret_cast<float *>(at + layout.layer.k_norm);
+    }
+    return KITE_OK;
+}
+
 kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
     const qwen3_config *c = &core->config;
     const int64_t hidden = c->hidden_size, inter = c->intermediate_size, hd = c->head_dim;
@@ -95,40 +123,7 @@ kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
         KITE_TRY(check_view(&lw->down_proj, hidden, inter, "down_proj", l));
     }
 
-    /* Sizes in bytes, each tensor 256-byte aligned. */
-    const size_t A = 256;
-    const size_t matrix_embed = align_up((size_t)c->vocab_size * (size_t)hidden * 2, A);
-    const size_t m_qkv = align_up((size_t)(q_rows + 2 * kv_rows) * (size_t)hidden * 2, A);
-    const size_t m_o = align_up((size_t)hidden * (size_t)q_rows * 2, A);
-    const size_t m_gu = align_up((size_t)(2 * inter) * (size_t)hidden * 2, A);
-    const size_t m_down = align_up((size_t)hidden * (size_t)inter * 2, A);
-    const size_t v_hidden = align_up((size_t)hidden * 4, A), v_head = align_up((size_t)hd * 4, A);
-    const size_t per_layer = m_qkv + m_o + m_gu + m_down + 2 * v_hidden + 2 * v_head;
-    const size_t total = matrix_embed * (tied ? 1 : 2) + v_hidden + per_layer * (size_t)c->n_layers;
-    CUDA_CHECK(cudaMalloc(&core->weight_bytes, total));
-
-    unsigned char *p = static_cast<unsigned char *>(core->weight_bytes);
-    auto take = [&](size_t bytes) {
-        void *r = p;
-        p += bytes;
-        return r;
-    };
-    core->embed = static_cast<bf16 *>(take(matrix_embed));
-    core->lm_head = tied ? core->embed : static_cast<bf16 *>(take(matrix_embed));
-    core->final_norm = static_cast<float *>(take(v_hidden));
-    core->layers = static_cast<cuda_layer *>(calloc((size_t)c->n_layers, sizeof(cuda_layer)));
-    if (!core->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory");
-    for (int l = 0; l < c->n_layers; l++) {
-        cuda_layer *L = &core->layers[l];
-        L->qkv = static_cast<bf16 *>(take(m_qkv));
-        L->o = static_cast<bf16 *>(take(m_o));
-        L->gate_up = static_cast<bf16 *>(take(m_gu));
-        L->down = static_cast<bf16 *>(take(m_down));
-        L->input_norm = static_cast<float *>(take(v_hidden));
-        L->post_norm = static_cast<float *>(take(v_hidden));
-        L->q_norm = static_cast<float *>(take(v_head));
-        L->k_norm = static_cast<float *>(take(v_head));
-    }
+    KITE_TRY(place_weights(core, tied));
 
     const size_t staging_elements = 1u << 22;
     float *staging_f32 = static_cast<float *>(malloc(staging_elements * sizeof(float)));

@@ -1,0 +1,67 @@
+/* Where the CUDA backend keeps each weight in its one device allocation, computed from the config alone, and how
+ * that allocation is exported to the weight cache as segments. Plain C and free of CUDA, so that the checkpoint
+ * upload (cuda/cuda_weights.cu), the cache's export and import (cuda/cuda_weight_cache.cu) and a test without a
+ * GPU all use the same numbers: a cache entry's sizes are checked against the layout of the config that reads it,
+ * and an entry made for another shape, or for a tied model when this one is untied, never fits.
+ *
+ * The allocation, every piece starting at a multiple of CUDA_WEIGHT_ALIGN bytes:
+ *   embed (vocab, hidden) bf16, lm_head (vocab, hidden) bf16 unless tied (then it is the embedding), final norm
+ *   (hidden) fp32, then per layer: qkv (q_dim + 2 kv_dim, hidden) bf16 (q_proj, k_proj, v_proj rows), o (hidden,
+ *   q_dim) bf16, gate_up (2 intermediate, hidden) bf16 (gate_proj rows, then up_proj rows), down (hidden,
+ *   intermediate) bf16, input norm and post-attention norm (hidden) fp32, q norm and k norm (head_dim) fp32. */
+#ifndef KITE_BACKEND_CUDA_WEIGHT_LAYOUT_H
+#define KITE_BACKEND_CUDA_WEIGHT_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "kite.h"
+#include "model/qwen3.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDA_WEIGHT_ALIGN ((uint64_t)256)
+/* The largest segment the allocation is exported as: one read of a cache entry covers at most this much, and a
+ * segment's size stays far from what a 32-bit count or an mmap window would trouble. */
+#define CUDA_WEIGHT_SEGMENT_MAX_BYTES ((uint64_t)1 << 30)
+
+/* Byte offsets of one layer's pieces from the layer's start. */
+typedef struct cuda_layer_layout {
+    uint64_t qkv, o, gate_up, down;
+    uint64_t input_norm, post_norm, q_norm, k_norm;
+} cuda_layer_layout;
+
+typedef struct cuda_weight_layout {
+    bool tied;                           /* the lm_head is the embedding: lm_head == embed */
+    uint64_t embed, lm_head, final_norm; /* byte offsets */
+    uint64_t first_layer;                /* layer l starts at first_layer + l * layer_bytes */
+    uint64_t layer_bytes;
+    cuda_layer_layout layer;
+    uint64_t total; /* bytes of the allocation */
+} cuda_weight_layout;
+
+/* The layout of config's weights, the lm_head shared with the embedding when `tied`. Fails with
+ * KITE_ERROR_INVALID_ARGUMENT naming the field when a dimension is not positive or the sizes overflow. */
+kite_status cuda_weight_layout_make(const qwen3_config *config, bool tied, cuda_weight_layout *out);
+
+/* The allocation as segments "weights.0", "weights.1", ...: CUDA_WEIGHT_SEGMENT_MAX_BYTES each, the last one
+ * shorter. Segment i starts at byte i * CUDA_WEIGHT_SEGMENT_MAX_BYTES of the allocation. */
+int32_t cuda_weight_layout_segment_count(const cuda_weight_layout *layout);
+/* Segment `index` (0 <= index < the count): its name and size, and where it starts in the allocation. */
+void cuda_weight_layout_segment(const cuda_weight_layout *layout, int32_t index, backend_segment *out,
+                                uint64_t *offset);
+
+/* Whether source holds exactly this layout's segments (the count, every name and size) and reads them in chunks
+ * of 1 byte to CUDA_WEIGHT_SEGMENT_MAX_BYTES (what the import stages, twice, in pinned memory); fails with
+ * KITE_ERROR_INVALID_CHECKPOINT naming what differs, before anything is allocated from the entry. */
+kite_status cuda_weight_layout_check_source(const cuda_weight_layout *layout, const backend_segment_source *source);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,215 @@
+/* The CUDA backend's weight layout (backend/cuda_weight_layout.h) without a GPU: the offsets and total of the
+ * Qwen3-0.6B shape, tied and untied, against sizes worked out by hand; every piece aligned; the allocation cut
+ * into 1 GiB segments named weights.N that tile it; a cache entry's segments accepted only when their count, names
+ * and sizes are this config's (a tied model's entry never fits an untied config, nor the reverse); configs with a
+ * non-positive or overflowing size refused by field. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda_weight_layout.h"
+#include "test_util.h"
+#include "util/error.h"
+
+static qwen3_config shape_0p6b(bool tied) {
+    qwen3_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 151936;
+    c.hidden_size = 1024;
+    c.intermediate_size = 3072;
+    c.n_layers = 28;
+    c.n_heads = 16;
+    c.n_kv_heads = 8;
+    c.head_dim = 128;
+    c.tie_word_embeddings = tied;
+    return c;
+}
+
+/* Bytes of the 0.6B pieces: embed 151936 x 1024 bf16; per layer qkv (2048 + 2 x 1024) x 1024, o 1024 x 2048,
+ * gate_up 6144 x 1024, down 1024 x 3072 (bf16), two hidden norms of 4 KiB and two head norms of 512 B. */
+#define EMBED_BYTES 311164928ull
+#define LAYER_BYTES (8388608ull + 4194304ull + 12582912ull + 6291456ull + 2 * 4096ull + 2 * 512ull)
+#define GIB 1073741824ull
+
+static void test_0p6b_offsets(void) {
+    cuda_weight_layout tied, untied;
+    qwen3_config c = shape_0p6b(true);
+    CHECK(cuda_weight_layout_make(&c, true, &tied) == KITE_OK);
+    c.tie_word_embeddings = false;
+    CHECK(cuda_weight_layout_make(&c, false, &untied) == KITE_OK);
+
+    CHECK(tied.tied && tied.embed == 0 && tied.lm_head == 0 && tied.final_norm == EMBED_BYTES);
+    CHECK(tied.first_layer == EMBED_BYTES + 4096 && tied.layer_bytes == LAYER_BYTES);
+    CHECK(tied.layer.qkv == 0 && tied.layer.o == 8388608 && tied.layer.gate_up == 8388608 + 4194304 &&
+          tied.layer.down == 8388608 + 4194304 + 12582912 && tied.layer.input_norm == LAYER_BYTES - 9216 &&
+          tied.layer.post_norm == LAYER_BYTES - 5120 && tied.layer.q_norm == LAYER_BYTES - 1024 &&
+          tied.layer.k_norm == LAYER_BYTES - 512);
+    CHECK_MSG(tied.total == EMBED_BYTES + 4096 + 28 * LAYER_BYTES, "tied total %llu", (unsigned long long)tied.total);
+    CHECK(tied.total == 1192230912ull);
+
+    CHECK(!untied.tied && untied.lm_head == EMBED_BYTES && untied.final_norm == 2 * EMBED_BYTES);
+    CHECK(untied.first_layer == 2 * EMBED_BYTES + 4096 && untied.total == tied.total + EMBED_BYTES);
+    CHECK(memcmp(&tied.layer, &untied.layer, sizeof tied.layer) == 0);
+}
+
+/* A shape whose pieces are not multiples of 256 bytes (norms of 32 floats, a 151936 x 40 embedding). */
+static void test_every_piece_aligned(void) {
+    qwen3_config c = shape_0p6b(false);
+    c.hidden_size = 40;
+    c.intermediate_size = 72;
+    c.head_dim = 32;
+    c.n_heads = 3;
+    c.n_kv_heads = 1;
+    c.n_layers = 3;
+    cuda_weight_layout l;
+    CHECK(cuda_weight_layout_make(&c, false, &l) == KITE_OK);
+    const uint64_t offsets[] = {l.embed,           l.lm_head,      l.final_norm,    l.first_layer, l.layer_bytes,
+                                l.layer.qkv,       l.layer.o,      l.layer.gate_up, l.layer.down,  l.layer.input_norm,
+                                l.layer.post_norm, l.layer.q_norm, l.layer.k_norm,  l.total};
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; i++)
+        CHECK_MSG(offsets[i] % CUDA_WEIGHT_ALIGN == 0, "offset %zu: %llu", i, (unsigned long long)offsets[i]);
+    /* Each piece holds its tensor: the next piece starts at or past its end. */
+    CHECK(l.lm_head >= l.embed + 151936ull * 40 * 2 && l.final_norm >= l.lm_head + 151936ull * 40 * 2);
+    CHECK(l.layer.o >= (3 + 2) * 32ull * 40 * 2 && l.layer.k_norm + 32 * 4 <= l.layer_bytes);
+    CHECK(l.total == l.first_layer + 3 * l.layer_bytes);
+}
+
+static void test_segments_tile_the_allocation(void) {
+    qwen3_config c = shape_0p6b(false);
+    cuda_weight_layout l;
+    CHECK(cuda_weight_layout_make(&c, false, &l) == KITE_OK);
+    CHECK(cuda_weight_layout_segment_count(&l) == 2);
+    backend_segment s;
+    uint64_t offset;
+    cuda_weight_layout_segment(&l, 0, &s, &offset);
+    CHECK(strcmp(s.name, "weights.0") == 0 && s.size == GIB && offset == 0);
+    cuda_weight_layout_segment(&l, 1, &s, &offset);
+    CHECK(strcmp(s.name, "weights.1") == 0 && s.size == l.total - GIB && offset == GIB);
+
+    /* Exactly 1 GiB is one segment; one byte more is two. */
+    cuda_weight_layout exact = l;
+    exact.total = GIB;
+    CHECK(cuda_weight_layout_segment_count(&exact) == 1);
+    cuda_weight_layout_segment(&exact, 0, &s, &offset);
+    CHECK(s.size == GIB);
+    exact.total = GIB + 256;
+    CHECK(cuda_weight_layout_segment_count(&exact) == 2);
+    cuda_weight_layout_segment(&exact, 1, &s, &offset);
+    CHECK(s.size == 256 && offset == GIB);
+
+    /* A small model is one segment of its whole allocation. */
+    c.n_layers = 1;
+    c.vocab_size = 1000;
+    CHECK(cuda_weight_layout_make(&c, true, &l) == KITE_OK);
+    CHECK(cuda_weight_layout_segment_count(&l) == 1);
+    cuda_weight_layout_segment(&l, 0, &s, &offset);
+    CHECK(s.size == l.total && offset == 0);
+}
+
+/* ---- an entry's segments against a config --------------------------------------------------------- */
+
+#define MAX_FAKE 8
+typedef struct fake_entry {
+    backend_segment segments[MAX_FAKE];
+    backend_segment_source source;
+} fake_entry;
+
+static kite_status fake_read(const backend_segment_source *self, int32_t index, uint64_t offset, void *dst,
+                             size_t size) {
+    (void)self, (void)index, (void)offset, (void)dst, (void)size;
+    return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "the check reads nothing");
+}
+
+/* What list_segments exports for layout l. */
+static void fake_from(const cuda_weight_layout *l, fake_entry *e) {
+    memset(e, 0, sizeof *e);
+    const int32_t n = cuda_weight_layout_segment_count(l);
+    CHECK(n <= MAX_FAKE);
+    for (int32_t i = 0; i < n && i < MAX_FAKE; i++) {
+        uint64_t offset;
+        cuda_weight_layout_segment(l, i, &e->segments[i], &offset);
+    }
+    e->source = (backend_segment_source){
+        .n_segments = n, .segments = e->segments, .chunk_bytes = 16 << 20, .read = fake_read, .context = NULL};
+}
+
+static void expect_refused(const cuda_weight_layout *l, const fake_entry *e, const char *substring, int line) {
+    kite_status s = cuda_weight_layout_check_source(l, &e->source);
+    CHECK_MSG(s == KITE_ERROR_INVALID_CHECKPOINT && strstr(kite_last_error(), substring),
+              "line %d: status %d, '%s' (wanted '%s')", line, (int)s, s == KITE_OK ? "" : kite_last_error(), substring);
+}
+#define EXPECT_REFUSED(l, e, substring) expect_refused(l, e, substring, __LINE__)
+
+static void test_check_source(void) {
+    qwen3_config c = shape_0p6b(true);
+    cuda_weight_layout tied, untied;
+    CHECK(cuda_weight_layout_make(&c, true, &tied) == KITE_OK);
+    c.tie_word_embeddings = false;
+    CHECK(cuda_weight_layout_make(&c, false, &untied) == KITE_OK);
+
+    fake_entry e;
+    fake_from(&tied, &e);
+    CHECK(cuda_weight_layout_check_source(&tied, &e.source) == KITE_OK);
+    /* The order in the entry is free: segments are found by name. */
+    backend_segment swap = e.segments[0];
+    e.segments[0] = e.segments[1];
+    e.segments[1] = swap;
+    CHECK(cuda_weight_layout_check_source(&tied, &e.source) == KITE_OK);
+
+    /* The tied model's entry against the untied config, and the reverse: the same count, other sizes. */
+    fake_from(&tied, &e);
+    EXPECT_REFUSED(&untied, &e, "segment weights.1 holds");
+    fake_from(&untied, &e);
+    EXPECT_REFUSED(&tied, &e, "segment weights.1 holds");
+
+    fake_from(&tied, &e);
+    e.segments[1].size -= 256;
+    EXPECT_REFUSED(&tied, &e, "weights.1");
+    fake_from(&tied, &e);
+    e.source.n_segments = 1;
+    EXPECT_REFUSED(&tied, &e, "the entry holds 1 segments");
+    fake_from(&tied, &e);
+    snprintf(e.segments[0].name, sizeof e.segments[0].name, "model.embed_tokens.weight");
+    EXPECT_REFUSED(&tied, &e, "segment weights.0 is missing");
+    fake_from(&tied, &e);
+    e.source.chunk_bytes = 0;
+    EXPECT_REFUSED(&tied, &e, "chunks of 0 bytes");
+    e.source.chunk_bytes = 2 * GIB;
+    EXPECT_REFUSED(&tied, &e, "chunks of");
+
+    /* Another shape's entry (one layer fewer) does not fit either. */
+    c.n_layers = 27;
+    c.tie_word_embeddings = true;
+    cuda_weight_layout shallower;
+    CHECK(cuda_weight_layout_make(&c, true, &shallower) == KITE_OK);
+    fake_from(&shallower, &e);
+    EXPECT_REFUSED(&tied, &e, "weights.1");
+}
+
+static void test_bad_configs_refused(void) {
+    cuda_weight_layout l;
+    qwen3_config c = shape_0p6b(true);
+    c.hidden_size = 0;
+    CHECK(cuda_weight_layout_make(&c, true, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+          strstr(kite_last_error(), "hidden_size is 0"));
+    c = shape_0p6b(true);
+    c.n_kv_heads = -2;
+    CHECK(cuda_weight_layout_make(&c, true, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+          strstr(kite_last_error(), "num_key_value_heads is -2"));
+    c = shape_0p6b(false);
+    c.vocab_size = INT32_MAX;
+    c.hidden_size = INT32_MAX;
+    c.intermediate_size = INT32_MAX;
+    c.n_layers = INT32_MAX;
+    CHECK(cuda_weight_layout_make(&c, false, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+          strstr(kite_last_error(), "do not fit"));
+}
+
+int main(void) {
+    TEST_RUN(test_0p6b_offsets);
+    TEST_RUN(test_every_piece_aligned);
+    TEST_RUN(test_segments_tile_the_allocation);
+    TEST_RUN(test_check_source);
+    TEST_RUN(test_bad_configs_refused);
+    return test_finish();
+}
