@@ -22,8 +22,10 @@ static const char *endpoint_path(const serve_request *r) {
 }
 
 /* A refusal at submission (a prompt the library will not take) is the client's fault: 400 with the library's
- * message. Anything else failed on the server's side. */
+ * message. Anything else failed on the server's side, a request whose logits allowed no token (KITE_FINISH_ERROR:
+ * the model's weights or activations are not finite) too: 500, as vLLM answers an error in generation. */
 static int failure_status(const serve_request *r) {
+    if (r->finish == KITE_FINISH_ERROR) return 500;
     switch (r->failed_status) {
     case KITE_ERROR_INVALID_ARGUMENT:
     case KITE_ERROR_INVALID_INPUT:
@@ -46,8 +48,9 @@ static void log_request(router *rt, const serve_request *r, int status) {
         .generated_tokens = r->n_generated,
         .ttft_seconds = r->first_token_seconds > 0 ? r->first_token_seconds - r->start_seconds : -1,
         .total_seconds = now - r->start_seconds,
-        .finish_reason = r->done && !r->failed && r->finish != KITE_FINISH_NONE ? kite_finish_reason_string(r->finish)
-                                                                                  : NULL,
+        .finish_reason = r->done && (!r->failed || r->finish == KITE_FINISH_ERROR) && r->finish != KITE_FINISH_NONE
+                             ? kite_finish_reason_string(r->finish)
+                             : NULL,
     };
     access_log_write(rt->options.access_log, &e);
     metrics_record(&rt->metrics, &e);
@@ -211,7 +214,16 @@ static void deliver_stream(router *rt, serve_request *r) {
     } else if (done && (r->failed || cancelled)) {
         const int status = r->failed ? failure_status(r) : 503;
         const char *message = r->failed ? r->error : "the server stopped before the request finished";
-        if (r->reply_started) {
+        bool alive = true;
+        if (r->finish == KITE_FINISH_ERROR) {
+            /* Generation had begun: its failure is an event of the stream (as vLLM's), after the text made before
+             * the row that allowed no token. */
+            if (!r->reply_started) start_stream(r);
+            alive = send_chunks(rt, r, &text, &reasoning, &calls, false);
+        }
+        if (!alive) {
+            end_stream(rt, r, 499);
+        } else if (r->reply_started) {
             send_error_event(rt, r, status, message); /* the stream has begun: the error is an event */
         } else {
             api_error_send(r->http, status, message, NULL, r->failed ? 0 : RETRY_AFTER_SECONDS);
