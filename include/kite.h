@@ -290,6 +290,9 @@ typedef enum kite_finish_reason {
     KITE_FINISH_STOP = 2,      /* an eos id or a stop string */
     KITE_FINISH_CANCELLED = 3, /* kite_engine_cancel() */
     KITE_FINISH_CAPACITY = 4,  /* the request can never fit in the KV cache or context */
+    KITE_FINISH_ERROR = 5,     /* the request's row of logits allows no token (a NaN or +inf in it, or every logit
+                                  -inf: the weights or activations are not finite); kite_token_event.error says
+                                  which. Only this request ends: the others in the step go on unchanged */
 } kite_finish_reason;
 
 const char *kite_finish_reason_string(kite_finish_reason reason); /* "length", "stop", ... */
@@ -311,7 +314,7 @@ typedef struct kite_logit_bias {
  * its final text. The pointers are valid only during the callback. */
 typedef struct kite_token_event {
     kite_request_id request;
-    int32_t token;              /* -1 on a final event that carries no token (cancel, capacity) */
+    int32_t token;              /* -1 on a final event that carries no token (cancel, capacity, error) */
     const char *text;
     size_t text_length;
     float logprob;              /* log-softmax of the raw logits at `token`: before logit_bias, min_tokens,
@@ -320,6 +323,8 @@ typedef struct kite_token_event {
     const int32_t *top_ids;     /* n_top ids, best first */
     const float *top_logprobs;
     kite_finish_reason finish;  /* non-zero on the request's last event */
+    const char *error;          /* KITE_FINISH_ERROR: one line saying what the row held ("logits[17] is NaN ...");
+                                   NULL otherwise */
 } kite_token_event;
 
 typedef void (*kite_token_callback)(const kite_token_event *event, void *user_data);
@@ -379,7 +384,8 @@ kite_status kite_engine_submit(kite_engine *engine, const kite_request *request,
 /* Ends a request: its blocks are freed within one step and its callback gets KITE_FINISH_CANCELLED. */
 kite_status kite_engine_cancel(kite_engine *engine, kite_request_id id);
 /* One scheduler step: picks prefill chunks and decode tokens, runs the model once, samples, and calls
- * the callbacks. Does nothing when idle. */
+ * the callbacks. Does nothing when idle. A request whose row of logits allows no token ends with
+ * KITE_FINISH_ERROR and the step goes on for the others (the step itself does not fail). */
 kite_status kite_engine_step(kite_engine *engine);
 /* Steps until no request is left. */
 kite_status kite_engine_run(kite_engine *engine);

@@ -185,6 +185,7 @@ const char *kite_finish_reason_string(kite_finish_reason reason) {
     case KITE_FINISH_STOP: return "stop";
     case KITE_FINISH_CANCELLED: return "cancelled";
     case KITE_FINISH_CAPACITY: return "capacity";
+    case KITE_FINISH_ERROR: return "error";
     }
     return "unknown";
 }

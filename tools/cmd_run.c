@@ -91,6 +91,7 @@ typedef struct generation {
     size_t n_tokens, capacity;
     text_buffer text;
     kite_finish_reason finish;
+    char error[256];        /* KITE_FINISH_ERROR's message */
     int32_t n_logprobs;
     bool stream;            /* print text to stdout as it arrives */
     bool failed;
@@ -140,6 +141,7 @@ static void on_token(const kite_token_event *event, void *user_data) {
         }
     }
     if (event->finish != KITE_FINISH_NONE) g->finish = event->finish;
+    if (event->error) snprintf(g->error, sizeof g->error, "%s", event->error);
 }
 
 /* The --json line of one prompt; false when it could not be built or written. */
@@ -445,6 +447,10 @@ int cmd_run(int argc, char **argv) {
             /* a prompt past the context limit was refused at submit; this one outgrew the whole KV cache */
             fprintf(stderr, "kite: prompt %zu (%zu tokens) does not fit in the KV cache (%zu tokens; --kv-cache-mb)\n",
                     p + 1, g->n_prompt, kite_engine_get_stats(engine).kv_capacity_tokens);
+            exit_code = 1;
+        }
+        if (g->finish == KITE_FINISH_ERROR) { /* the prompt's logits allowed no token; the other prompts went on */
+            fprintf(stderr, "kite: prompt %zu: %s\n", p + 1, g->error);
             exit_code = 1;
         }
         if (json) {

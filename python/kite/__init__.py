@@ -61,7 +61,7 @@ class _TokenEvent(ctypes.Structure):
     _fields_ = [("request", c_int64), ("token", c_int32), ("text", ctypes.POINTER(ctypes.c_char)),
                 ("text_length", c_size_t), ("logprob", ctypes.c_float), ("n_top", c_int32),
                 ("top_ids", ctypes.POINTER(c_int32)), ("top_logprobs", ctypes.POINTER(ctypes.c_float)),
-                ("finish", ctypes.c_int)]
+                ("finish", ctypes.c_int), ("error", ctypes.c_char_p)]
 
 
 _TokenCallback = ctypes.CFUNCTYPE(None, ctypes.POINTER(_TokenEvent), ctypes.c_void_p)
@@ -125,7 +125,8 @@ _WEIGHTS = {"bf16": 0, "fp8": 1}  # kite_weights: how the linear layers' weights
 _DEFAULT_OPTIONS = {"max_tokens": 128, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
                     "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": None,
                     "stop": (), "ignore_eos": False, "min_tokens": 0, "logit_bias": None, "logprobs": 0}
-_FINISH = {0: None, 1: "length", 2: "stop", 3: "cancelled", 4: "capacity"}
+_FINISH = {0: None, 1: "length", 2: "stop", 3: "cancelled", 4: "capacity", 5: "error"}
+_FINISH_ERROR = 5  # KITE_FINISH_ERROR: the request's logits allowed no token; raised as KiteError
 _MAX_LOGPROBS = 20  # KITE_MAX_LOGPROBS
 _MAX_LOGIT_BIAS = 300  # KITE_MAX_LOGIT_BIAS
 
@@ -369,6 +370,11 @@ class _Run:
         self.pieces = []     # text (or ChatDelta) not yet handed to the consumer
         self.done = False    # its last event arrived
         self.error = None    # an exception raised while reading one of its events
+        self.failure = None  # KITE_FINISH_ERROR's message: the engine ended this request (its logits allowed no token)
+
+    def raise_failure(self):
+        if self.failure is not None:
+            raise KiteError(f"kite: request {self.id}: {self.failure}")
 
 
 class Model:
@@ -674,6 +680,8 @@ class Model:
                 run.error = run.error or error
             if e.finish:
                 run.completion.finish_reason = _FINISH.get(e.finish, str(e.finish))
+                if e.finish == _FINISH_ERROR:
+                    run.failure = (e.error or b"no token can be chosen").decode("utf-8", "replace")
                 run.done = True
                 runs.pop(e.request, None)
         return on_event
@@ -697,6 +705,9 @@ class Model:
             except Exception as error:
                 run.error = run.error or error
             if e.finish:
+                if e.finish == _FINISH_ERROR:
+                    error = e.token.contents.error if e.token else None
+                    run.failure = (error or b"no token can be chosen").decode("utf-8", "replace")
                 run.done = True
                 runs.pop(e.request, None)
         return on_event
@@ -712,7 +723,9 @@ class Model:
         in _DEFAULT_OPTIONS): max_tokens, temperature (0 = greedy), top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty (OpenAI's, over the generated tokens), seed (None: a fresh one), stop (a
         string or strings), ignore_eos, min_tokens, logit_bias ({token id: bias in [-100, 100]}), logprobs (top-K
-        per token, at most 20; raw logprobs, before bias and penalties, as vLLM's default)."""
+        per token, at most 20; raw logprobs, before bias and penalties, as vLLM's default). A request whose logits
+        allow no token (a NaN or +inf: the weights are not finite) ends alone, the others run to their end, and the
+        call then raises KiteError with the engine's message."""
         if isinstance(prompts, (str, bytes, bytearray)) or not isinstance(prompts, abc.Iterable):
             raise KiteError(f"kite: prompts must be a sequence of prompts, not {type(prompts).__name__}")
         prepared = [self._request(p, options) for p in prompts]
@@ -730,6 +743,8 @@ class Model:
         for run in runs:
             if run.error:
                 raise KiteError(f"kite: reading the events of request {run.id}: {run.error}") from run.error
+        for run in runs:  # the other requests ran to their end: only this one's logits allowed no token
+            run.raise_failure()
         return [run.completion for run in runs]
 
     def generate(self, prompt: Union[str, Sequence[int]], **options) -> Completion:
@@ -763,6 +778,7 @@ class Model:
                         self._settle()
                 yield from pieces
                 if done:
+                    run.raise_failure()  # after the text made before the row that allowed no token
                     return
         finally:  # a consumer that stops early cancels the request, so the engine is left idle
             if run is not None and not run.done:

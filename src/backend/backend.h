@@ -113,7 +113,10 @@ typedef struct backend_ops {
     kite_status (*forward)(backend *self, const step_batch *batch);
     /* Copies the kept logits to the host: rows x vocab_size floats, in sequence order. */
     kite_status (*read_logits)(backend *self, float *out, int32_t n_rows);
-    /* The argmax of each kept row (ties: the lowest id), computed where the logits live. */
+    /* The argmax of each kept row (ties: the lowest id), computed where the logits live. A row that allows no
+     * token (a NaN or +inf in it, or no finite logit) gets BACKEND_NO_TOKEN, and the call then fails with
+     * KITE_ERROR_INVALID_INPUT naming the first such row, having written every row's id: a caller that serves
+     * each row on its own (the engine) ends only those rows' requests, one that needs every row stops. */
     kite_status (*argmax)(backend *self, int32_t *out_ids, int32_t n_rows);
     /* Device memory in bytes that is free for the KV cache now (0 and total 0 for the host backend). */
     kite_status (*memory_info)(backend *self, size_t *free_bytes, size_t *total_bytes);
@@ -128,7 +131,9 @@ typedef struct backend_ops {
                             backend_row_top *stats);
     /* Overlapped greedy decode; both NULL where a backend does not offer it (then tokens_from_argmax is refused).
      * argmax_begin starts the argmax of the kept rows (as argmax) and its way to the host without waiting for
-     * it; argmax_end waits for the oldest begun one and writes its n_rows ids (n_rows as begun). At most
+     * it; argmax_end waits for the oldest begun one and writes its n_rows ids (n_rows as begun), failing as
+     * argmax does for a row that allows no token (argmax_begin does not fail for one). A tokens_from_argmax
+     * forward after such a row computes something for it that no one reads (its request ends). At most
      * BACKEND_ARGMAX_PENDING may be begun and not ended: the engine begins step n's, enqueues step n + 1 with
      * tokens_from_argmax, begins that one's, then ends step n's while step n + 1 runs. */
     kite_status (*argmax_begin)(backend *self, int32_t n_rows);
@@ -147,6 +152,19 @@ typedef struct backend_segment_ops {
 
 #define BACKEND_ARGMAX_PENDING 2
 
+/* The id argmax gives a row that allows no token. */
+#define BACKEND_NO_TOKEN (-1)
+
+/* Why a row allows no token: its first NaN or +inf, or that no logit is finite. */
+typedef struct backend_no_token {
+    int32_t bad_index; /* the first NaN or +inf; -1: every logit is -inf */
+    bool is_nan;       /* logits[bad_index] is NaN, else +inf */
+} backend_no_token;
+
+/* Says why row `row` of the ids the last argmax or argmax_end wrote is BACKEND_NO_TOKEN. Reached only for such
+ * rows, so it costs the step path nothing. */
+typedef kite_status (*backend_explain_no_token)(backend *self, int32_t row, backend_no_token *out);
+
 /* Implementations embed this as their first member. */
 struct backend {
     const backend_ops *ops;
@@ -154,6 +172,10 @@ struct backend {
     /* NULL where the backend does not export its weights: its loads are then never cached. Apart from ops
      * because it serves creation (the weight cache), not running the model. */
     const backend_segment_ops *segments;
+    /* NULL where the backend does not keep the reason (CUDA: its argmax kernels report only BACKEND_NO_TOKEN);
+     * the engine then says what the row may hold without the index. Apart from ops because it serves a
+     * message, not running the model. */
+    backend_explain_no_token explain_no_token;
 };
 
 typedef struct backend_params {

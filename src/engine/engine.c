@@ -22,6 +22,11 @@
  *
  * Greedy steps (every row greedy, no logprobs) ask the backend for ids only (step_batch.ids_only): the rows are read by
  * argmax alone, and the CUDA backend then screens the lm_head instead of writing every logit (lm_head_screen.cu).
+ *
+ * A row of logits that allows no token (a NaN or +inf in it, or no finite logit: damaged weights or activations)
+ * ends its own request with KITE_FINISH_ERROR and a message; the step goes on for the other rows, which are
+ * computed apart from it. Whoever reads the row already looks at every logit (the argmax, the backend's top-k
+ * reduction with its bad_index, the sampler's validation), so the engine's part is one comparison a row.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -72,6 +77,9 @@ struct kite_engine {
     bool reduced_sampling; /* KITE_ENGINE_REDUCED_SAMPLING=0 turns it off (tests compare both ways) */
     reduced_rows reduced;
     sampler **row_samplers; /* row_requests' samplers */
+    /* A row that allows no token (a NaN or +inf, or no finite logit) has sampled[row] BACKEND_NO_TOKEN and says
+     * why here; take_tokens ends its request with KITE_FINISH_ERROR and that message. */
+    row_error *row_errors;
 
     int64_t steps, preemptions, steps_ahead;
     int64_t prefix_queried_tokens, prefix_hit_tokens; /* kite_engine_stats.prefix_cache_* */
@@ -206,12 +214,13 @@ kite_status kite_engine_create(kite_model *model, const kite_engine_params *para
         e->top_ids = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(int32_t));
         e->top_logprobs = calloc(seqs * KITE_MAX_LOGPROBS, sizeof(float));
         e->row_samplers = calloc(seqs, sizeof *e->row_samplers);
+        e->row_errors = calloc(seqs, sizeof *e->row_errors);
         e->ahead_requests = calloc(seqs, sizeof *e->ahead_requests);
         e->overlap = engine_overlap_enabled(&options, model->backend);
         e->reduced_sampling = options.engine_reduced_sampling != 0;
         if (!e->step_requests || !e->step_new_tokens || !e->token_ids || !e->seq_token_start || !e->seq_context_len ||
             !e->block_tables || !e->wants_logits || !e->row_requests || !e->sampled || !e->sampled_logprob ||
-            !e->top_ids || !e->top_logprobs || !e->row_samplers || !e->ahead_requests)
+            !e->top_ids || !e->top_logprobs || !e->row_samplers || !e->row_errors || !e->ahead_requests)
             status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "engine: out of memory");
     }
     if (status == KITE_OK) status = reduced_rows_alloc(&e->reduced, (int32_t)seqs);
@@ -250,6 +259,7 @@ void kite_engine_free(kite_engine *e) {
     free(e->top_logprobs);
     reduced_rows_free(&e->reduced);
     free(e->row_samplers);
+    free(e->row_errors);
     free(e->ahead_requests);
     if (e->attached) e->model->engine_attached = false;
     free(e);
@@ -260,7 +270,7 @@ void kite_engine_free(kite_engine *e) {
 static bool grow_block_table(engine_request *r, int32_t needed);
 
 static void emit_event(engine_request *r, int32_t token, float logprob, int32_t n_top, const int32_t *top_ids,
-                       const float *top_logprobs) {
+                       const float *top_logprobs, const char *error) {
     const char *text;
     size_t length;
     request_take_text(r, &text, &length);
@@ -268,7 +278,7 @@ static void emit_event(engine_request *r, int32_t token, float logprob, int32_t 
     if (!r->on_token) return;
     kite_token_event event = {.request = r->id, .token = token, .text = text, .text_length = length,
                               .logprob = logprob, .n_top = n_top, .top_ids = top_ids,
-                              .top_logprobs = top_logprobs, .finish = r->finish};
+                              .top_logprobs = top_logprobs, .finish = r->finish, .error = error};
     r->on_token(&event, r->user_data);
 }
 
@@ -318,12 +328,13 @@ static kite_status take_cached_prefix(kite_engine *e, engine_request *r) {
     return KITE_OK;
 }
 
-/* Ends a request that produced no token this step (cancel, capacity) with a final event. */
-static void finish_without_token(kite_engine *e, engine_request *r, kite_finish_reason reason) {
+/* Ends a request that produced no token this step (cancel, capacity, error: `error` is then the message) with a
+ * final event. */
+static void finish_without_token(kite_engine *e, engine_request *r, kite_finish_reason reason, const char *error) {
     r->finish = reason;
     r->state = REQUEST_FINISHED;
     release_blocks(e, r);
-    emit_event(r, -1, 0.0f, 0, NULL, NULL);
+    emit_event(r, -1, 0.0f, 0, NULL, NULL, error);
 }
 
 /* One public call at a time on an engine (kite.h, Threads): a callback that calls into its own engine, or a
@@ -393,7 +404,7 @@ static kite_status engine_submit(kite_engine *e, const kite_request *desc, kite_
     if (id) *id = r->id;
     /* A prompt the whole KV cache cannot hold ends at once with a clear reason instead of waiting forever. */
     if (kv_blocks_for(&e->pool, (int64_t)r->n_prompt + 1) > e->pool.n_blocks)
-        finish_without_token(e, r, KITE_FINISH_CAPACITY);
+        finish_without_token(e, r, KITE_FINISH_CAPACITY, NULL);
     return KITE_OK;
 }
 
@@ -407,7 +418,7 @@ static kite_status engine_cancel(kite_engine *e, kite_request_id id) {
     for (int32_t i = 0; i < e->n_requests; i++) {
         engine_request *r = e->requests[i];
         if (r->id != id) continue;
-        if (r->state != REQUEST_FINISHED) finish_without_token(e, r, KITE_FINISH_CANCELLED);
+        if (r->state != REQUEST_FINISHED) finish_without_token(e, r, KITE_FINISH_CANCELLED, NULL);
         return KITE_OK;
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_engine_cancel: no active request %lld", (long long)id);
@@ -566,7 +577,7 @@ static kite_status sample_rows_reduced(kite_engine *e, int32_t rows, bool *sampl
         e->row_samplers[row] = e->row_requests[row]->sampler;
     }
     return sample_reduced_rows(e->model->backend, e->row_samplers, rows, &e->reduced, e->sampled, e->sampled_logprob,
-                               sampled);
+                               e->row_errors, sampled);
 }
 
 /* One row sampled from its whole logits (and its top logprobs computed, when the request asks). */
@@ -575,10 +586,16 @@ static kite_status sample_whole_row(void *context, int32_t row) {
     const size_t vocab = (size_t)e->model->config.vocab_size;
     engine_request *r = e->row_requests[row];
     const float *logits = e->logits + (size_t)row * vocab;
-    KITE_TRY(sampler_sample(r->sampler, logits, &e->sampled[row], &e->sampled_logprob[row]));
-    if (r->n_logprobs > 0)
-        KITE_TRY(sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs, e->top_ids + (size_t)row * KITE_MAX_LOGPROBS,
-                                      e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS));
+    kite_status status = sampler_sample(r->sampler, logits, &e->sampled[row], &e->sampled_logprob[row]);
+    if (status == KITE_OK && r->n_logprobs > 0)
+        status = sampler_top_logprobs(logits, (int32_t)vocab, r->n_logprobs,
+                                      e->top_ids + (size_t)row * KITE_MAX_LOGPROBS,
+                                      e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
+    if (status != KITE_ERROR_INVALID_INPUT) return status;
+    /* The sampler refuses a row that allows no token (a NaN or +inf, every logit -inf, or min_tokens masking every
+     * finite one): only this row's request ends. The message is this thread's, so it is taken here. */
+    row_error_set(&e->row_errors[row], "%s", kite_last_error());
+    e->sampled[row] = BACKEND_NO_TOKEN;
     return KITE_OK;
 }
 
@@ -597,6 +614,10 @@ static kite_status take_tokens(kite_engine *e, engine_request *const *row_reques
         engine_request *r = row_requests[row];
         if (r->state != REQUEST_RUNNING) continue;
         int32_t token = e->sampled[row];
+        if (token == BACKEND_NO_TOKEN) { /* this row's logits allow no token: its request ends, the others go on */
+            finish_without_token(e, r, KITE_FINISH_ERROR, e->row_errors[row].message);
+            continue;
+        }
         KITE_TRY(request_append_token(r, token, e->model->config.eos_ids, e->model->config.n_eos_ids,
                                       (size_t)e->max_context));
         cache_full_blocks(e, r); /* a step run ahead computed this token's position before the token came */
@@ -605,10 +626,39 @@ static kite_status take_tokens(kite_engine *e, engine_request *const *row_reques
             release_blocks(e, r); /* a finished request's blocks are free for the next step */
         }
         emit_event(r, token, sampled_on_host ? e->sampled_logprob[row] : NAN, sampled_on_host ? r->n_logprobs : 0,
-                   e->top_ids + (size_t)row * KITE_MAX_LOGPROBS, e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS);
+                   e->top_ids + (size_t)row * KITE_MAX_LOGPROBS, e->top_logprobs + (size_t)row * KITE_MAX_LOGPROBS,
+                   NULL);
         (*taken)++;
     }
     return KITE_OK;
+}
+
+/* Takes the status of the argmax (or argmax_end) that wrote rows [0, rows) of e->sampled. A row that allows no
+ * token is BACKEND_NO_TOKEN there, the call failing with KITE_ERROR_INVALID_INPUT (backend.h): it gets its message
+ * (the backend's reason, where it keeps one) and take_tokens ends only its request. Any other failure is the step's.
+ * The rows are looked at only after such a failure, so a healthy step pays nothing. */
+static kite_status accept_greedy_ids(kite_engine *e, kite_status status, int32_t rows) {
+    if (status != KITE_ERROR_INVALID_INPUT) return status;
+    backend *b = e->model->backend;
+    bool any = false;
+    for (int32_t row = 0; row < rows; row++) {
+        if (e->sampled[row] != BACKEND_NO_TOKEN) continue;
+        any = true;
+        backend_no_token reason;
+        if (b->explain_no_token && b->explain_no_token(b, row, &reason) == KITE_OK) {
+            if (reason.bad_index >= 0)
+                row_error_set(&e->row_errors[row], "%s backend: logits[%d] is %s (the weights or activations are not "
+                              "finite): no token can be chosen", b->ops->name, (int)reason.bad_index,
+                              reason.is_nan ? "NaN" : "+inf");
+            else
+                row_error_set(&e->row_errors[row], "%s backend: all %d logits are -inf: no token can be chosen",
+                              b->ops->name, (int)e->model->config.vocab_size);
+        } else {
+            row_error_set(&e->row_errors[row], "%s backend: the row of logits holds a NaN or +inf, or no finite logit "
+                          "(the weights or activations are not finite): no token can be chosen", b->ops->name);
+        }
+    }
+    return any ? KITE_OK : status;
 }
 
 /* ---- overlapped greedy decode ------------------------------------------------------------------- */
@@ -670,7 +720,7 @@ static kite_status read_ids_running_ahead(kite_engine *e, engine_request *const 
     kite_status status = can_run_ahead(e, row_requests, rows, &ahead);
     e->ahead_rows = 0;
     if (status == KITE_OK && ahead) status = enqueue_ahead(e, row_requests, rows);
-    kite_status read = b->ops->argmax_end(b, e->sampled, rows);
+    kite_status read = accept_greedy_ids(e, b->ops->argmax_end(b, e->sampled, rows), rows);
     return status != KITE_OK ? status : read;
 }
 
@@ -695,7 +745,7 @@ static void end_requests_past_the_cache(kite_engine *e) {
     for (int32_t i = 0; i < e->n_requests; i++) {
         engine_request *r = e->requests[i];
         if (r->state != REQUEST_FINISHED && kv_blocks_for(&e->pool, (int64_t)r->n_tokens) > e->pool.n_blocks)
-            finish_without_token(e, r, KITE_FINISH_CAPACITY);
+            finish_without_token(e, r, KITE_FINISH_CAPACITY, NULL);
     }
 }
 
@@ -713,7 +763,7 @@ static kite_status engine_step(kite_engine *e) {
         for (int32_t i = 0; i < e->n_requests; i++) {
             engine_request *r = e->requests[i];
             if (r->state == REQUEST_WAITING && kv_blocks_for(&e->pool, (int64_t)r->n_tokens) > e->pool.n_blocks) {
-                finish_without_token(e, r, KITE_FINISH_CAPACITY);
+                finish_without_token(e, r, KITE_FINISH_CAPACITY, NULL);
                 ended = true;
             }
         }
@@ -759,7 +809,7 @@ static kite_status engine_step(kite_engine *e) {
             KITE_TRY(b->ops->argmax_begin(b, rows));
             KITE_TRY(read_ids_running_ahead(e, e->row_requests, rows));
         } else if (all_greedy) {
-            KITE_TRY(b->ops->argmax(b, e->sampled, rows));
+            KITE_TRY(accept_greedy_ids(e, b->ops->argmax(b, e->sampled, rows), rows));
         } else {
             bool sampled = false;
             KITE_TRY(sample_rows_reduced(e, rows, &sampled));

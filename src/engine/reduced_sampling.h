@@ -11,6 +11,15 @@
 #include "backend/backend.h"
 #include "sampling/sampler.h"
 
+/* Why a row of logits allows no token, for the message of the request it ends (KITE_FINISH_ERROR). */
+#define ROW_ERROR_BYTES 240
+typedef struct row_error {
+    char message[ROW_ERROR_BYTES];
+} row_error;
+
+/* Writes the message (cut at ROW_ERROR_BYTES - 1 bytes, which is longer than any kite writes). */
+void row_error_set(row_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Room for `capacity` reduced rows. */
 typedef struct reduced_rows {
     float *logits;          /* capacity x BACKEND_TOP_MAX */
@@ -25,9 +34,10 @@ void reduced_rows_free(reduced_rows *r);
 /* Samples rows [0, n) of the backend's kept logits, row i with samplers[i] (token ids[i], logprobs[i] when
  * logprobs is not NULL), rows in parallel, when every sampler can take a reduced row (sampler_top_suffices)
  * and the backend reduced every row usably (read_top's n = -1, top_k not below the finite count are not): *sampled
- * true. Otherwise *sampled false and nothing is drawn. A row holding a NaN or +inf fails with KITE_ERROR_INVALID_INPUT,
- * as sampling the whole row would. n <= r->capacity. */
+ * true. Otherwise *sampled false and nothing is drawn. A row that allows no token (the reduction's bad_index: a NaN
+ * or +inf; or no finite logit) gets ids[i] BACKEND_NO_TOKEN and its message in errors[i], and is not drawn from:
+ * whole-row sampling would refuse it too. The check costs one comparison a row. n <= r->capacity. */
 kite_status sample_reduced_rows(backend *b, sampler *const *samplers, int32_t n, reduced_rows *r, int32_t *ids,
-                                float *logprobs, bool *sampled);
+                                float *logprobs, row_error *errors, bool *sampled);
 
 #endif

@@ -192,8 +192,9 @@ static kite_status check_logits(const float *logits, int32_t n, float *max_out, 
     int32_t n_finite = 0;
     for (int32_t i = 0; i < n; i++) {
         float v = logits[i];
-        if (isnan(v)) return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: logits[%d] is NaN", (int)i);
-        if (v == INFINITY) return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: logits[%d] is +inf", (int)i);
+        if (isnan(v) || v == INFINITY)
+            return kite_fail(KITE_ERROR_INVALID_INPUT, "sampler: logits[%d] is %s (the weights or activations are not "
+                             "finite): no token can be chosen", (int)i, isnan(v) ? "NaN" : "+inf");
         if (v != -INFINITY) {
             n_finite++;
             if (v > max_logit) max_logit = v;

@@ -732,5 +732,53 @@ def ipv6_loopback():
         srv.kill()
 
 
+@case
+def a_request_whose_logits_are_not_finite_fails_alone():
+    """tiny-untied with a +inf in the embedding row of token 9707 (tests/common/poisoned_checkpoint.py): a prompt
+    holding it has NaN logits. Not streamed: 500 in OpenAI's error shape naming them; streamed: an error event, then
+    [DONE]; chat too. A healthy request running beside them gets what it gets alone; the access log says
+    finish_reason "error"; every KV block comes back."""
+    import poisoned_checkpoint
+    folder = poisoned_checkpoint.make(os.path.join(args.data, "tiny-untied"))
+    srv = KiteServer(args.kite, folder)
+    try:
+        poisoned = {"prompt": [poisoned_checkpoint.POISONED_TOKEN, 11, 1879], "max_tokens": 6, "ignore_eos": True}
+        healthy = {"prompt": [1879, 374, 264, 1273], "max_tokens": 24, "ignore_eos": True}
+        status, data, _ = request_at(srv, "POST", "/v1/completions", healthy)
+        assert status == 200, data
+        alone = json.loads(data)["choices"][0]
+        results = {}
+
+        def run(name, path, body):
+            results[name] = request_at(srv, "POST", path, body)[:2]
+        threads = [threading.Thread(target=run, args=a) for a in (
+            ("healthy", "/v1/completions", healthy), ("whole", "/v1/completions", poisoned),
+            ("stream", "/v1/completions", dict(poisoned, stream=True)),
+            ("chat", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        status, data = results["healthy"]
+        assert status == 200 and json.loads(data)["choices"][0] == alone, (status, data, alone)
+        for name in ("whole", "chat"):
+            status, data = results[name]
+            error = json.loads(data)["error"]
+            assert status == 500 and error["type"] == "server_error" and error["code"] == 500, (name, status, data)
+            assert "NaN" in error["message"] and "logits" in error["message"], error
+        status, data = results["stream"]
+        events = [e[len("data: "):] for e in data.decode().split("\n\n") if e.startswith("data: ")]
+        assert status == 200 and events[-1] == "[DONE]", (status, events)
+        error = json.loads(events[-2])["error"]
+        assert error["code"] == 500 and "NaN" in error["message"], events
+        wait_for(lambda: len([e for e in srv.access_log() if e["finish_reason"] == "error"]) >= 3, 10,
+                 "three access log lines with finish_reason error")
+        assert all(e["status"] == 500 for e in srv.access_log() if e["finish_reason"] == "error"), srv.access_log()
+        srv.stop()
+    finally:
+        srv.kill()
+        poisoned_checkpoint.remove(folder)
+
+
 main_server.kill()
 finish()

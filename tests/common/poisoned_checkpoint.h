@@ -1,8 +1,9 @@
 /* A copy of a test checkpoint with some weights made non-finite (NaN, +inf), for the tests that hold that a
- * non-finite logits row ends a request with an error on every path (greedy, sampled, logprobs, batched).
+ * non-finite logits row ends its request with an error on every path (greedy, sampled, logprobs, batched).
  *
  * poisoned_checkpoint_make copies every regular file of `from` into a new directory under $TMPDIR (or /tmp) and
- * sets `count` elements of tensor `tensor` in model.safetensors, from element `first`, to `value`. The tensor
+ * sets `count` elements of tensor `tensor`, from element `first`, to `value` in the one .safetensors file (of one,
+ * or of the shards) that holds it. The tensor
  * must be BF16 or F32. Returns the directory (free it with poisoned_checkpoint_remove) or NULL, saying why. */
 #ifndef KITE_TEST_POISONED_CHECKPOINT_H
 #define KITE_TEST_POISONED_CHECKPOINT_H
@@ -25,7 +26,8 @@ static inline int poisoned_write_file(const char *path, const char *data, size_t
     return fclose(f) == 0 && ok;
 }
 
-/* Sets the elements in the safetensors bytes; 0 (saying why) when the tensor is missing or not BF16 / F32. */
+/* Sets the elements in the safetensors bytes: 1 when done, -1 when this file has no such tensor, 0 (saying why)
+ * when the file does not parse or the tensor is not BF16 / F32 or too short. */
 static inline int poisoned_patch(char *bytes, size_t length, const char *tensor, size_t first, size_t count,
                                  float value) {
     uint64_t header = 0;
@@ -38,6 +40,10 @@ static inline int poisoned_patch(char *bytes, size_t length, const char *tensor,
         return 0;
     }
     const json_value *entry = json_object_member(json_root(d), tensor);
+    if (!entry) {
+        json_free(d);
+        return -1;
+    }
     const json_value *dtype = entry ? json_object_member(entry, "dtype") : NULL;
     const json_value *offsets = entry ? json_object_member(entry, "data_offsets") : NULL;
     int64_t begin = 0, end = 0;
@@ -83,16 +89,19 @@ static inline char *poisoned_checkpoint_make(const char *from, const char *tenso
         size_t length = 0;
         char *data = test_read_file(in, &length);
         ok = data != NULL;
-        if (ok && strcmp(e->d_name, "model.safetensors") == 0) {
-            ok = poisoned_patch(data, length, tensor, first, count, value);
-            patched = ok;
+        const size_t name_length = strlen(e->d_name);
+        if (ok && name_length > 12 && strcmp(e->d_name + name_length - 12, ".safetensors") == 0) {
+            const int done = poisoned_patch(data, length, tensor, first, count, value);
+            ok = done != 0;
+            patched += done == 1;
         }
         if (ok) ok = poisoned_write_file(out, data, length);
         free(data);
     }
     if (source) closedir(source);
-    if (!ok || !patched) {
-        fprintf(stderr, "poisoned checkpoint: cannot copy %s (with its model.safetensors) to %s\n", from, dir);
+    if (!ok || patched != 1) {
+        fprintf(stderr, "poisoned checkpoint: cannot copy %s to %s with %s patched in exactly one shard\n", from, dir,
+                tensor);
         free(dir);
         return NULL;
     }

@@ -589,4 +589,34 @@ def weight_cache_reloads_to_the_same_tokens():
            "weight_cache")
 
 
+@case
+def a_request_whose_logits_are_not_finite_raises_alone():
+    """tiny-untied with a +inf in the embedding row of token 9707: a prompt holding it has NaN logits, so its call
+    raises KiteError with the engine's message (a batch's after its other requests ran), and the model goes on
+    working with every KV block free."""
+    import poisoned_checkpoint
+    healthy, poisoned = [1879, 374, 264, 1273], [poisoned_checkpoint.POISONED_TOKEN, 11, 1879]
+    options = dict(max_tokens=6, ignore_eos=True)
+    with model("tiny-untied") as m:
+        alone = m.generate(healthy, **options)
+    folder = poisoned_checkpoint.make(os.path.join(DATA, "tiny-untied"))
+    try:
+        with kite.Model(folder, backend="cpu", threads=2, library=args.library, weight_cache="off") as m:
+            for sampled in ({}, {"temperature": 0.8, "top_k": 20, "seed": 3}, {"logprobs": 2}):
+                for call in (lambda: m.generate(poisoned, **options, **sampled),
+                             lambda: m.generate_batch([poisoned, healthy], **options, **sampled),
+                             lambda: list(m.stream(poisoned, **options, **sampled))):
+                    try:
+                        call()
+                        raise AssertionError("no KiteError for NaN logits (%r)" % sampled)
+                    except kite.KiteError as e:
+                        assert "NaN" in str(e) and "logits" in str(e), str(e)
+                stats = m.engine_stats()
+                assert stats["kv_blocks_free"] == stats["kv_blocks_total"], stats
+            again = m.generate(healthy, **options)
+            assert again.tokens == alone.tokens and again.finish_reason == alone.finish_reason, (again, alone)
+    finally:
+        poisoned_checkpoint.remove(folder)
+
+
 finish()

@@ -53,6 +53,15 @@ static void mark_out_of_memory_locked(serve_request *r) {
     snprintf(r->error, sizeof r->error, "out of memory collecting the output");
 }
 
+/* A request the engine ended with KITE_FINISH_ERROR (its logits allowed no token): failed with the library's
+ * message; the text before it is kept, for a stream to send before its error event. */
+static void note_error_locked(serve_request *r, const kite_token_event *event) {
+    if (!event || event->finish != KITE_FINISH_ERROR || r->failed) return;
+    r->failed = true;
+    r->failed_status = KITE_ERROR_INVALID_INPUT;
+    snprintf(r->error, sizeof r->error, "generation failed: %s", event->error ? event->error : "no token can be chosen");
+}
+
 /* The token's log-probabilities, kept for a response that reports them. */
 static void keep_logprob_locked(serve_request *r, const kite_token_event *event) {
     if (r->request.n_logprobs <= 0 || event->token < 0 || r->failed) return;
@@ -86,6 +95,7 @@ static void on_token(const kite_token_event *event, void *user_data) {
     mark_out_of_memory_locked(r);
     keep_logprob_locked(r, event);
     note_token_locked(r, event->token);
+    note_error_locked(r, event);
     if (event->finish != KITE_FINISH_NONE)
         finish_locked(link, r, event->finish);
     else
@@ -119,6 +129,7 @@ static void on_chat_event(const kite_chat_event *event, void *user_data) {
         keep_logprob_locked(r, event->token);
         note_token_locked(r, event->token->token);
     }
+    note_error_locked(r, event->token);
     if (event->finish != KITE_FINISH_NONE)
         finish_locked(link, r, event->finish);
     else

@@ -22,8 +22,10 @@ static const char *endpoint_path(const serve_request *r) {
 }
 
 /* A refusal at submission (a prompt the library will not take) is the client's fault: 400 with the library's
- * message. Anything else failed on the server's side. */
+ * message. Anything else failed on the server's side, a request whose logits allowed no token (KITE_FINISH_ERROR:
+ * the model's weights or activations are not finite) too: 500, as vLLM answers an error in generation. */
 static int failure_status(const serve_request *r) {
+    if (r->finish == KITE_FINISH_ERROR) return 500;
     switch (r->failed_status) {
     case KITE_ERROR_INVALID_ARGUMENT:
     case KITE_ERROR_INVALID_INPUT:
@@ -56,8 +58,9 @@ static void log_request(router *rt, const serve_request *r, int status) {
         .generated_tokens = serve_request_generated(r),
         .ttft_seconds = first_token_seconds(r) > 0 ? first_token_seconds(r) - r->start_seconds : -1,
         .total_seconds = now - r->start_seconds,
-        .finish_reason = r->done && !r->failed && r->finish != KITE_FINISH_NONE ? kite_finish_reason_string(r->finish)
-                                                                                  : NULL,
+        .finish_reason = r->done && (!r->failed || r->finish == KITE_FINISH_ERROR) && r->finish != KITE_FINISH_NONE
+                             ? kite_finish_reason_string(r->finish)
+                             : NULL,
     };
     access_log_write(rt->options.access_log, &e);
     metrics_record(&rt->metrics, &e);
@@ -259,7 +262,16 @@ static void deliver_stream(router *rt, serve_request *c) {
         status = c->failed ? failure_status(c) : 503;
         message = c->failed ? c->error : "the server stopped before the request finished";
     }
-    if (status) {
+    bool alive = true;
+    if (status && c->finish == KITE_FINISH_ERROR && !text.failed) {
+        /* Generation had begun: its failure is an event of the stream (as vLLM's), after the text made before the
+         * row that allowed no token. */
+        if (!lead->reply_started) start_stream(lead);
+        alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, false);
+    }
+    if (status && !alive) {
+        abandon(rt, lead, 499);
+    } else if (status) {
         if (lead->reply_started) {
             send_error_event(rt, lead, status, message); /* the stream has begun: the error is an event */
         } else {
@@ -269,7 +281,7 @@ static void deliver_stream(router *rt, serve_request *c) {
         abandon(rt, lead, status);
     } else {
         if (!lead->reply_started) start_stream(lead);
-        const bool alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, done);
+        alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, done);
         /* A client dropped for not reading was cancelled by the hangup handler; deliver_nowhere takes the rest. */
         if (all_choices_done(lead)) end_stream(rt, lead, alive ? 200 : 499);
     }

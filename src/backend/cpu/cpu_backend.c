@@ -88,14 +88,19 @@ typedef struct cpu_backend {
     /* Overlapped decode (argmax_begin / argmax_end): begun argmaxes in order, a ring of BACKEND_ARGMAX_PENDING;
      * the host computes each at once, so "begun" only means "not yet handed out". */
     int32_t *begun_ids[BACKEND_ARGMAX_PENDING];
+    backend_no_token *begun_reasons[BACKEND_ARGMAX_PENDING]; /* set at the rows whose id is BACKEND_NO_TOKEN */
     int32_t begun_capacity[BACKEND_ARGMAX_PENDING], begun_rows[BACKEND_ARGMAX_PENDING];
     int64_t n_begun, n_ended;
+    /* Why the rows of the last ids handed out (argmax, argmax_end) that are BACKEND_NO_TOKEN allow no token. */
+    backend_no_token *reasons;
+    int32_t reasons_capacity, reasons_rows;
     int32_t *chained_ids; /* a tokens_from_argmax forward's tokens (capacity chained_capacity) */
     int32_t chained_capacity;
 } cpu_backend;
 
 static const backend_ops cpu_backend_ops;
 static const backend_segment_ops cpu_segment_ops;
+static kite_status cpu_explain_no_token(backend *self, int32_t row, backend_no_token *out);
 
 /* ---- creation ----------------------------------------------------------------------------------- */
 
@@ -242,7 +247,11 @@ static void cpu_destroy(backend *self) {
     scratch_free(&b->scratch);
     free(b->logit_inputs);
     free(b->logits);
-    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) free(b->begun_ids[i]);
+    for (int i = 0; i < BACKEND_ARGMAX_PENDING; i++) {
+        free(b->begun_ids[i]);
+        free(b->begun_reasons[i]);
+    }
+    free(b->reasons);
     free(b->chained_ids);
     free(b);
 }
@@ -331,6 +340,7 @@ static kite_status cpu_backend_alloc(const qwen3_config *config, const backend_p
     b->config = *config;
     b->base.ops = &cpu_backend_ops;
     b->base.segments = &cpu_segment_ops;
+    b->base.explain_no_token = cpu_explain_no_token;
     b->base.config = &b->config; /* our own copy: the caller's may not outlive us */
     /* 0: OpenMP's default team size (all cores, or OMP_NUM_THREADS when the user set it). */
     b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
@@ -818,9 +828,11 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 }
 
-static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows);
+static int32_t argmax_rows(const cpu_backend *b, int32_t *out_ids, backend_no_token *reasons, int32_t n_rows);
 
-/* A tokens_from_argmax forward's tokens: the argmax of the kept rows, taken before this forward replaces them. */
+/* A tokens_from_argmax forward's tokens: the argmax of the kept rows, taken before this forward replaces them. A
+ * row that allowed no token feeds token 0: its request ends when its id is read, and nothing reads what this
+ * forward computes for it. */
 static kite_status chained_tokens(cpu_backend *b, int32_t n, const int32_t **ids) {
     if (n > b->chained_capacity) {
         int32_t *p = realloc(b->chained_ids, (size_t)n * sizeof *p);
@@ -828,7 +840,9 @@ static kite_status chained_tokens(cpu_backend *b, int32_t n, const int32_t **ids
         b->chained_ids = p;
         b->chained_capacity = n;
     }
-    KITE_TRY(cpu_argmax(&b->base, b->chained_ids, n));
+    if (argmax_rows(b, b->chained_ids, NULL, n) >= 0)
+        for (int32_t i = 0; i < n; i++)
+            if (b->chained_ids[i] == BACKEND_NO_TOKEN) b->chained_ids[i] = 0;
     *ids = b->chained_ids;
     return KITE_OK;
 }
@@ -904,21 +918,27 @@ static kite_status cpu_read_logits(backend *self, float *out, int32_t n_rows) {
     return KITE_OK;
 }
 
-/* The refusal of a kept row that allows no greedy token: its first NaN or +inf, or that no logit is finite. */
-static kite_status nonfinite_row_failure(const float *logits, size_t vocab, int32_t row) {
+/* Why a kept row allows no greedy token: its first NaN or +inf, or that no logit is finite. */
+static backend_no_token no_token_reason(const float *logits, size_t vocab) {
     for (size_t i = 0; i < vocab; i++)
-        if (isnan(logits[i]) || logits[i] == INFINITY)
-            return kite_fail(KITE_ERROR_INVALID_INPUT, "cpu backend: logits row %d: logits[%zu] is %s (the weights "
-                             "or activations are not finite): no token can be chosen", (int)row, i,
-                             isnan(logits[i]) ? "NaN" : "+inf");
-    return kite_fail(KITE_ERROR_INVALID_INPUT, "cpu backend: logits row %d: all %zu logits are -inf: no token can be "
-                     "chosen", (int)row, vocab);
+        if (isnan(logits[i]) || logits[i] == INFINITY) return (backend_no_token){(int32_t)i, isnan(logits[i])};
+    return (backend_no_token){-1, false};
 }
 
-static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
-    cpu_backend *b = (cpu_backend *)self;
-    KITE_TRY(check_rows(b, out_ids, n_rows, "argmax"));
-    size_t vocab = (size_t)b->config.vocab_size;
+static kite_status no_token_failure(const cpu_backend *b, int32_t row, backend_no_token reason) {
+    if (reason.bad_index >= 0)
+        return kite_fail(KITE_ERROR_INVALID_INPUT, "cpu backend: logits row %d: logits[%d] is %s (the weights or "
+                         "activations are not finite): no token can be chosen", (int)row, (int)reason.bad_index,
+                         reason.is_nan ? "NaN" : "+inf");
+    return kite_fail(KITE_ERROR_INVALID_INPUT, "cpu backend: logits row %d: all %d logits are -inf: no token can be "
+                     "chosen", (int)row, (int)b->config.vocab_size);
+}
+
+/* The argmax of kept rows [0, n_rows): BACKEND_NO_TOKEN at a row that allows none, its reason then in reasons[row]
+ * (when not NULL). Returns the first such row, -1 when there is none. */
+static int32_t argmax_rows(const cpu_backend *b, int32_t *out_ids, backend_no_token *reasons, int32_t n_rows) {
+    const size_t vocab = (size_t)b->config.vocab_size;
+    int32_t first_bad = -1;
     for (int32_t r = 0; r < n_rows; r++) {
         const float *logits = b->logits + (size_t)r * vocab;
         size_t best = 0;
@@ -928,12 +948,33 @@ static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
         /* A NaN or +inf anywhere, or no finite logit, allows no token (the sampler refuses the same rows): the
          * request ends with an error instead of a made-up token. One more pass over a row the argmax just read
          * costs nothing beside the lm_head that wrote it. */
-        if (!isfinite(logits[best])) return nonfinite_row_failure(logits, vocab, r);
-        for (size_t i = 0; i < vocab; i++)
-            if (isnan(logits[i])) return nonfinite_row_failure(logits, vocab, r);
-        out_ids[r] = (int32_t)best;
+        bool bad = !isfinite(logits[best]);
+        for (size_t i = 0; i < vocab && !bad; i++) bad = isnan(logits[i]);
+        out_ids[r] = bad ? BACKEND_NO_TOKEN : (int32_t)best;
+        if (!bad) continue;
+        if (reasons) reasons[r] = no_token_reason(logits, vocab);
+        if (first_bad < 0) first_bad = r;
     }
+    return first_bad;
+}
+
+/* Room for n reasons in *reasons (capacity *capacity). */
+static kite_status reserve_reasons(backend_no_token **reasons, int32_t *capacity, int32_t n) {
+    if (n <= *capacity) return KITE_OK;
+    backend_no_token *p = realloc(*reasons, (size_t)n * sizeof *p);
+    if (!p) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    *reasons = p;
+    *capacity = n;
     return KITE_OK;
+}
+
+static kite_status cpu_argmax(backend *self, int32_t *out_ids, int32_t n_rows) {
+    cpu_backend *b = (cpu_backend *)self;
+    KITE_TRY(check_rows(b, out_ids, n_rows, "argmax"));
+    KITE_TRY(reserve_reasons(&b->reasons, &b->reasons_capacity, n_rows));
+    const int32_t first_bad = argmax_rows(b, out_ids, b->reasons, n_rows);
+    b->reasons_rows = n_rows;
+    return first_bad >= 0 ? no_token_failure(b, first_bad, b->reasons[first_bad]) : KITE_OK;
 }
 
 static kite_status cpu_argmax_begin(backend *self, int32_t n_rows) {
@@ -941,14 +982,20 @@ static kite_status cpu_argmax_begin(backend *self, int32_t n_rows) {
     if (b->n_begun - b->n_ended >= BACKEND_ARGMAX_PENDING)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: argmax_begin with %d begun and not ended",
                          BACKEND_ARGMAX_PENDING);
+    if (n_rows < 0 || n_rows > b->n_logit_rows)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: argmax_begin of %d rows, but the last forward "
+                         "kept %d", n_rows, b->n_logit_rows);
     const int slot = (int)(b->n_begun % BACKEND_ARGMAX_PENDING);
     if (n_rows > b->begun_capacity[slot]) {
         int32_t *p = realloc(b->begun_ids[slot], (size_t)n_rows * sizeof *p);
-        if (!p) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory");
-        b->begun_ids[slot] = p;
+        if (p) b->begun_ids[slot] = p;
+        backend_no_token *q = realloc(b->begun_reasons[slot], (size_t)n_rows * sizeof *q);
+        if (q) b->begun_reasons[slot] = q;
+        if (!p || !q) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: out of memory");
         b->begun_capacity[slot] = n_rows;
     }
-    KITE_TRY(cpu_argmax(self, b->begun_ids[slot], n_rows));
+    /* A row that allows no token is reported by argmax_end, as a device backend can only report it there. */
+    (void)argmax_rows(b, b->begun_ids[slot], b->begun_reasons[slot], n_rows);
     b->begun_rows[slot] = n_rows;
     b->n_begun++;
     return KITE_OK;
@@ -960,8 +1007,25 @@ static kite_status cpu_argmax_end(backend *self, int32_t *out_ids, int32_t n_row
     if (b->n_ended == b->n_begun || n_rows != b->begun_rows[slot] || (!out_ids && n_rows > 0))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: argmax_end of %d rows: %s", n_rows,
                          b->n_ended == b->n_begun ? "none begun" : "not the rows begun");
+    KITE_TRY(reserve_reasons(&b->reasons, &b->reasons_capacity, n_rows));
     if (n_rows > 0) memcpy(out_ids, b->begun_ids[slot], (size_t)n_rows * sizeof *out_ids);
     b->n_ended++;
+    int32_t first_bad = -1;
+    for (int32_t r = 0; r < n_rows; r++) {
+        if (out_ids[r] != BACKEND_NO_TOKEN) continue;
+        b->reasons[r] = b->begun_reasons[slot][r];
+        if (first_bad < 0) first_bad = r;
+    }
+    b->reasons_rows = n_rows;
+    return first_bad >= 0 ? no_token_failure(b, first_bad, b->reasons[first_bad]) : KITE_OK;
+}
+
+static kite_status cpu_explain_no_token(backend *self, int32_t row, backend_no_token *out) {
+    const cpu_backend *b = (const cpu_backend *)self;
+    if (row < 0 || row >= b->reasons_rows)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: explain_no_token of row %d, the last ids had %d",
+                         (int)row, (int)b->reasons_rows);
+    *out = b->reasons[row];
     return KITE_OK;
 }
 
