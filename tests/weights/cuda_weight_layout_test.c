@@ -8,19 +8,15 @@
 #include <string.h>
 
 #include "backend/cuda_weight_layout.h"
+#include "model/dummy.h"
 #include "test_util.h"
 #include "util/error.h"
 
+/* The 0.6B shape as model/dummy.h knows it, tied or not. */
 static qwen3_config shape_0p6b(bool tied) {
     qwen3_config c;
     memset(&c, 0, sizeof c);
-    c.vocab_size = 151936;
-    c.hidden_size = 1024;
-    c.intermediate_size = 3072;
-    c.n_layers = 28;
-    c.n_heads = 16;
-    c.n_kv_heads = 8;
-    c.head_dim = 128;
+    CHECK_MSG(known_shape_config("qwen3-0.6b-base", &c) == KITE_OK, "%s", kite_last_error());
     c.tie_word_embeddings = tied;
     return c;
 }
