@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "kite.h"
+#include "kite_git_commit.h" /* generated at build time: cmake/write_git_commit.cmake */
 #include "util/error.h"
 
 #include <omp.h>
