@@ -18,6 +18,7 @@ typedef struct serve_connection {
     struct serve_connection *next_all;
     serve_pool *pool;
     serve_call *call; /* in flight on it; NULL when idle */
+    unsigned served;  /* requests it completed: a failure after the first may be a stale connection */
 } serve_connection;
 
 struct serve_pool {
@@ -85,6 +86,8 @@ void serve_call_clear(serve_call *call) {
     call->sent_at = call->done_at = 0;
     call->transport_error[0] = '\0';
     call->connection = NULL;
+    call->received = 0;
+    call->retried = false;
 }
 
 static const char *request_error_name(enum evhttp_request_error error) {
@@ -120,6 +123,7 @@ static void on_chunk(struct evhttp_request *request, void *arg) {
     const bool events = call->stream && evhttp_request_get_response_code(request) == 200;
     int n = evbuffer_peek(input, -1, NULL, NULL, 0);
     if (n <= 0) return;
+    call->received += evbuffer_get_length(input);
     struct evbuffer_iovec extents[16];
     struct evbuffer_iovec *v = n <= 16 ? extents : malloc((size_t)n * sizeof *v);
     if (!v) {
@@ -140,11 +144,41 @@ static void on_chunk(struct evhttp_request *request, void *arg) {
     if (v != extents) free(v);
 }
 
+static void retry_call(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    serve_call *call = arg;
+    const double first_sent_at = call->sent_at; /* the retry's cost counts in the call's latency */
+    if (serve_pool_start(call->pool, call, call->done, call->done_arg)) {
+        call->sent_at = first_sent_at;
+        return;
+    }
+    snprintf(call->transport_error, sizeof call->transport_error, "the retry on a new connection could not start");
+    call->done_at = serve_now();
+    call->done(call, call->done_arg);
+}
+
 static void on_done(struct evhttp_request *request, void *arg) {
     serve_connection *c = arg;
     serve_call *call = c->call;
     call->done_at = serve_now();
-    if (request == NULL || evhttp_request_get_response_code(request) == 0) {
+    const bool no_response = request == NULL || evhttp_request_get_response_code(request) == 0;
+    if (no_response && c->served > 0 && call->received == 0 && !call->retried) {
+        /* evhttp reconnects this connection when it is next used; the retry runs from the loop, after evhttp is
+         * done with the failed request. */
+        c->call = NULL;
+        c->next_idle = c->pool->idle;
+        c->pool->idle = c;
+        call->connection = NULL;
+        call->retried = true;
+        call->transport_error[0] = '\0';
+        const struct timeval now = {0, 0};
+        if (event_base_once(c->pool->base, -1, EV_TIMEOUT, retry_call, call, &now) == 0) return;
+        snprintf(call->transport_error, sizeof call->transport_error, "could not schedule the retry");
+        call->done(call, call->done_arg);
+        return;
+    }
+    if (no_response) {
         if (!call->transport_error[0])
             snprintf(call->transport_error, sizeof call->transport_error,
                      "no response (connection refused, reset or closed)");
@@ -156,6 +190,7 @@ static void on_done(struct evhttp_request *request, void *arg) {
         if (call->response.failed && !call->transport_error[0])
             snprintf(call->transport_error, sizeof call->transport_error, "out of memory holding the body");
     }
+    if (!no_response) c->served++;
     c->call = NULL;
     c->next_idle = c->pool->idle;
     c->pool->idle = c;
@@ -220,6 +255,8 @@ bool serve_pool_start(serve_pool *pool, serve_call *call, serve_call_done_fn don
     }
     call->done = done;
     call->done_arg = arg;
+    call->pool = pool;
+    call->received = 0;
     call->connection = c;
     c->call = call;
     call->sent_at = serve_now();

@@ -4,6 +4,10 @@
  * `stream` set is fed to a serve_stream (stamped with the time each piece of it came), anything else is kept
  * whole (up to 1 MiB) for the caller to read or to quote in an error.
  *
+ * A request that fails on a reused connection before any byte of its response arrived is sent once more on a
+ * new one, as HTTP clients do (RFC 9112 section 9.3.1): a server may close an idle keep-alive connection at any
+ * time (llama-server closes them after each streamed response), and the client only learns of it by writing.
+ *
  * Single-threaded: everything runs on the event loop of the base the pool was made with. */
 #ifndef KITE_BENCH_SERVE_CLIENT_H
 #define KITE_BENCH_SERVE_CLIENT_H
@@ -38,6 +42,9 @@ struct serve_call {
     struct serve_connection *connection;
     serve_call_done_fn done;
     void *done_arg;
+    serve_pool *pool;
+    size_t received;      /* body bytes read in this attempt */
+    bool retried;         /* sent again after a stale keep-alive connection failed it */
 };
 
 /* Connections to host:port; `timeout_seconds` bounds each read and write (a stalled server fails the call). */

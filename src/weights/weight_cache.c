@@ -387,6 +387,10 @@ uint64_t weight_cache_entry_data_bytes(const weight_cache_entry *e) {
     return total;
 }
 
+/* The threads one read uses, and the chunks one call checks at once (a read of more goes in slices). */
+#define WEIGHT_CACHE_READ_THREADS 8
+#define WEIGHT_CACHE_READ_MAX_CHUNKS 64
+
 static kite_status entry_read(const backend_segment_source *source, int32_t index, uint64_t offset, void *dst,
                               size_t size) {
     weight_cache_entry *e = source->context;
@@ -399,16 +403,62 @@ static kite_status entry_read(const backend_segment_source *source, int32_t inde
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                          "weight cache: segment %s: a read of [%llu, +%zu) does not cover whole chunks of %llu",
                          s->segment.name, (unsigned long long)offset, size, (unsigned long long)chunk);
+    /* Chunks are read and checked on several threads: one thread's pread from the page cache plus XXH64 runs at
+     * ~2 GB/s, a third of what a pinned upload takes. Each chunk's outcome is kept and the first failure, in file
+     * order, is reported afterwards (kite_fail is not called from the worker threads). */
     unsigned char *out = dst;
-    for (uint64_t at = 0; at < size; at += chunk) {
-        size_t piece = (size_t)(size - at < chunk ? size - at : chunk);
-        KITE_TRY(read_all_at(e->fd, out + at, piece, s->offset + offset + at, e->path));
-        uint64_t want = get_u64(s->hashes + 8 * ((offset + at) / chunk));
-        if (hash64(out + at, piece) != want)
+    const int64_t n_chunks = (int64_t)((size + chunk - 1) / chunk);
+    enum { CHUNK_OK, CHUNK_IO_ERROR, CHUNK_TRUNCATED, CHUNK_DAMAGED };
+    int outcome[WEIGHT_CACHE_READ_MAX_CHUNKS];
+    int read_errno[WEIGHT_CACHE_READ_MAX_CHUNKS];
+    if (n_chunks > WEIGHT_CACHE_READ_MAX_CHUNKS) {
+        /* Larger reads go in slices of at most WEIGHT_CACHE_READ_MAX_CHUNKS chunks. */
+        const uint64_t slice = (uint64_t)WEIGHT_CACHE_READ_MAX_CHUNKS * chunk;
+        for (uint64_t at = 0; at < size; at += slice)
+            KITE_TRY(entry_read(source, index, offset + at, out + at, (size_t)(size - at < slice ? size - at : slice)));
+        return KITE_OK;
+    }
+    const int threads = (int)(n_chunks < WEIGHT_CACHE_READ_THREADS ? n_chunks : WEIGHT_CACHE_READ_THREADS);
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+    for (int64_t k = 0; k < n_chunks; k++) {
+        const uint64_t at = (uint64_t)k * chunk;
+        const size_t piece = (size_t)(size - at < chunk ? size - at : chunk);
+        outcome[k] = CHUNK_OK;
+        unsigned char *p = out + at;
+        uint64_t file_at = s->offset + offset + at;
+        for (size_t left = piece; left > 0 && outcome[k] == CHUNK_OK;) {
+            ssize_t n = pread(e->fd, p, left, (off_t)file_at);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                outcome[k] = CHUNK_IO_ERROR;
+                read_errno[k] = errno;
+            } else if (n == 0) {
+                outcome[k] = CHUNK_TRUNCATED;
+            } else {
+                p += n;
+                left -= (size_t)n;
+                file_at += (uint64_t)n;
+            }
+        }
+        if (outcome[k] == CHUNK_OK && hash64(out + at, piece) != get_u64(s->hashes + 8 * ((offset + at) / chunk)))
+            outcome[k] = CHUNK_DAMAGED;
+    }
+    for (int64_t k = 0; k < n_chunks; k++) {
+        const uint64_t at = (uint64_t)k * chunk;
+        const size_t piece = (size_t)(size - at < chunk ? size - at : chunk);
+        switch (outcome[k]) {
+        case CHUNK_OK:
+            break;
+        case CHUNK_IO_ERROR:
+            return kite_fail(KITE_ERROR_IO, "weight cache: cannot read %s: %s", e->path, strerror(read_errno[k]));
+        case CHUNK_TRUNCATED:
+            return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "truncated: %s ends early", e->path);
+        default:
             return kite_fail(KITE_ERROR_INVALID_CHECKPOINT, "damaged: segment %s: bytes [%llu, +%zu) fail their checksum",
                              s->segment.name, (unsigned long long)(offset + at), piece);
-        load_progress_advance(e->progress, piece);
+        }
     }
+    load_progress_advance(e->progress, size);
     return KITE_OK;
 }
 
