@@ -124,6 +124,13 @@ typedef enum kite_weights {
                               checkpoint, as stored from an FP8 one */
 } kite_weights;
 
+/* How the KV cache holds keys and values. docs/ARCHITECTURE.md ("The KV cache") says what each backend stores. */
+typedef enum kite_kv_cache_dtype {
+    KITE_KV_CACHE_BF16 = 0, /* as the backend computes them (the CPU backend: float32) */
+    KITE_KV_CACHE_FP8 = 1,  /* E4M3 codes with one float32 scale per (token, kv head), for K and for V
+                               (quant/fp8_kv.h): quantized when written, dequantized when attention reads them */
+} kite_kv_cache_dtype;
+
 /* What a load reports while it runs (kite_load_params.on_load_event), so a front end can show progress. A load
  * goes through one or two stages: the weights come from the checkpoint (read and converted) or from a weight
  * cache entry, and after a conversion the entry is filled. */
@@ -158,6 +165,7 @@ typedef struct kite_load_params {
     int32_t n_threads;        /* CPU threads (0 = all cores) */
     int32_t device;           /* CUDA device ordinal */
     kite_weights weights;     /* default KITE_WEIGHTS_BF16 */
+    kite_kv_cache_dtype kv_cache_dtype; /* default KITE_KV_CACHE_BF16 */
     int32_t max_context;      /* lowers the model's context limit (0 = the limit config.json gives: YaRN's factor x
                                  original_max_position_embeddings, else max_position_embeddings); a value above
                                  it is refused with KITE_ERROR_INVALID_ARGUMENT */

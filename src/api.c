@@ -22,7 +22,8 @@ bool kite_built_with_cuda(void) {
 
 kite_load_params kite_load_params_default(void) {
     return (kite_load_params){
-        .backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_BF16, .max_context = 0,
+        .backend = KITE_BACKEND_AUTO, .n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_BF16,
+        .kv_cache_dtype = KITE_KV_CACHE_BF16, .max_context = 0,
         .rope_scaling = NULL, .weight_cache = NULL, .on_load_event = NULL, .load_event_user_data = NULL};
 }
 
@@ -57,7 +58,11 @@ static kite_status create_backend(kite_model *m, const char *dir, const kite_loa
     if (p->weights != KITE_WEIGHTS_BF16 && p->weights != KITE_WEIGHTS_FP8)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_load_params.weights %d is not bf16 (0) or fp8 (1)",
                          (int)p->weights);
-    backend_params bp = {.n_threads = p->n_threads, .device = p->device, .weights = p->weights};
+    if (p->kv_cache_dtype != KITE_KV_CACHE_BF16 && p->kv_cache_dtype != KITE_KV_CACHE_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "kite_load_params.kv_cache_dtype %d is not bf16 (0) or fp8 (1)", (int)p->kv_cache_dtype);
+    backend_params bp = {.n_threads = p->n_threads, .device = p->device, .weights = p->weights,
+                         .kv_cache_dtype = p->kv_cache_dtype};
     kite_backend_kind kind = p->backend;
     if (kind == KITE_BACKEND_AUTO) {
         char reason[256];
@@ -68,7 +73,8 @@ static kite_status create_backend(kite_model *m, const char *dir, const kite_loa
         /* auto means "the fastest backend that runs this model": a shape the CUDA kernels do not implement
          * (such as a head_dim other than 128) runs on the CPU instead. An explicit --backend cuda fails, and so
          * does fp8 on a GPU: a silent move to the CPU would be a thousand times slower. */
-        if (status != KITE_ERROR_UNSUPPORTED || p->backend != KITE_BACKEND_AUTO || p->weights == KITE_WEIGHTS_FP8)
+        if (status != KITE_ERROR_UNSUPPORTED || p->backend != KITE_BACKEND_AUTO || p->weights == KITE_WEIGHTS_FP8 ||
+            p->kv_cache_dtype == KITE_KV_CACHE_FP8)
             return status;
         kind = KITE_BACKEND_CPU;
     }

@@ -29,6 +29,16 @@ bool cli_parse_weights(const char *text, kite_weights *out) {
     return true;
 }
 
+static bool parse_kv_cache_dtype(const char *name, const char *text, kite_kv_cache_dtype *out) {
+    if (strcmp(text, "bf16") == 0) *out = KITE_KV_CACHE_BF16;
+    else if (strcmp(text, "fp8") == 0) *out = KITE_KV_CACHE_FP8;
+    else {
+        fprintf(stderr, "kite: %s: '%s' is not one of bf16, fp8\n", name, text);
+        return false;
+    }
+    return true;
+}
+
 /* The shared options' ranges, once: `name` is how messages call the option, `value` its text. */
 static cli_option_result engine_option_set(int id, const char *name, const char *value, kite_load_params *load,
                                            kite_engine_params *engine) {
@@ -36,6 +46,8 @@ static cli_option_result engine_option_set(int id, const char *name, const char 
     switch (id) {
     case CLI_ID_BACKEND: return cli_parse_backend(value, &load->backend) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
     case CLI_ID_WEIGHTS: return cli_parse_weights(value, &load->weights) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
+    case CLI_ID_KV_CACHE_DTYPE:
+        return parse_kv_cache_dtype(name, value, &load->kv_cache_dtype) ? CLI_OPTION_TAKEN : CLI_OPTION_BAD;
     case CLI_ID_WEIGHT_CACHE:
         if (!value[0]) {
             fprintf(stderr, "kite: %s: give a folder or off\n", name);

@@ -29,6 +29,7 @@ enum {
     CLI_ID_WEIGHTS,
     CLI_ID_NO_PREFIX_CACHE,
     CLI_ID_WEIGHT_CACHE,
+    CLI_ID_KV_CACHE_DTYPE,
 };
 
 /* The row of --no-prefix-cache (`kite run`, `kite chat`, `kite serve`, `kite bench`). */
@@ -41,6 +42,11 @@ enum {
     {CLI_ID_WEIGHTS, "weights", 0, "bf16|fp8",                                                                 \
      "linear layers' weights: bf16 as stored (FP8 checkpoints dequantized), or fp8 with 128x128 block scales " \
      "(default bf16)",                                                                                         \
+     false}
+#define CLI_KV_CACHE_DTYPE_OPTION                                                                              \
+    {CLI_ID_KV_CACHE_DTYPE, "kv-cache-dtype", 0, "bf16|fp8",                                                   \
+     "the KV cache's keys and values: bf16 (the CPU backend: float32), or fp8 E4M3 with one\nscale per token "  \
+     "and KV head (about half the bytes; default bf16)",                                                      \
      false}
 #define CLI_WEIGHT_CACHE_OPTION                                                                                \
     {CLI_ID_WEIGHT_CACHE, "weight-cache", 0, "DIR|off",                                                        \
@@ -61,6 +67,7 @@ enum {
     CLI_WEIGHTS_OPTION,                                                                                        \
     CLI_WEIGHT_CACHE_OPTION,                                                                                   \
     CLI_CONTEXT_OPTIONS,                                                                                       \
+    CLI_KV_CACHE_DTYPE_OPTION,                                                                                 \
     {CLI_ID_KV_CACHE_MB, "kv-cache-mb", 0, "N",                                                              \
      "KV cache budget in MiB (default: 90% of free GPU memory; CPU: 4 full contexts)", false},                \
     {CLI_ID_MAX_BATCH, "max-batch", 0, "N", "sequences per step at most (default 256)", false},                 \

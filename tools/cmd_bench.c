@@ -32,6 +32,7 @@ static const cli_option bench_options_table[] = {
     {CLI_ID_BACKEND, "backend", 0, "auto|cpu|cuda", "where the model runs (default auto)", false},
     {CLI_ID_THREADS, "threads", 0, "N", "CPU threads (default 0 = all cores)", false},
     CLI_WEIGHTS_OPTION,
+    CLI_KV_CACHE_DTYPE_OPTION,
     CLI_WEIGHT_CACHE_OPTION,
     CLI_CONTEXT_OPTIONS,
     CLI_PREFIX_CACHE_OPTION,
@@ -67,9 +68,10 @@ typedef struct bench_printer {
 } bench_printer;
 
 static void print_header(const bench_options *o, const kite_bench_info *info) {
-    printf("kite %s (%s), model %s, backend %s on %s, %s weights, %d repetitions, median\n", kite_version(),
-           info->commit, o->dummy ? o->dummy : o->model_dir, info->backend_name, info->device_name,
-           o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16", o->reps);
+    printf("kite %s (%s), model %s, backend %s on %s, %s weights, %s KV cache, %d repetitions, median\n",
+           kite_version(), info->commit, o->dummy ? o->dummy : o->model_dir, info->backend_name, info->device_name,
+           o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16",
+           o->load.kv_cache_dtype == KITE_KV_CACHE_FP8 ? "fp8" : "bf16", o->reps);
     if (info->decode_path) printf("decode: %s\n", info->decode_path);
     if (!info->sampled)
         printf("greedy tg rows: %s\n", info->greedy_overlapped
@@ -98,8 +100,9 @@ static void print_json_row(const bench_options *o, const kite_bench_info *info, 
         text_buffer_puts(&b, ",\"rope_scaling\":");
         text_buffer_json_string(&b, o->load.rope_scaling, strlen(o->load.rope_scaling));
     }
-    text_buffer_printf(&b, ",\"backend\":\"%s\",\"weights\":\"%s\",\"gpu\":", info->backend_name,
-                       o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16");
+    text_buffer_printf(&b, ",\"backend\":\"%s\",\"weights\":\"%s\",\"kv_cache_dtype\":\"%s\",\"gpu\":",
+                       info->backend_name, o->load.weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16",
+                       o->load.kv_cache_dtype == KITE_KV_CACHE_FP8 ? "fp8" : "bf16");
     text_buffer_json_string(&b, info->device_name, strlen(info->device_name));
     if (row->gate_passed) {
         text_buffer_puts(&b, ",\"tok_s\":");

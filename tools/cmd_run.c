@@ -393,9 +393,11 @@ int cmd_run(int argc, char **argv) {
     double load_s = seconds_now() - load_start;
     {
         kite_engine_stats stats = kite_engine_get_stats(engine);
-        fprintf(stderr, "kite: %s backend; KV cache %zu tokens (%d blocks of %d), %d sequences of the full %d-token context\n",
-                kite_model_get_info(model).backend_name, stats.kv_capacity_tokens, stats.kv_blocks_total,
-                stats.kv_block_size, stats.max_concurrent_full, stats.max_context);
+        fprintf(stderr,
+                "kite: %s backend; %s KV cache %zu tokens (%d blocks of %d), %d sequences of the full %d-token context\n",
+                kite_model_get_info(model).backend_name, load.kv_cache_dtype == KITE_KV_CACHE_FP8 ? "fp8" : "bf16",
+                stats.kv_capacity_tokens, stats.kv_blocks_total, stats.kv_block_size, stats.max_concurrent_full,
+                stats.max_context);
     }
 
     for (size_t p = 0; p < n_prompts; p++) {

@@ -34,7 +34,8 @@ c_int32, c_int64, c_uint64, c_size_t = ctypes.c_int32, ctypes.c_int64, ctypes.c_
 
 class _LoadParams(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_int), ("n_threads", c_int32), ("device", c_int32), ("weights", ctypes.c_int),
-                ("max_context", c_int32), ("rope_scaling", ctypes.c_char_p), ("weight_cache", ctypes.c_char_p),
+                ("kv_cache_dtype", ctypes.c_int), ("max_context", c_int32), ("rope_scaling", ctypes.c_char_p),
+                ("weight_cache", ctypes.c_char_p),
                 # on_load_event stays NULL: the library then prints a load's notices (a rebuilt weight cache
                 # entry) to stderr itself, and Python has no progress to show
                 ("on_load_event", ctypes.c_void_p), ("load_event_user_data", ctypes.c_void_p)]
@@ -120,6 +121,7 @@ class _EngineStats(ctypes.Structure):
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 _WEIGHTS = {"bf16": 0, "fp8": 1}  # kite_weights: how the linear layers' weights are held
+_KV_CACHE_DTYPES = {"bf16": 0, "fp8": 1}  # kite_kv_cache_dtype: how the KV cache holds keys and values
 # Generation options and their defaults (greedy, up to 128 new tokens), shared by generate, generate_batch
 # and stream; the names are OpenAI's / vLLM's. seed None draws a fresh seed per request.
 _DEFAULT_OPTIONS = {"max_tokens": 128, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
@@ -387,13 +389,15 @@ class Model:
     from several threads interleave, each getting the tokens it would get alone (batch-invariant).
     weights: "bf16" (as stored; an FP8 checkpoint dequantized) or "fp8" (E4M3 with 128x128 block scales,
     quantized at load from a bf16 checkpoint); docs/FP8.md.
+    kv_cache_dtype: "bf16" (the CPU backend: float32) or "fp8" (E4M3 codes with one scale per token and KV head,
+    about half the bytes of a bf16 cache); docs/ARCHITECTURE.md.
     prefix_cache: automatic prefix caching (default True): requests that begin with the same tokens share the
     full KV blocks already computed; the tokens are the same either way (docs/ARCHITECTURE.md).
     weight_cache: the folder of converted weights kept between loads (docs/weight-cache.md): None for the
     default ($XDG_CACHE_HOME/kite, else ~/.cache/kite), "off" for none."""
 
     def __init__(self, path: Optional[str] = None, *, backend: str = "auto", threads: int = 0, device: int = 0,
-                 weights: str = "bf16", dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
+                 weights: str = "bf16", kv_cache_dtype: str = "bf16", dummy: Optional[str] = None, seed: int = 0, library: Optional[str] = None,
                  kv_cache_mb: Optional[int] = None, max_context: int = 0, max_sequences: int = 0,
                  rope_scaling=None, prefix_cache: bool = True, weight_cache: Optional[str] = None):
         # Set first: close() and __del__ see a half-made Model when a check below raises.
@@ -407,6 +411,8 @@ class Model:
             raise KiteError(f"kite: backend {backend!r} is not one of {', '.join(_BACKENDS)}")
         if not isinstance(weights, str) or weights not in _WEIGHTS:
             raise KiteError(f"kite: weights {weights!r} is not one of {', '.join(_WEIGHTS)}")
+        if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in _KV_CACHE_DTYPES:
+            raise KiteError(f"kite: kv_cache_dtype {kv_cache_dtype!r} is not one of {', '.join(_KV_CACHE_DTYPES)}")
         if (path is None) == (dummy is None):
             raise KiteError("kite: give a checkpoint directory or dummy=SHAPE, not both and not neither")
         params = lib.kite_load_params_default()
@@ -414,6 +420,7 @@ class Model:
         params.n_threads = _integer("threads", threads, 0, _INT32_MAX)
         params.device = _integer("device", device, 0, _INT32_MAX)
         params.weights = _WEIGHTS[weights]
+        params.kv_cache_dtype = _KV_CACHE_DTYPES[kv_cache_dtype]
         engine_params = lib.kite_engine_params_default()
         # 0 (or no kv_cache_mb) keeps the engine's default
         kv_cache_mb = 0 if kv_cache_mb is None else _integer("kv_cache_mb", kv_cache_mb, 0, _SIZE_MAX >> 20)

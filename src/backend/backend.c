@@ -13,6 +13,17 @@ size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size) {
     return 2 * (size_t)config->n_layers * (size_t)config->n_kv_heads * (size_t)config->head_dim * element_size;
 }
 
+size_t kv_fp8_bytes_per_position(const qwen3_config *config) {
+    if (!config || config->n_layers <= 0 || config->n_kv_heads <= 0 || config->head_dim <= 0) return 0;
+    return 2 * (size_t)config->n_layers * (size_t)config->n_kv_heads * ((size_t)config->head_dim + sizeof(float));
+}
+
+size_t backend_kv_bytes_per_position(const backend *b) {
+    if (strcmp(b->ops->name, "cpu") == 0) return kv_bytes_per_position(b->config, sizeof(float));
+    if (b->kv_cache_dtype == KITE_KV_CACHE_FP8) return kv_fp8_bytes_per_position(b->config);
+    return kv_bytes_per_position(b->config, 2);
+}
+
 bool backend_offers_overlap(const backend *b) { return b->ops->argmax_begin && b->ops->argmax_end; }
 
 kite_status backend_segment_find(const backend_segment_source *source, const char *name, uint64_t size,

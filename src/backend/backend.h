@@ -176,6 +176,8 @@ struct backend {
      * the engine then says what the row may hold without the index. Apart from ops because it serves a
      * message, not running the model. */
     backend_explain_no_token explain_no_token;
+    /* How the KV cache holds keys and values (backend_params.kv_cache_dtype), for the pool's sizing and reports. */
+    kite_kv_cache_dtype kv_cache_dtype;
 };
 
 typedef struct backend_params {
@@ -187,6 +189,9 @@ typedef struct backend_params {
     int32_t emulate_bf16_activations;
     /* The linear weights' form (kite_load_params.weights); quant/fp8_weights.h says what each gives. */
     kite_weights weights;
+    /* How the KV cache holds keys and values (kite_load_params.kv_cache_dtype): a backend that does not implement
+     * a dtype refuses it at creation with KITE_ERROR_UNSUPPORTED. */
+    kite_kv_cache_dtype kv_cache_dtype;
     /* Where creation reports the checkpoint bytes it has converted (weights/load_progress.h); may be NULL. */
     struct load_progress *progress;
 } backend_params;
@@ -196,6 +201,11 @@ typedef struct backend_params {
 bool backend_offers_overlap(const backend *b);
 /* Bytes of KV cache for one position over all layers (K and V), at the backend's storage precision. */
 size_t kv_bytes_per_position(const qwen3_config *config, size_t element_size);
+/* The same for an fp8 cache: per (token, kv head) head_dim one-byte codes and one float32 scale, for K and V. */
+size_t kv_fp8_bytes_per_position(const qwen3_config *config);
+/* Bytes of KV cache for one position on backend b as it stores them: the CPU backend keeps float32 (with an fp8
+ * cache, the float32 values of the fp8 round trip), a GPU backend bf16 or fp8 codes and scales. */
+size_t backend_kv_bytes_per_position(const backend *b);
 
 /* The CPU reference backend: float32 everywhere, weights widened at creation (the linear layers' as
  * params->weights asks: quant/fp8_weights.h). */

@@ -884,8 +884,7 @@ bool engine_overlap_enabled(const runtime_options *options, const backend *b) {
 }
 
 size_t engine_kv_block_bytes(const kite_model *model, int32_t block_size) {
-    const bool host = strcmp(model->backend->ops->name, "cpu") == 0; /* the CPU backend keeps float32 */
-    return kv_bytes_per_position(&model->config, host ? 4 : 2) * (size_t)block_size;
+    return backend_kv_bytes_per_position(model->backend) * (size_t)block_size;
 }
 
 kite_status engine_lend_blocks(kite_engine *e, int32_t n, int32_t *ids) {

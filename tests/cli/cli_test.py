@@ -292,6 +292,27 @@ def bench_rows_as_json_lines():
               "-o", "jsonl", check_exit=0)
     assert last_json(fp8.stdout)["weights"] == "fp8", fp8.stdout
     assert run("bench", "--dummy", "tiny", "--weights", "int8").returncode == 2
+    for r in rows:
+        assert r["kv_cache_dtype"] == "bf16", r
+    fp8_kv = run("bench", "--dummy", "tiny", "--backend", "cpu", "--kv-cache-dtype", "fp8", "-p", "8", "-n", "2",
+                 "-r", "1", "-o", "jsonl", check_exit=0)
+    row = last_json(fp8_kv.stdout)
+    assert row["kv_cache_dtype"] == "fp8" and row["gate"] == "oracle", fp8_kv.stdout
+    assert run("bench", "--dummy", "tiny", "--kv-cache-dtype", "fp4").returncode == 2
+
+
+@case
+def kv_cache_dtype_fp8():
+    # The same greedy run with either cache: both finish, and a dtype that is not bf16 or fp8 is a usage error.
+    tiny = os.path.join(DATA, "tiny")
+    for command in ("run", "chat", "serve", "bench"):
+        assert "--kv-cache-dtype" in run(command, "--help", check_exit=0).stdout.decode(), command
+    for dtype in ("bf16", "fp8"):
+        p = run("run", "--model", tiny, "--backend", "cpu", "--prompt-ids", "1,2,3,4,5,6,7,8", "--max-tokens", "6",
+                "--kv-cache-dtype", dtype, check_exit=0)
+        assert p.stdout, (dtype, p.stderr)
+    p = run("run", "--model", tiny, "--prompt", "x", "--kv-cache-dtype", "int4")
+    assert p.returncode == 2 and "--kv-cache-dtype" in p.stderr.decode(), p.stderr
 
 
 YARN_CASES = {  # tests/data/yarn/NAME: the checkpoint it edits and its rope scaling, given here as --rope-scaling

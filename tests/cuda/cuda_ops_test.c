@@ -2,6 +2,7 @@
  * random inputs of several shapes, including shapes that do not divide the kernels' tiles. Outputs are
  * poisoned (NaN) before each launch and followed by guard bytes that must stay untouched. */
 #include "cuda_test_util.h"
+#include "quant/fp8_kv.h"
 
 /* bf16 outputs land within about 2^-9 relative per element: NMSE well under 1e-5; products over
  * bf16 inputs with fp32 accumulation: under 1e-6 for fp32 outputs. */
@@ -1336,8 +1337,66 @@ static void test_gemm(void) {
     cuda_gemm_destroy(gemm);
 }
 
+/* The fp8 KV quantization on the device against quant/fp8_kv.h's (the CPU oracle's) bit for bit: random vectors
+ * over 40 binades (subnormal codes included), zeros, signed zeros, a vector of float32 subnormals (which
+ * --use_fast_math's flush to zero must not touch), and non-finite ones (scale NaN, NaN codes). */
+static void test_kv_fp8_quantize(void) {
+    const int n = 64, head_dim = 128;
+    uint16_t *x = xmalloc((size_t)n * head_dim * 2);
+    for (int v = 0; v < n; v++) {
+        const float magnitude = ldexpf(1.0f, v % 40 - 20);
+        random_bf16(x + (size_t)v * head_dim, NULL, head_dim, magnitude);
+    }
+    uint16_t *edge = x + (size_t)(n - 6) * head_dim;
+    for (int i = 0; i < head_dim; i++) {
+        edge[i] = 0x0000;                                     /* zeros */
+        edge[head_dim + i] = (i & 1) ? 0x8000 : 0x0000;       /* signed zeros */
+        edge[2 * head_dim + i] = (i == 7) ? 0x0001 : 0x0080;  /* bf16 subnormals: a float32-subnormal scale */
+        edge[3 * head_dim + i] = (uint16_t)(0x3f80 + i);      /* a plain vector, then a NaN in it */
+        edge[4 * head_dim + i] = (uint16_t)(0x3f80 + i);
+        edge[5 * head_dim + i] = (uint16_t)(0x3f80 + i);
+    }
+    edge[4 * head_dim + 100] = 0x7fc0; /* NaN */
+    edge[5 * head_dim + 3] = 0xff80;   /* -inf */
+    void *d_x = device_buffer((size_t)n * head_dim * 2, x);
+    uint8_t *d_codes = device_buffer((size_t)n * head_dim, NULL);
+    float *d_scales = device_buffer((size_t)n * 4, NULL);
+    DEVICE_CHECK(cuda_kv_fp8_quantize(d_x, d_codes, d_scales, n, head_dim, NULL));
+    uint8_t *codes = xmalloc((size_t)n * head_dim), want[128];
+    float *scales = xmalloc((size_t)n * 4), values[128];
+    DEVICE_CHECK(kite_cuda_copy_to_host(codes, d_codes, (size_t)n * head_dim));
+    DEVICE_CHECK(kite_cuda_copy_to_host(scales, d_scales, (size_t)n * 4));
+    int bad_codes = 0, bad_scales = 0;
+    for (int v = 0; v < n; v++) {
+        for (int i = 0; i < head_dim; i++) values[i] = bf16_to_float(x[(size_t)v * head_dim + i]);
+        const float scale = fp8_kv_quantize(values, head_dim, want);
+        const int same_scale = isnan(scale) ? isnan(scales[v]) : memcmp(&scale, &scales[v], sizeof scale) == 0;
+        if (!same_scale) {
+            bad_scales++;
+            printf("  vector %d: scale %a, host %a\n", v, (double)scales[v], (double)scale);
+        }
+        for (int i = 0; i < head_dim; i++)
+            if (codes[(size_t)v * head_dim + i] != want[i] && bad_codes++ < 8)
+                printf("  vector %d element %d (%a): code 0x%02x, host 0x%02x\n", v, i, (double)values[i],
+                       codes[(size_t)v * head_dim + i], want[i]);
+    }
+    CHECK_MSG(bad_codes == 0 && bad_scales == 0, "%d codes and %d scales differ from quant/fp8_kv.c", bad_codes,
+              bad_scales);
+    CHECK(isnan(scales[n - 2]) && isnan(scales[n - 1]) && scales[n - 6] == 0.0f && scales[n - 5] == 0.0f &&
+          scales[n - 4] > 0.0f && scales[n - 4] < 0x1p-126f);
+    CHECK(guard_intact(d_codes, (size_t)n * head_dim) && guard_intact(d_scales, (size_t)n * 4));
+    CHECK(cuda_kv_fp8_quantize(d_x, d_codes, d_scales, n, 64, NULL) == KITE_ERROR_INVALID_ARGUMENT);
+    kite_cuda_free(d_x);
+    kite_cuda_free(d_codes);
+    kite_cuda_free(d_scales);
+    free(x);
+    free(codes);
+    free(scales);
+}
+
 int main(void) {
     require_gpu();
+    TEST_RUN(test_kv_fp8_quantize);
     TEST_RUN(test_embed);
     TEST_RUN(test_rmsnorm);
     TEST_RUN(test_residual_rmsnorm);

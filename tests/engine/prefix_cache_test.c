@@ -3,8 +3,12 @@
  * it), for a shared system prompt with different suffixes, identical prompts, a prompt that is an exact multiple
  * of the block size, chunked prefill, preemption under a small KV pool, cancellation mid-prefill and mid-decode,
  * and eviction under memory pressure; hits are taken (counted, and the prefill computes fewer tokens), and at idle
- * every block is back. Each scenario runs with overlapped greedy decode and without it. */
+ * every block is back. Each scenario runs with overlapped greedy decode and without it.
+ * With the argument --kv-cache-dtype fp8 (ctest prefix_cache_fp8_test) every run uses an fp8 KV cache: chunked
+ * prefill, preemption and prefix sharing give exactly the tokens of each request run alone, unchunked, with the
+ * same cache (the CPU's cache is float32 either way, so the pools hold the same blocks). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -388,10 +392,17 @@ static void test_eviction(void) {
     CHECK(on.stats.preemptions == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     kite_load_params p = kite_load_params_default();
     p.backend = KITE_BACKEND_CPU;
     p.n_threads = 2;
+    if (argc == 3 && strcmp(argv[1], "--kv-cache-dtype") == 0 && strcmp(argv[2], "fp8") == 0) {
+        p.kv_cache_dtype = KITE_KV_CACHE_FP8;
+        printf("every engine runs with an fp8 KV cache\n");
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: prefix_cache_test [--kv-cache-dtype fp8]\n");
+        return 2;
+    }
     kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &model);
     CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
     if (s != KITE_OK) return test_finish();

@@ -81,6 +81,27 @@ def fp8_weights_from_the_script_equal_fp8_at_load():
 
 
 @case
+def kv_cache_dtype_reaches_the_library():
+    # An fp8 KV cache changes the logprobs (the field lands in kite_load_params, not in a neighbour's place), the
+    # same fp8 run repeats exactly, and a dtype that is neither bf16 nor fp8 is refused.
+    prompt = REF["tiny"]["results"][2]["prompt_ids"]
+    runs = {}
+    for key, dtype in (("bf16", "bf16"), ("fp8", "fp8"), ("fp8 again", "fp8")):
+        with kite.Model(os.path.join(DATA, "tiny"), backend="cpu", threads=2, kv_cache_dtype=dtype, max_context=512,
+                        library=args.library) as m:
+            runs[key] = [x.top for x in m.generate(prompt, max_tokens=4, ignore_eos=True, logprobs=5).logprobs]
+            assert m.info["max_context"] == 512, m.info  # the field after kv_cache_dtype is read in its place
+    assert runs["fp8"] == runs["fp8 again"]
+    assert runs["fp8"] != runs["bf16"]
+    try:
+        kite.Model(os.path.join(DATA, "tiny"), backend="cpu", kv_cache_dtype="int4", library=args.library)
+    except kite.KiteError as e:
+        assert "kv_cache_dtype" in str(e) and "int4" in str(e), str(e)
+    else:
+        raise AssertionError("kv_cache_dtype='int4' accepted")
+
+
+@case
 def a_batch_equals_its_requests_alone():
     with model() as m:
         prompts = [r["prompt_ids"] for r in REF["tiny"]["results"]]

@@ -5,7 +5,9 @@
  * element is computed by one fixed sequence of operations (cpu_ops.h), which makes a sequence's logits
  * bit-identical whatever else shares its batch and whatever the thread count.
  *
- * KV cache layout: K and V each hold [n_layers][n_blocks][block_size][n_kv_heads * head_dim] floats.
+ * KV cache layout: K and V each hold [n_layers][n_blocks][block_size][n_kv_heads * head_dim] floats. With an fp8
+ * cache (backend_params.kv_cache_dtype) each (token, kv head) vector is stored as the float32 values its fp8 codes
+ * and scale decode to (quant/fp8_kv.h): the same attention as codes and scales would give, without a second copy.
  */
 #include <math.h>
 #include <omp.h>
@@ -19,6 +21,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "model/rope.h"
 #include "quant/fp8.h"
+#include "quant/fp8_kv.h"
 #include "quant/fp8_weights.h"
 #include "util/error.h"
 #include "weights/load_progress.h"
@@ -334,6 +337,9 @@ static kite_status cpu_backend_alloc(const qwen3_config *config, const backend_p
     if (params && params->weights != KITE_WEIGHTS_BF16 && params->weights != KITE_WEIGHTS_FP8)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights mode %d is not bf16 or fp8",
                          (int)params->weights);
+    if (params && params->kv_cache_dtype != KITE_KV_CACHE_BF16 && params->kv_cache_dtype != KITE_KV_CACHE_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: kv cache dtype %d is not bf16 or fp8",
+                         (int)params->kv_cache_dtype);
 
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the backend");
@@ -346,6 +352,7 @@ static kite_status cpu_backend_alloc(const qwen3_config *config, const backend_p
     b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     b->emulate_bf16 = params && params->emulate_bf16_activations;
     b->weights = params ? params->weights : KITE_WEIGHTS_BF16;
+    b->base.kv_cache_dtype = params ? params->kv_cache_dtype : KITE_KV_CACHE_BF16;
     if (b->n_threads < 1) b->n_threads = 1;
     snprintf(b->device_name, sizeof b->device_name, "cpu (%d thread%s)", b->n_threads,
              b->n_threads == 1 ? "" : "s");
@@ -804,8 +811,16 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
         }
         const int32_t *table = batch->block_tables[s->token_seq[t]];
         size_t offset = kv_offset(b, table, l, s->token_pos[t]);
-        memcpy(b->k_cache + offset, s->k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
-        memcpy(b->v_cache + offset, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        float *k_slot = b->k_cache + offset, *v_slot = b->v_cache + offset;
+        memcpy(k_slot, s->k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(v_slot, s->v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        /* An fp8 cache keeps what its codes and scales decode to, so attention (which reads only the cache, the
+         * current chunk's positions too) sees exactly the values a GPU's fp8 cache holds. */
+        if (b->base.kv_cache_dtype == KITE_KV_CACHE_FP8)
+            for (int32_t h = 0; h < c->n_kv_heads; h++) {
+                fp8_kv_round_trip(k_slot + (size_t)h * head_dim, head_dim);
+                fp8_kv_round_trip(v_slot + (size_t)h * head_dim, head_dim);
+            }
     }
 
     attention_layer(b, batch, l);

@@ -269,6 +269,10 @@ kite_status check_create(const qwen3_config *c, const backend_params *params) {
         return kite_fail(KITE_ERROR_UNSUPPORTED,
                          "cuda backend: --weights fp8 needs the fp8 kernels, which are not implemented yet; use "
                          "--weights bf16 (an FP8 checkpoint is then dequantized to bf16) or --backend cpu");
+    if (params && params->kv_cache_dtype != KITE_KV_CACHE_BF16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda backend: --kv-cache-dtype fp8 needs the fp8 KV write and attention kernels, which are "
+                         "not implemented yet; use --kv-cache-dtype bf16 or --backend cpu");
     KITE_TRY(check_device(params ? params->device : 0, NULL, 0));
     if (c->head_dim != 128)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: head_dim %d (only 128 is implemented)", c->head_dim);

@@ -7,6 +7,7 @@
  *   rmsnorm.cu               RMSNorm, residual add + RMSNorm      cuda_rmsnorm, cuda_residual_rmsnorm
  *   swiglu.cu                SwiGLU of gate/up                    cuda_swiglu
  *   qk_norm_rope.cu          Q/K norm, RoPE, KV append (prefill)  cuda_qk_norm_rope_kv
+ *   kv_fp8.cu                the fp8 KV cache's quantization      cuda_kv_fp8_quantize (kv_fp8.cuh: the warp's part)
  *   attention_prefill.cu     flash attention over the paged cache cuda_attention_prefill
  *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows)
  *   attention_decode_bulk.cu cluster decode attention, bulk-fed   cuda_attention_decode_bulk(_rows)
@@ -100,6 +101,11 @@ kite_status cuda_qk_norm_rope_kv(const void *qkv, void *q_out, int io_f32, const
                                  const int32_t *slots, const float *q_norm, const float *k_norm,
                                  const float *rope_cos, const float *rope_sin, cuda_kv_layer kv, int n_tokens,
                                  int n_heads, float eps, void *stream, int use_pdl);
+
+/* The fp8 KV cache's quantization (quant/fp8_kv.h, bit for bit): x bf16 (n_vectors, head_dim) -> codes
+ * (n_vectors, head_dim) E4M3 and scales (n_vectors) float32. head_dim == 128. */
+kite_status cuda_kv_fp8_quantize(const void *x, uint8_t *codes, float *scales, int n_vectors, int head_dim,
+                                 void *stream);
 
 /* Causal attention of each sequence's new tokens over its whole context in the paged cache (the new
  * keys already appended). q, out: bf16 (n_tokens, n_heads, head_dim); head_dim == 128; GQA with
