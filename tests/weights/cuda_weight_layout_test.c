@@ -2,7 +2,8 @@
  * Qwen3-0.6B shape, tied and untied, against sizes worked out by hand; every piece aligned; the allocation cut
  * into 1 GiB segments named weights.N that tile it; a cache entry's segments accepted only when their count, names
  * and sizes are this config's (a tied model's entry never fits an untied config, nor the reverse); configs with a
- * non-positive or overflowing size refused by field. */
+ * non-positive or overflowing size refused by field; the fp8 layout (codes then block scales per linear piece) of
+ * the same shape, its entry never fitting the bf16 layout, and fp8 refused where a fused block would straddle. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,9 +31,9 @@ static qwen3_config shape_0p6b(bool tied) {
 static void test_0p6b_offsets(void) {
     cuda_weight_layout tied, untied;
     qwen3_config c = shape_0p6b(true);
-    CHECK(cuda_weight_layout_make(&c, true, &tied) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &tied) == KITE_OK);
     c.tie_word_embeddings = false;
-    CHECK(cuda_weight_layout_make(&c, false, &untied) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_BF16, &untied) == KITE_OK);
 
     CHECK(tied.tied && tied.embed == 0 && tied.lm_head == 0 && tied.final_norm == EMBED_BYTES);
     CHECK(tied.first_layer == EMBED_BYTES + 4096 && tied.layer_bytes == LAYER_BYTES);
@@ -58,7 +59,7 @@ static void test_every_piece_aligned(void) {
     c.n_kv_heads = 1;
     c.n_layers = 3;
     cuda_weight_layout l;
-    CHECK(cuda_weight_layout_make(&c, false, &l) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_BF16, &l) == KITE_OK);
     const uint64_t offsets[] = {l.embed,           l.lm_head,      l.final_norm,    l.first_layer, l.layer_bytes,
                                 l.layer.qkv,       l.layer.o,      l.layer.gate_up, l.layer.down,  l.layer.input_norm,
                                 l.layer.post_norm, l.layer.q_norm, l.layer.k_norm,  l.total};
@@ -73,7 +74,7 @@ static void test_every_piece_aligned(void) {
 static void test_segments_tile_the_allocation(void) {
     qwen3_config c = shape_0p6b(false);
     cuda_weight_layout l;
-    CHECK(cuda_weight_layout_make(&c, false, &l) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_BF16, &l) == KITE_OK);
     CHECK(cuda_weight_layout_segment_count(&l) == 2);
     backend_segment s;
     uint64_t offset;
@@ -96,7 +97,7 @@ static void test_segments_tile_the_allocation(void) {
     /* A small model is one segment of its whole allocation. */
     c.n_layers = 1;
     c.vocab_size = 1000;
-    CHECK(cuda_weight_layout_make(&c, true, &l) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &l) == KITE_OK);
     CHECK(cuda_weight_layout_segment_count(&l) == 1);
     cuda_weight_layout_segment(&l, 0, &s, &offset);
     CHECK(s.size == l.total && offset == 0);
@@ -139,9 +140,9 @@ static void expect_refused(const cuda_weight_layout *l, const fake_entry *e, con
 static void test_check_source(void) {
     qwen3_config c = shape_0p6b(true);
     cuda_weight_layout tied, untied;
-    CHECK(cuda_weight_layout_make(&c, true, &tied) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &tied) == KITE_OK);
     c.tie_word_embeddings = false;
-    CHECK(cuda_weight_layout_make(&c, false, &untied) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_BF16, &untied) == KITE_OK);
 
     fake_entry e;
     fake_from(&tied, &e);
@@ -177,27 +178,73 @@ static void test_check_source(void) {
     c.n_layers = 27;
     c.tie_word_embeddings = true;
     cuda_weight_layout shallower;
-    CHECK(cuda_weight_layout_make(&c, true, &shallower) == KITE_OK);
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &shallower) == KITE_OK);
     fake_from(&shallower, &e);
     EXPECT_REFUSED(&tied, &e, "weights.1");
+}
+
+/* The 0.6B shape with fp8 linear pieces: qkv codes 4096 x 1024 B then 32 x 8 scales, o 1024 x 2048 B then 8 x 16,
+ * gate_up 6144 x 1024 B then 48 x 8, down 1024 x 3072 B then 8 x 24 (float32 scales, each run aligned). */
+#define FP8_LAYER_BYTES                                                                                  \
+    (4194304ull + 1024ull + 2097152ull + 512ull + 6291456ull + 1536ull + 3145728ull + 768ull + 2 * 4096ull + 2 * 512ull)
+
+static void test_0p6b_fp8(void) {
+    qwen3_config c = shape_0p6b(true);
+    cuda_weight_layout l, bf16;
+    CHECK_MSG(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_FP8, &l) == KITE_OK, "%s", kite_last_error());
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &bf16) == KITE_OK);
+    CHECK(l.weights == KITE_WEIGHTS_FP8 && bf16.weights == KITE_WEIGHTS_BF16);
+    CHECK(l.embed == 0 && l.lm_head == 0 && l.final_norm == EMBED_BYTES && l.first_layer == EMBED_BYTES + 4096);
+    CHECK_MSG(l.layer_bytes == FP8_LAYER_BYTES, "fp8 layer bytes %llu", (unsigned long long)l.layer_bytes);
+    CHECK(l.layer.qkv == 0 && l.layer.qkv_scale == 4194304);
+    CHECK(l.layer.o == 4194304 + 1024 && l.layer.o_scale == l.layer.o + 2097152);
+    CHECK(l.layer.gate_up == l.layer.o_scale + 512 && l.layer.gate_up_scale == l.layer.gate_up + 6291456);
+    CHECK(l.layer.down == l.layer.gate_up_scale + 1536 && l.layer.down_scale == l.layer.down + 3145728);
+    CHECK(l.layer.input_norm == l.layer.down_scale + 768 && l.layer.k_norm == FP8_LAYER_BYTES - 512);
+    CHECK(bf16.layer.qkv_scale == 0 && bf16.layer.down_scale == 0);
+    CHECK(l.total == EMBED_BYTES + 4096 + 28 * FP8_LAYER_BYTES);
+    CHECK(cuda_weight_layout_scale_cols(1024) == 8 && cuda_weight_layout_scale_cols(1025) == 9);
+    const uint64_t pieces[] = {l.layer.qkv_scale, l.layer.o, l.layer.o_scale, l.layer.gate_up,
+                               l.layer.gate_up_scale, l.layer.down, l.layer.down_scale};
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++)
+        CHECK_MSG(pieces[i] % CUDA_WEIGHT_ALIGN == 0, "piece %zu at %llu", i, (unsigned long long)pieces[i]);
+
+    /* An fp8 entry never reads as the bf16 weights of the same model, nor the reverse. */
+    fake_entry e;
+    fake_from(&l, &e);
+    CHECK(cuda_weight_layout_check_source(&l, &e.source) == KITE_OK);
+    EXPECT_REFUSED(&bf16, &e, "this model's CUDA weights");
+    fake_from(&bf16, &e);
+    kite_status s = cuda_weight_layout_check_source(&l, &e.source);
+    CHECK_MSG(s == KITE_ERROR_INVALID_CHECKPOINT && strstr(kite_last_error(), "fp8"), "bf16 entry vs fp8: %d %s",
+              (int)s, s == KITE_OK ? "" : kite_last_error());
+
+    /* An intermediate size of 3,000 would put up_proj's first row inside gate_proj's last 128-row block. */
+    c.intermediate_size = 3000;
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_FP8, &l) == KITE_ERROR_UNSUPPORTED &&
+          strstr(kite_last_error(), "intermediate_size (3000)"));
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &l) == KITE_OK);
+    c = shape_0p6b(true);
+    CHECK(cuda_weight_layout_make(&c, true, (kite_weights)7, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+          strstr(kite_last_error(), "weights mode 7"));
 }
 
 static void test_bad_configs_refused(void) {
     cuda_weight_layout l;
     qwen3_config c = shape_0p6b(true);
     c.hidden_size = 0;
-    CHECK(cuda_weight_layout_make(&c, true, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &l) == KITE_ERROR_INVALID_ARGUMENT &&
           strstr(kite_last_error(), "hidden_size is 0"));
     c = shape_0p6b(true);
     c.n_kv_heads = -2;
-    CHECK(cuda_weight_layout_make(&c, true, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+    CHECK(cuda_weight_layout_make(&c, true, KITE_WEIGHTS_BF16, &l) == KITE_ERROR_INVALID_ARGUMENT &&
           strstr(kite_last_error(), "num_key_value_heads is -2"));
     c = shape_0p6b(false);
     c.vocab_size = INT32_MAX;
     c.hidden_size = INT32_MAX;
     c.intermediate_size = INT32_MAX;
     c.n_layers = INT32_MAX;
-    CHECK(cuda_weight_layout_make(&c, false, &l) == KITE_ERROR_INVALID_ARGUMENT &&
+    CHECK(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_BF16, &l) == KITE_ERROR_INVALID_ARGUMENT &&
           strstr(kite_last_error(), "do not fit"));
 }
 
@@ -206,6 +253,7 @@ int main(void) {
     TEST_RUN(test_every_piece_aligned);
     TEST_RUN(test_segments_tile_the_allocation);
     TEST_RUN(test_check_source);
+    TEST_RUN(test_0p6b_fp8);
     TEST_RUN(test_bad_configs_refused);
     return test_finish();
 }
