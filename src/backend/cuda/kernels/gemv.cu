@@ -16,6 +16,8 @@
 
 #include <float.h>
 
+#include <type_traits>
+
 namespace {
 
 constexpr int GEMV_THREADS = 128;
@@ -25,11 +27,15 @@ constexpr int GEMV_BLOCKS_PER_SM = 4;
 constexpr int LM_HEAD_BLOCKS_PER_SM = 5;
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 
+/* A weight element: an E4M3 code, or a bf16 value. */
+template <bool FP8>
+using gemv_weight = typename std::conditional<FP8, uint8_t, bf16>::type;
+
 template <int R, int U, int EPILOGUE, int MIN_BLOCKS, bool FP8>
 __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
-    gemv_kernel(const void *__restrict__ weight, const float *__restrict__ w_scale, int scale_ld, const float *x,
-                const float *__restrict__ norm_weight, float eps, float *y, int rows, int cols, argmax_entry *partial,
-                bool y_settled) {
+    gemv_kernel(const gemv_weight<FP8> *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
+                float *y, int rows, int cols, argmax_entry *partial, bool y_settled,
+                const float *__restrict__ w_scale, int scale_ld) {
     /* The input vector (fp32, normalised in place), then with a norm its weights, filled by cp.async. It starts on
      * a 128-byte boundary whatever the static arrays below take: at byte 16 the SASS differed only in that offset,
      * yet one product alone cost the step +7 to +15% and all of them 25% (docs/cuda.md). The lm_head's vector at
@@ -42,7 +48,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     /* A chunk: 16 bytes of a weight row, 8 bf16 or 16 fp8 codes. */
     const int n_chunks = FP8 ? cols >> 4 : cols >> 3, n_vec = cols >> 2;
-    const size_t row_bytes = (size_t)cols * (FP8 ? 1 : sizeof(bf16));
     gemv_task_rows<R, EPILOGUE> layout; /* task -> rows (gemv_task.cuh) */
     layout.init(rows);
     const int n_tasks = layout.n_tasks();
@@ -66,8 +71,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int row = layout.valid(c.task, r) ? layout.row_of(c.task, r) : 0; /* out of range: row 0, discarded */
-            const uint4 *row_ptr =
-                reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(weight) + (size_t)row * row_bytes);
+            const uint4 *row_ptr = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int chunk = c.first + u * 32 + lane;
@@ -251,8 +255,10 @@ kite_status gemv_launch(const gemv_call &c) {
     const size_t smem = (size_t)c.cols * sizeof(float) * (c.norm_weight != nullptr ? 2 : 1);
     auto kernel = gemv_kernel<R, U, EPILOGUE, MIN_BLOCKS, FP8>;
     CUDA_CHECK(allow_dynamic_smem(kernel, smem));
-    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, c.stream, c.pdl, c.weight, c.w_scale,
-                             c.scale_ld, c.x, c.norm_weight, c.eps, c.y, c.rows, c.cols, c.partial, c.y_settled));
+    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, c.stream, c.pdl,
+                             static_cast<const gemv_weight<FP8> *>(c.weight), c.x,
+                             c.norm_weight, c.eps, c.y, c.rows, c.cols, c.partial, c.y_settled, c.w_scale,
+                             c.scale_ld));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)
         CUDA_CHECK(launch_kernel(argmax_partials_kernel, dim3(1), dim3(1024), 0, c.stream, c.pdl,
                                  static_cast<const argmax_entry *>(c.partial), grid, c.argmax_out));
