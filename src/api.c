@@ -58,6 +58,7 @@ static kite_status create_backend(kite_model *m, const char *dir, const kite_loa
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_load_params.weights %d is not bf16 (0) or fp8 (1)",
                          (int)p->weights);
     backend_params bp = {.n_threads = p->n_threads, .device = p->device, .weights = p->weights};
+    m->weights_mode = p->weights;
     kite_backend_kind kind = p->backend;
     if (kind == KITE_BACKEND_AUTO) {
         char reason[256];

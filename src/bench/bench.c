@@ -435,7 +435,8 @@ kite_status bench_run_with_reference(kite_model *model, const kite_model *refere
     r.rng = r.params->seed ^ 0x5eedull;
     kite_status status = create_engine(&r);
     if (status == KITE_OK && reference)
-        status = bench_gate_create(&model->config, reference->weights, r.block_size, &r.gate);
+        status =
+            bench_gate_create(&model->config, reference->weights, model->weights_mode, r.block_size, &r.gate);
     if (status == KITE_OK) {
         const int reps = r.params->repetitions;
         const int32_t lent_max = r.plan.max_batch * ((r.plan.positions + r.block_size - 1) / r.block_size);
