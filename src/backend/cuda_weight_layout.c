@@ -46,7 +46,8 @@ static uint64_t linear_bytes(layout_sum *s, kite_weights weights, uint64_t rows,
         return aligned(s, checked_product(s, checked_product(s, rows, cols), 2));
     }
     const uint64_t codes = aligned(s, checked_product(s, rows, cols));
-    const uint64_t scales = aligned(s, checked_product(s, checked_product(s, (rows + 127) / 128, (cols + 127) / 128), 4));
+    const uint64_t scales =
+        aligned(s, checked_product(s, checked_product(s, (rows + 127) / 128, (cols + 127) / 128), 4));
     *scale_at = codes;
     if (codes > UINT64_MAX - scales) {
         s->overflow = true;
@@ -79,8 +80,8 @@ kite_status cuda_weight_layout_make(const qwen3_config *c, bool tied, kite_weigh
                    kv_dim = (uint64_t)c->n_kv_heads * head_dim, vocab = (uint64_t)c->vocab_size;
     if (weights == KITE_WEIGHTS_FP8 && (q_dim % 128 != 0 || kv_dim % 128 != 0 || inter % 128 != 0))
         return kite_fail(KITE_ERROR_UNSUPPORTED,
-                         "cuda weight layout: fp8 weights need q_dim (%llu), kv_dim (%llu) and intermediate_size (%llu) "
-                         "to be multiples of 128, so that no 128-row scale block spans two fused matrices",
+                         "cuda weight layout: fp8 weights need q_dim (%llu), kv_dim (%llu) and intermediate_size "
+                         "(%llu) to be multiples of 128, so that no 128-row scale block spans two fused matrices",
                          (unsigned long long)q_dim, (unsigned long long)kv_dim, (unsigned long long)inter);
     layout_sum s = {0};
     uint64_t qkv_scale, o_scale, gate_up_scale, down_scale;

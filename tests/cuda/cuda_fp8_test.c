@@ -129,7 +129,8 @@ static void check_gemv(int rows, int cols, int epilogue, int with_norm) {
     random_f32(x, (size_t)cols, 1.0f);
     random_f32(norm, (size_t)cols, 1.0f);
     const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
-    float *y0 = xmalloc((size_t)outputs * 4), *y_fp8 = xmalloc((size_t)outputs * 4), *y_bf16 = xmalloc((size_t)outputs * 4);
+    float *y0 = xmalloc((size_t)outputs * 4), *y_fp8 = xmalloc((size_t)outputs * 4);
+    float *y_bf16 = xmalloc((size_t)outputs * 4);
     random_f32(y0, (size_t)outputs, 1.0f);
     void *d_codes = device_buffer(n, codes), *d_scales = device_buffer(n_scales * 4, scales);
     void *d_w16 = device_buffer(n * 2, w16), *d_x = device_buffer((size_t)cols * 4, x);
@@ -325,7 +326,8 @@ typedef struct fp8_copy {
 static void quantized_view(fp8_copy *copy, tensor_view *t) {
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const size_t n = (size_t)rows * (size_t)cols;
-    const size_t n_scales = (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
+    const size_t n_scales =
+        (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
     float *values = xmalloc(n * 4), *scales = xmalloc(n_scales * 4);
     uint8_t *codes = xmalloc(n);
     tensor_to_float(t->dtype, t->data, values, n);

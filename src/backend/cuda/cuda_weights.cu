@@ -83,7 +83,8 @@ struct fp8_destination {
 kite_status quantize_bf16_on_device(const cuda_core *core, const fp8_destination &dst, const tensor_view *t,
                                     bf16 *device_bf16) {
     const int64_t rows = t->shape[0], cols = t->shape[1];
-    CUDA_CHECK(cudaMemcpy(device_bf16, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(device_bf16, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t),
+                          cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemsetAsync(core->fp8_nonfinite, 0, sizeof(int), core->stream));
     KITE_TRY(cuda_fp8_quantize_weight(device_bf16, (int)rows, (int)cols, dst.codes, dst.scales,
                                       cuda_weight_layout_scale_cols(cols), core->fp8_nonfinite, core->stream));
@@ -103,7 +104,8 @@ kite_status quantize_bf16_on_device(const cuda_core *core, const fp8_destination
 kite_status quantize_on_host(const fp8_destination &dst, const tensor_view *t) {
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const size_t n = (size_t)rows * (size_t)cols;
-    const size_t n_scales = (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
+    const size_t n_scales =
+        (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
     float *values = static_cast<float *>(malloc(n * sizeof(float)));
     uint8_t *codes = static_cast<uint8_t *>(malloc(n));
     float *scales = static_cast<float *>(malloc(n_scales * sizeof(float)));
@@ -136,7 +138,8 @@ kite_status upload_stored_fp8(const fp8_destination &dst, const tensor_view *t) 
                          "only with 128x128 blocks (use --weights bf16)",
                          dst.layer, dst.name, (int)t->block_rows, (int)t->block_cols);
     const int64_t rows = t->shape[0], cols = t->shape[1];
-    const size_t n_scales = (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
+    const size_t n_scales =
+        (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)fp8_block_count(cols, FP8_BLOCK_SIZE);
     float *scales = static_cast<float *>(malloc(n_scales * sizeof(float)));
     if (!scales) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cuda backend: out of host memory for fp8 scales");
     tensor_to_float(t->scale_dtype, t->scale_inv, scales, n_scales);
@@ -292,7 +295,8 @@ kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
             const size_t hidden_scales = (size_t)cuda_weight_layout_scale_cols(hidden);
             const fp8_destination pieces[7] = {
                 {L->qkv_q, L->qkv_scale, "q_proj", l},
-                {L->qkv_q + (size_t)q_rows * hidden, L->qkv_scale + (size_t)(q_rows / 128) * hidden_scales, "k_proj", l},
+                {L->qkv_q + (size_t)q_rows * hidden, L->qkv_scale + (size_t)(q_rows / 128) * hidden_scales, "k_proj",
+                 l},
                 {L->qkv_q + (size_t)(q_rows + kv_rows) * hidden,
                  L->qkv_scale + (size_t)((q_rows + kv_rows) / 128) * hidden_scales, "v_proj", l},
                 {L->o_q, L->o_scale, "o_proj", l},
