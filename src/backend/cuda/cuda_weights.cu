@@ -78,13 +78,17 @@ struct fp8_destination {
     int layer;
 };
 
-/* A BF16 matrix uploaded to `device_bf16` and quantized into dst on the core's stream; synchronised before it
- * returns, since the next matrix reuses device_bf16. */
+/* A BF16 matrix uploaded to `device_bf16` and quantized into dst, both on the core's stream; synchronised before it
+ * returns, since the next matrix reuses device_bf16. The upload is on the core's stream, not cudaMemcpy's legacy
+ * default stream: the core's stream is non-blocking, so nothing orders it after a legacy-stream copy, and a
+ * cudaMemcpy from pageable memory returns once the bytes are staged, before their DMA to the device has ended; the
+ * quantization would then read device_bf16 partly stale (the previous matrix's values). In one stream the copy's DMA
+ * ends before the kernel starts. */
 kite_status quantize_bf16_on_device(const cuda_core *core, const fp8_destination &dst, const tensor_view *t,
                                     bf16 *device_bf16) {
     const int64_t rows = t->shape[0], cols = t->shape[1];
-    CUDA_CHECK(cudaMemcpy(device_bf16, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t),
-                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(device_bf16, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t),
+                               cudaMemcpyHostToDevice, core->stream));
     CUDA_CHECK(cudaMemsetAsync(core->fp8_nonfinite, 0, sizeof(int), core->stream));
     KITE_TRY(cuda_fp8_quantize_weight(device_bf16, (int)rows, (int)cols, dst.codes, dst.scales,
                                       cuda_weight_layout_scale_cols(cols), core->fp8_nonfinite, core->stream));
