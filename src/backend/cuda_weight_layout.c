@@ -126,6 +126,41 @@ kite_status cuda_weight_layout_make(const qwen3_config *c, bool tied, kite_weigh
     return KITE_OK;
 }
 
+kite_status cuda_weight_layout_fp8_sources(const cuda_weight_layout *layout, const qwen3_config *c,
+                                           cuda_fp8_source_place out[CUDA_FP8_SOURCES]) {
+    if (layout->weights != KITE_WEIGHTS_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda weight layout: fp8 sources asked of a bf16 layout");
+    const int64_t hidden = c->hidden_size, inter = c->intermediate_size, q_dim = (int64_t)c->n_heads * c->head_dim,
+                  kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    const cuda_layer_layout *L = &layout->layer;
+    /* Each source: its name and shape, its fused piece's codes and scales, and its first row in that piece (a
+     * multiple of 128: cuda_weight_layout_make refuses other shapes for fp8). */
+    const struct {
+        const char *name;
+        int64_t rows, cols;
+        uint64_t codes, scales;
+        int64_t first_row;
+    } sources[CUDA_FP8_SOURCES] = {
+        {"q_proj", q_dim, hidden, L->qkv, L->qkv_scale, 0},
+        {"k_proj", kv_dim, hidden, L->qkv, L->qkv_scale, q_dim},
+        {"v_proj", kv_dim, hidden, L->qkv, L->qkv_scale, q_dim + kv_dim},
+        {"o_proj", hidden, q_dim, L->o, L->o_scale, 0},
+        {"gate_proj", inter, hidden, L->gate_up, L->gate_up_scale, 0},
+        {"up_proj", inter, hidden, L->gate_up, L->gate_up_scale, inter},
+        {"down_proj", hidden, inter, L->down, L->down_scale, 0},
+    };
+    for (int i = 0; i < CUDA_FP8_SOURCES; i++) {
+        const int32_t scale_ld = cuda_weight_layout_scale_cols(sources[i].cols);
+        out[i].name = sources[i].name;
+        out[i].rows = sources[i].rows;
+        out[i].cols = sources[i].cols;
+        out[i].codes = sources[i].codes + (uint64_t)sources[i].first_row * (uint64_t)sources[i].cols;
+        out[i].scales = sources[i].scales + (uint64_t)(sources[i].first_row / 128) * (uint64_t)scale_ld * 4u;
+        out[i].scale_ld = scale_ld;
+    }
+    return KITE_OK;
+}
+
 int32_t cuda_weight_layout_segment_count(const cuda_weight_layout *layout) {
     return (int32_t)((layout->total + CUDA_WEIGHT_SEGMENT_MAX_BYTES - 1) / CUDA_WEIGHT_SEGMENT_MAX_BYTES);
 }

@@ -63,6 +63,24 @@ kite_status cuda_weight_layout_make(const qwen3_config *config, bool tied, kite_
 /* The number of fp8 scale columns of a matrix of `cols` columns: the row stride of its scale grid. */
 static inline int32_t cuda_weight_layout_scale_cols(int64_t cols) { return (int32_t)((cols + 127) / 128); }
 
+/* Where one source matrix of a layer (q_proj, ..., down_proj) lands in the fp8 layout: its codes, and its scale grid
+ * as a band of whole block rows of its fused piece's grid (the same columns, so the same row stride). */
+typedef struct cuda_fp8_source_place {
+    const char *name;    /* "q_proj", ... */
+    int64_t rows, cols;  /* the source's shape */
+    uint64_t codes;      /* byte offset of its first code from the layer's start */
+    uint64_t scales;     /* byte offset of its first float32 scale from the layer's start */
+    int32_t scale_ld;    /* scales per block row: cuda_weight_layout_scale_cols(cols) */
+} cuda_fp8_source_place;
+
+#define CUDA_FP8_SOURCES 7
+
+/* The seven linear sources of a layer of config in the fp8 layout `layout` (made for config), in the order q_proj,
+ * k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj. Fails with KITE_ERROR_INVALID_ARGUMENT when the layout is
+ * not an fp8 one. */
+kite_status cuda_weight_layout_fp8_sources(const cuda_weight_layout *layout, const qwen3_config *config,
+                                           cuda_fp8_source_place out[CUDA_FP8_SOURCES]);
+
 /* The allocation as segments "weights.0", "weights.1", ...: CUDA_WEIGHT_SEGMENT_MAX_BYTES each, the last one
  * shorter. Segment i starts at byte i * CUDA_WEIGHT_SEGMENT_MAX_BYTES of the allocation. */
 int32_t cuda_weight_layout_segment_count(const cuda_weight_layout *layout);

@@ -3,13 +3,19 @@
  * into 1 GiB segments named weights.N that tile it; a cache entry's segments accepted only when their count, names
  * and sizes are this config's (a tied model's entry never fits an untied config, nor the reverse); configs with a
  * non-positive or overflowing size refused by field; the fp8 layout (codes then block scales per linear piece) of
- * the same shape, its entry never fitting the bf16 layout, and fp8 refused where a fused block would straddle. */
+ * the same shape, its entry never fitting the bf16 layout, and fp8 refused where a fused block would straddle; the
+ * fp8 upload emulated on the host (every source's codes and scales, quantized by quant/fp8.c, written where
+ * cuda_weight_layout_fp8_sources places them) and the fused pieces read back as the device's readers index them
+ * (code x scale[row / 128][col / 128], row stride scale_cols) give each source's fp8 values, the CPU's. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda_weight_layout.h"
 #include "model/dummy.h"
+#include "quant/fp8.h"
+#include "quant/fp8_weights.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -248,12 +254,134 @@ static void test_bad_configs_refused(void) {
           strstr(kite_last_error(), "do not fit"));
 }
 
+/* A layer's fused fp8 piece as the dequantizer and the fp8 GEMV read it: rows x cols codes at `codes`, scales at
+ * `scales` with a row stride of cuda_weight_layout_scale_cols(cols). */
+static float fused_value(const unsigned char *layer, uint64_t codes, uint64_t scales, int64_t cols, int64_t row,
+                         int64_t col) {
+    const uint64_t block =
+        (uint64_t)(row / 128) * (uint64_t)cuda_weight_layout_scale_cols(cols) + (uint64_t)(col / 128);
+    float scale;
+    memcpy(&scale, layer + scales + 4 * block, sizeof scale);
+    return fp8_e4m3_to_float(layer[codes + (uint64_t)row * (uint64_t)cols + (uint64_t)col]) * scale;
+}
+
+static void test_fp8_upload_emulated(void) {
+    /* Small, with hidden 320 (partial column blocks, and o_proj / down_proj with a partial row block), two kv heads'
+     * worth of fused rows ahead of v_proj and up_proj starting at row 384. */
+    qwen3_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 64;
+    c.hidden_size = 320;
+    c.intermediate_size = 384;
+    c.n_layers = 2;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    c.head_dim = 128;
+    cuda_weight_layout l;
+    CHECK_MSG(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_FP8, &l) == KITE_OK, "%s", kite_last_error());
+    cuda_fp8_source_place places[CUDA_FP8_SOURCES];
+    CHECK_MSG(cuda_weight_layout_fp8_sources(&l, &c, places) == KITE_OK, "%s", kite_last_error());
+    cuda_weight_layout bf16;
+    CHECK(cuda_weight_layout_make(&c, false, KITE_WEIGHTS_BF16, &bf16) == KITE_OK);
+    CHECK(cuda_weight_layout_fp8_sources(&bf16, &c, places) == KITE_ERROR_INVALID_ARGUMENT);
+    CHECK(cuda_weight_layout_fp8_sources(&l, &c, places) == KITE_OK);
+    const int64_t shapes[CUDA_FP8_SOURCES][2] = {{256, 320}, {128, 320}, {128, 320}, {320, 256},
+                                                 {384, 320}, {384, 320}, {320, 384}};
+    const char *names[CUDA_FP8_SOURCES] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    for (int i = 0; i < CUDA_FP8_SOURCES; i++)
+        CHECK_MSG(strcmp(places[i].name, names[i]) == 0 && places[i].rows == shapes[i][0] &&
+                      places[i].cols == shapes[i][1] &&
+                      places[i].scale_ld == cuda_weight_layout_scale_cols(shapes[i][1]),
+                  "source %d: %s %lld x %lld", i, places[i].name, (long long)places[i].rows, (long long)places[i].cols);
+
+    unsigned char *bytes = calloc(1, (size_t)l.total);
+    CHECK(bytes != NULL);
+    if (!bytes) return;
+    /* Every source as the upload writes it: its quantized codes and its scale grid, contiguous, at its place; the
+     * bytes each write covers marked, so that two sources never share a byte and each stays in its fused piece. */
+    unsigned char *written = calloc(1, (size_t)l.layer_bytes);
+    CHECK(written != NULL);
+    if (!written) {
+        free(bytes);
+        return;
+    }
+    float *values[CUDA_FP8_SOURCES] = {0}, *expected[CUDA_FP8_SOURCES] = {0};
+    uint32_t seed = 12345;
+    for (int layer = 0; layer < c.n_layers; layer++) {
+        unsigned char *at = bytes + l.first_layer + (uint64_t)layer * l.layer_bytes;
+        memset(written, 0, (size_t)l.layer_bytes);
+        for (int i = 0; i < CUDA_FP8_SOURCES; i++) {
+            const int64_t rows = places[i].rows, cols = places[i].cols;
+            const size_t n = (size_t)rows * (size_t)cols;
+            const size_t n_scales = (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)places[i].scale_ld;
+            values[i] = malloc(n * sizeof(float));
+            expected[i] = malloc(n * sizeof(float));
+            uint8_t *codes = malloc(n);
+            float *scales = malloc(n_scales * sizeof(float));
+            CHECK(values[i] && expected[i] && codes && scales);
+            /* Each block of its own magnitude, so a scale read from the wrong block shows. */
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t col = 0; col < cols; col++) {
+                    seed = seed * 1664525u + 1013904223u;
+                    const float unit = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+                    values[i][r * cols + col] = unit * (float)(1 + i + 7 * layer + (r / 128) * 3 + (col / 128) * 5);
+                }
+            CHECK(fp8_quantize_blocks(values[i], rows, cols, codes, scales, names[i]) == KITE_OK);
+            const tensor_view view = {.dtype = TENSOR_DTYPE_F32, .n_dims = 2, .shape = {rows, cols}, .data = values[i]};
+            CHECK(fp8_weights_linear_to_float(&view, KITE_WEIGHTS_FP8, names[i], expected[i]) == KITE_OK);
+            const uint64_t ranges[2][2] = {{places[i].codes, n}, {places[i].scales, n_scales * sizeof(float)}};
+            for (int k = 0; k < 2; k++) {
+                CHECK(ranges[k][0] + ranges[k][1] <= l.layer_bytes);
+                size_t overlaps = 0;
+                for (uint64_t b = ranges[k][0]; b < ranges[k][0] + ranges[k][1] && b < l.layer_bytes; b++)
+                    overlaps += written[b]++ != 0;
+                CHECK_MSG(overlaps == 0, "layer %d %s: %zu bytes written twice", layer, names[i], overlaps);
+            }
+            memcpy(at + places[i].codes, codes, n);
+            memcpy(at + places[i].scales, scales, n_scales * sizeof(float));
+            free(codes);
+            free(scales);
+        }
+        /* The fused pieces read back: each source's rows at its first row in the piece. */
+        const struct {
+            uint64_t codes, scales;
+            int64_t cols;
+            int first_source, n_sources;
+        } pieces[4] = {{l.layer.qkv, l.layer.qkv_scale, 320, 0, 3},
+                       {l.layer.o, l.layer.o_scale, 256, 3, 1},
+                       {l.layer.gate_up, l.layer.gate_up_scale, 320, 4, 2},
+                       {l.layer.down, l.layer.down_scale, 384, 6, 1}};
+        for (int p = 0; p < 4; p++) {
+            int64_t row0 = 0;
+            for (int s = pieces[p].first_source; s < pieces[p].first_source + pieces[p].n_sources; s++) {
+                size_t differ = 0;
+                for (int64_t r = 0; r < places[s].rows; r++)
+                    for (int64_t col = 0; col < places[s].cols; col++) {
+                        const float got =
+                            fused_value(at, pieces[p].codes, pieces[p].scales, pieces[p].cols, row0 + r, col);
+                        differ += memcmp(&got, &expected[s][r * places[s].cols + col], sizeof got) != 0;
+                    }
+                CHECK_MSG(differ == 0, "layer %d %s: %zu values read from the fused piece differ from the CPU's fp8",
+                          layer, names[s], differ);
+                row0 += places[s].rows;
+            }
+        }
+        for (int i = 0; i < CUDA_FP8_SOURCES; i++) {
+            free(values[i]);
+            free(expected[i]);
+        }
+    }
+    free(written);
+    free(bytes);
+}
+
 int main(void) {
     TEST_RUN(test_0p6b_offsets);
     TEST_RUN(test_every_piece_aligned);
     TEST_RUN(test_segments_tile_the_allocation);
     TEST_RUN(test_check_source);
     TEST_RUN(test_0p6b_fp8);
+    TEST_RUN(test_fp8_upload_emulated);
     TEST_RUN(test_bad_configs_refused);
     return test_finish();
 }

@@ -282,6 +282,10 @@ kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
     /* --weights fp8: the device copy of one bf16 source matrix that the quantization reads (the largest source). */
     const bool fp8 = core->weights == KITE_WEIGHTS_FP8;
     bf16 *device_bf16 = NULL;
+    cuda_weight_layout fp8_layout;
+    cuda_fp8_source_place fp8_places[CUDA_FP8_SOURCES];
+    if (fp8 && status == KITE_OK) status = cuda_weight_layout_make(c, tied, core->weights, &fp8_layout);
+    if (fp8 && status == KITE_OK) status = cuda_weight_layout_fp8_sources(&fp8_layout, c, fp8_places);
     if (fp8 && status == KITE_OK) {
         int64_t largest = q_rows * hidden;
         if (inter * hidden > largest) largest = inter * hidden;
@@ -296,21 +300,16 @@ kite_status upload_weights(cuda_core *core, const qwen3_weights *w) {
         const qwen3_layer_weights *lw = &w->layers[l];
         cuda_layer *L = &core->layers[l];
         if (fp8) {
-            const size_t hidden_scales = (size_t)cuda_weight_layout_scale_cols(hidden);
-            const fp8_destination pieces[7] = {
-                {L->qkv_q, L->qkv_scale, "q_proj", l},
-                {L->qkv_q + (size_t)q_rows * hidden, L->qkv_scale + (size_t)(q_rows / 128) * hidden_scales, "k_proj",
-                 l},
-                {L->qkv_q + (size_t)(q_rows + kv_rows) * hidden,
-                 L->qkv_scale + (size_t)((q_rows + kv_rows) / 128) * hidden_scales, "v_proj", l},
-                {L->o_q, L->o_scale, "o_proj", l},
-                {L->gate_up_q, L->gate_up_scale, "gate_proj", l},
-                {L->gate_up_q + (size_t)inter * hidden, L->gate_up_scale + (size_t)(inter / 128) * hidden_scales,
-                 "up_proj", l},
-                {L->down_q, L->down_scale, "down_proj", l}};
-            const tensor_view *sources[7] = {&lw->q_proj,    &lw->k_proj,  &lw->v_proj,   &lw->o_proj,
-                                             &lw->gate_proj, &lw->up_proj, &lw->down_proj};
-            for (int i = 0; i < 7; i++) UPLOAD(upload_fp8_matrix_as_codes(core, pieces[i], sources[i], device_bf16));
+            unsigned char *at = static_cast<unsigned char *>(core->weight_bytes) + fp8_layout.first_layer +
+                                (size_t)l * fp8_layout.layer_bytes;
+            const tensor_view *sources[CUDA_FP8_SOURCES] = {&lw->q_proj,    &lw->k_proj,  &lw->v_proj,  &lw->o_proj,
+                                                            &lw->gate_proj, &lw->up_proj, &lw->down_proj};
+            for (int i = 0; i < CUDA_FP8_SOURCES; i++) {
+                const fp8_destination dst = {at + fp8_places[i].codes,
+                                             reinterpret_cast<float *>(at + fp8_places[i].scales), fp8_places[i].name,
+                                             l};
+                UPLOAD(upload_fp8_matrix_as_codes(core, dst, sources[i], device_bf16));
+            }
         } else {
             UPLOAD(upload_matrix(L->qkv, &lw->q_proj, staging_f32, staging_bf16, staging_elements));
             UPLOAD(upload_matrix(L->qkv + (size_t)q_rows * hidden, &lw->k_proj, staging_f32, staging_bf16,
