@@ -5,6 +5,9 @@
  * - dequantization to bf16 (cuda_fp8_dequantize_weight) equals bf16(code x scale) on the host bit for bit;
  * - the fp8 decode GEMV (cuda_gemv_fp8) against the bf16 GEMV over the same values (power-of-two scales, so that
  *   code x scale is exact in bf16), every linear epilogue, with and without the fused RMSNorm;
+ * - the weight allocation a load fills (read back through the backend's segments), every layer's codes and scales of
+ *   every source matrix at its place (cuda_weight_layout_fp8_sources), equals quant/fp8.c's quantization of the
+ *   checkpoint's values byte for byte: quantized on the device from bf16, and kept from an FP8 checkpoint;
  * - end to end on the Qwen3-0.6B shape with random (dummy) weights, CPU fp8 against CUDA fp8: teacher-forced logits
  *   (prefill, then 16 decode steps) relative L2 <= 2e-2, greedy tokens over 64 steps under the near-tie rule, and
  *   batched decode of B = 4 sequences (rel L2 <= 2e-2);
@@ -20,6 +23,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cuda_weight_layout.h"
 #include "cuda_test_util.h"
 #include "model/dummy.h"
 #include "quant/fp8.h"
@@ -164,6 +168,74 @@ static void test_gemv_fp8(void) {
           KITE_ERROR_INVALID_ARGUMENT);
 }
 
+/* ---- the loaded weights ------------------------------------------------------------------------------ */
+
+/* Bytes [start, start + n) of b's weight allocation, through its segments (CUDA_WEIGHT_SEGMENT_MAX_BYTES each). */
+static void read_weight_bytes(backend *b, uint64_t start, unsigned char *dst, size_t n) {
+    while (n > 0) {
+        const int32_t index = (int32_t)(start / CUDA_WEIGHT_SEGMENT_MAX_BYTES);
+        const uint64_t offset = start % CUDA_WEIGHT_SEGMENT_MAX_BYTES;
+        size_t piece = (size_t)(CUDA_WEIGHT_SEGMENT_MAX_BYTES - offset);
+        if (piece > n) piece = n;
+        TRY(b->segments->read_segment(b, index, offset, dst, piece));
+        dst += piece;
+        start += piece;
+        n -= piece;
+    }
+}
+
+/* Every layer's fp8 codes and scales in b's allocation against quant/fp8.c's quantization of w's linear weights
+ * (their values: bf16, or an F8 view's codes and scales as stored). */
+static void check_loaded_codes(backend *b, const qwen3_config *c, const qwen3_weights *w, const char *what) {
+    cuda_weight_layout layout;
+    cuda_fp8_source_place places[CUDA_FP8_SOURCES];
+    TRY(cuda_weight_layout_make(c, w->lm_head.data == w->embed_tokens.data, KITE_WEIGHTS_FP8, &layout));
+    TRY(cuda_weight_layout_fp8_sources(&layout, c, places));
+    unsigned char *layer = xmalloc((size_t)layout.layer_bytes);
+    size_t code_diffs = 0, scale_diffs = 0;
+    int first_bad_layer = -1;
+    const char *first_bad = "";
+    for (int l = 0; l < c->n_layers; l++) {
+        read_weight_bytes(b, layout.first_layer + (uint64_t)l * layout.layer_bytes, layer, (size_t)layout.layer_bytes);
+        const qwen3_layer_weights *lw = &w->layers[l];
+        const tensor_view *sources[CUDA_FP8_SOURCES] = {&lw->q_proj,    &lw->k_proj,  &lw->v_proj,  &lw->o_proj,
+                                                        &lw->gate_proj, &lw->up_proj, &lw->down_proj};
+        for (int i = 0; i < CUDA_FP8_SOURCES; i++) {
+            const tensor_view *t = sources[i];
+            const int64_t rows = t->shape[0], cols = t->shape[1];
+            const size_t n = (size_t)rows * (size_t)cols;
+            const size_t n_scales = (size_t)fp8_block_count(rows, FP8_BLOCK_SIZE) * (size_t)places[i].scale_ld;
+            uint8_t *codes = xmalloc(n);
+            float *scales = xmalloc(n_scales * 4);
+            if (t->dtype == TENSOR_DTYPE_F8_E4M3) {
+                memcpy(codes, t->data, n);
+                tensor_to_float(t->scale_dtype, t->scale_inv, scales, n_scales);
+            } else {
+                float *values = xmalloc(n * 4);
+                tensor_to_float(t->dtype, t->data, values, n);
+                TRY(fp8_quantize_blocks(values, rows, cols, codes, scales, places[i].name));
+                free(values);
+            }
+            size_t codes_here = 0, scales_here = 0;
+            for (size_t k = 0; k < n; k++) codes_here += layer[places[i].codes + k] != codes[k];
+            for (size_t k = 0; k < n_scales; k++)
+                scales_here += memcmp(layer + places[i].scales + 4 * k, &scales[k], 4) != 0;
+            if ((codes_here || scales_here) && first_bad_layer < 0) {
+                first_bad_layer = l;
+                first_bad = places[i].name;
+            }
+            code_diffs += codes_here;
+            scale_diffs += scales_here;
+            free(codes), free(scales);
+        }
+    }
+    printf("  %s: %zu codes and %zu scales of %d layers differ from quant/fp8.c\n", what, code_diffs, scale_diffs,
+           c->n_layers);
+    CHECK_MSG(code_diffs == 0 && scale_diffs == 0, "%s: loaded codes / scales differ (first: layer %d %s)", what,
+              first_bad_layer, first_bad);
+    free(layer);
+}
+
 /* ---- end to end --------------------------------------------------------------------------------------- */
 
 #define BLOCK_SIZE 16
@@ -236,6 +308,10 @@ static double teacher_forced(backend *ref, backend *b, int seq, uint32_t seed, f
         if (e > worst) worst = e;
     }
     return worst;
+}
+
+static void test_loaded_codes(void) {
+    check_loaded_codes(gpu, &config, dummy_model_weights(model), "BF16 weights quantized on the device");
 }
 
 static void test_teacher_forced(void) {
@@ -361,6 +437,7 @@ static void test_fp8_checkpoint_keeps_codes(void) {
     backend_params params = {.n_threads = 0, .device = 0, .weights = KITE_WEIGHTS_FP8};
     backend *stored = NULL;
     TRY(cuda_backend_create(&config, &copy.weights, &params, &stored));
+    check_loaded_codes(stored, &config, &copy.weights, "FP8 checkpoint, codes kept");
     TRY(stored->ops->kv_reserve(stored, N_SEQS * BLOCKS_PER_SEQ, BLOCK_SIZE));
     float *a = xmalloc((size_t)V * 4), *b = xmalloc((size_t)V * 4);
     const double e = teacher_forced(gpu, stored, 2, 11, a, b);
@@ -391,6 +468,7 @@ int main(void) {
     TRY(gpu->ops->kv_reserve(gpu, N_SEQS * BLOCKS_PER_SEQ, BLOCK_SIZE));
     for (int s = 0; s < N_SEQS; s++)
         for (int i = 0; i < BLOCKS_PER_SEQ; i++) tables[s][i] = (BLOCKS_PER_SEQ - 1 - i) * N_SEQS + s;
+    TEST_RUN(test_loaded_codes);
     TEST_RUN(test_teacher_forced);
     TEST_RUN(test_greedy);
     TEST_RUN(test_batched);
