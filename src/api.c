@@ -63,6 +63,7 @@ static kite_status create_backend(kite_model *m, const char *dir, const kite_loa
                          "kite_load_params.kv_cache_dtype %d is not bf16 (0) or fp8 (1)", (int)p->kv_cache_dtype);
     backend_params bp = {.n_threads = p->n_threads, .device = p->device, .weights = p->weights,
                          .kv_cache_dtype = p->kv_cache_dtype};
+    m->weights_mode = p->weights;
     kite_backend_kind kind = p->backend;
     if (kind == KITE_BACKEND_AUTO) {
         char reason[256];

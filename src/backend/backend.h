@@ -224,9 +224,10 @@ kite_status cpu_backend_create_from_segments(const qwen3_config *config, const b
 kite_status backend_cache_arch(kite_backend_kind kind, int32_t device, char *out, size_t capacity);
 
 /* The CUDA backend. Built only when nvcc was found (KITE_HAVE_CUDA); otherwise these report
- * KITE_ERROR_UNSUPPORTED. It holds bf16 weights (an FP8 checkpoint dequantized on the host) and refuses
- * params->weights KITE_WEIGHTS_FP8 with KITE_ERROR_UNSUPPORTED until its fp8 kernels exist. cuda_backend_available() is false when no usable GPU is present, and then
- * fills reason with why (for `kite info` and --backend auto). */
+ * KITE_ERROR_UNSUPPORTED. With params->weights KITE_WEIGHTS_BF16 it holds bf16 linear weights (an FP8 checkpoint
+ * dequantized on the host); with KITE_WEIGHTS_FP8 E4M3 codes with 128x128 block scales, the values the CPU backend
+ * computes on in that mode (W8A16: activations are never quantized). cuda_backend_available() is false when no
+ * usable GPU is present, and then fills reason with why (for `kite info` and --backend auto). */
 int cuda_backend_available(char *reason, size_t reason_capacity);
 /* kite_backend_probe for CUDA device `device`: out->available and reason as cuda_backend_available; the device's
  * name, compute capability and memory whenever the device exists. */
@@ -236,8 +237,8 @@ kite_status cuda_backend_create(const qwen3_config *config, const qwen3_weights 
 /* The CUDA backend from the segments its list_segments exported: its one weight allocation, byte for byte, as
  * "weights.0", "weights.1", ... of at most 1 GiB each (cuda_weight_layout.h), without reading or converting a
  * checkpoint. The count and every size are checked against the layout config implies (tie_word_embeddings
- * included) before anything is allocated; params->weights KITE_WEIGHTS_FP8 is refused as cuda_backend_create
- * refuses it. A failed read frees everything and returns its status (the caller rebuilds from the checkpoint). */
+ * included, and params->weights: an fp8 entry never fits the bf16 layout, nor the reverse) before anything is
+ * allocated. A failed read frees everything and returns its status (the caller rebuilds from the checkpoint). */
 kite_status cuda_backend_create_from_segments(const qwen3_config *config, const backend_segment_source *source,
                                               const backend_params *params, backend **out);
 

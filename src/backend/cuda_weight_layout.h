@@ -8,7 +8,13 @@
  *   embed (vocab, hidden) bf16, lm_head (vocab, hidden) bf16 unless tied (then it is the embedding), final norm
  *   (hidden) fp32, then per layer: qkv (q_dim + 2 kv_dim, hidden) bf16 (q_proj, k_proj, v_proj rows), o (hidden,
  *   q_dim) bf16, gate_up (2 intermediate, hidden) bf16 (gate_proj rows, then up_proj rows), down (hidden,
- *   intermediate) bf16, input norm and post-attention norm (hidden) fp32, q norm and k norm (head_dim) fp32. */
+ *   intermediate) bf16, input norm and post-attention norm (hidden) fp32, q norm and k norm (head_dim) fp32.
+ * With --weights fp8 (KITE_WEIGHTS_FP8) each of the four linear pieces is instead its E4M3 codes (one byte per
+ * weight, same rows and columns) followed by its float32 block scales, row-major [ceil(rows / 128)][ceil(cols / 128)]
+ * (quant/fp8.h; w = code x scale). The fused pieces keep one scale grid per fused matrix: every source matrix's
+ * rows start at a multiple of 128 (cuda_weight_layout_make refuses a shape where they would not), so a 128-row
+ * block never straddles two sources and the fused grid is the sources' grids one after another. The embedding and
+ * the lm_head stay bf16 and the norms fp32 in both modes. */
 #ifndef KITE_BACKEND_CUDA_WEIGHT_LAYOUT_H
 #define KITE_BACKEND_CUDA_WEIGHT_LAYOUT_H
 
@@ -29,13 +35,16 @@ extern "C" {
  * segment's size stays far from what a 32-bit count or an mmap window would trouble. */
 #define CUDA_WEIGHT_SEGMENT_MAX_BYTES ((uint64_t)1 << 30)
 
-/* Byte offsets of one layer's pieces from the layer's start. */
+/* Byte offsets of one layer's pieces from the layer's start; the *_scale offsets are the fp8 block scales (0 for
+ * bf16 weights). */
 typedef struct cuda_layer_layout {
     uint64_t qkv, o, gate_up, down;
+    uint64_t qkv_scale, o_scale, gate_up_scale, down_scale;
     uint64_t input_norm, post_norm, q_norm, k_norm;
 } cuda_layer_layout;
 
 typedef struct cuda_weight_layout {
+    kite_weights weights;                /* KITE_WEIGHTS_BF16 or KITE_WEIGHTS_FP8: how the linear pieces are held */
     bool tied;                           /* the lm_head is the embedding: lm_head == embed */
     uint64_t embed, lm_head, final_norm; /* byte offsets */
     uint64_t first_layer;                /* layer l starts at first_layer + l * layer_bytes */
@@ -44,9 +53,33 @@ typedef struct cuda_weight_layout {
     uint64_t total; /* bytes of the allocation */
 } cuda_weight_layout;
 
-/* The layout of config's weights, the lm_head shared with the embedding when `tied`. Fails with
- * KITE_ERROR_INVALID_ARGUMENT naming the field when a dimension is not positive or the sizes overflow. */
-kite_status cuda_weight_layout_make(const qwen3_config *config, bool tied, cuda_weight_layout *out);
+/* The layout of config's weights, the lm_head shared with the embedding when `tied`, the linear layers in the
+ * `weights` mode. Fails with KITE_ERROR_INVALID_ARGUMENT naming the field when a dimension is not positive, the mode
+ * is neither bf16 nor fp8, or the sizes overflow, and with KITE_ERROR_UNSUPPORTED when fp8 is asked for a shape
+ * whose fused source matrices do not start at multiples of 128 rows (q_dim, kv_dim, intermediate_size). */
+kite_status cuda_weight_layout_make(const qwen3_config *config, bool tied, kite_weights weights,
+                                    cuda_weight_layout *out);
+
+/* The number of fp8 scale columns of a matrix of `cols` columns: the row stride of its scale grid. */
+static inline int32_t cuda_weight_layout_scale_cols(int64_t cols) { return (int32_t)((cols + 127) / 128); }
+
+/* Where one source matrix of a layer (q_proj, ..., down_proj) lands in the fp8 layout: its codes, and its scale grid
+ * as a band of whole block rows of its fused piece's grid (the same columns, so the same row stride). */
+typedef struct cuda_fp8_source_place {
+    const char *name;    /* "q_proj", ... */
+    int64_t rows, cols;  /* the source's shape */
+    uint64_t codes;      /* byte offset of its first code from the layer's start */
+    uint64_t scales;     /* byte offset of its first float32 scale from the layer's start */
+    int32_t scale_ld;    /* scales per block row: cuda_weight_layout_scale_cols(cols) */
+} cuda_fp8_source_place;
+
+#define CUDA_FP8_SOURCES 7
+
+/* The seven linear sources of a layer of config in the fp8 layout `layout` (made for config), in the order q_proj,
+ * k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj. Fails with KITE_ERROR_INVALID_ARGUMENT when the layout is
+ * not an fp8 one. */
+kite_status cuda_weight_layout_fp8_sources(const cuda_weight_layout *layout, const qwen3_config *config,
+                                           cuda_fp8_source_place out[CUDA_FP8_SOURCES]);
 
 /* The allocation as segments "weights.0", "weights.1", ...: CUDA_WEIGHT_SEGMENT_MAX_BYTES each, the last one
  * shorter. Segment i starts at byte i * CUDA_WEIGHT_SEGMENT_MAX_BYTES of the allocation. */

@@ -293,13 +293,15 @@ static kite_status time_prefill(bench_run *r, kite_bench_row *row) {
     return KITE_OK;
 }
 
-/* Bytes one decode step must read from device memory: every weight matrix once (bf16) plus the KV of
- * every sequence. Used to report the fraction of the bandwidth floor. */
-static double decode_step_bytes(const backend *b, int32_t n_seqs, int32_t context) {
+/* Bytes one decode step must read from device memory: every weight matrix once (the layers' linear weights
+ * in bf16, or with --weights fp8 one byte each, their block scales not counted; the lm_head in bf16) plus the KV
+ * of every sequence. Used to report the fraction of the bandwidth floor. */
+static double decode_step_bytes(const backend *b, kite_weights weights_mode, int32_t n_seqs, int32_t context) {
     const qwen3_config *c = b->config;
     double hidden = c->hidden_size, q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
     double per_layer = hidden * (q + 2 * kv) + q * hidden + 3 * hidden * c->intermediate_size;
-    double weights = 2.0 * (per_layer * c->n_layers + (double)c->vocab_size * hidden);
+    const double linear_bytes = weights_mode == KITE_WEIGHTS_FP8 ? 1.0 : 2.0;
+    double weights = linear_bytes * per_layer * c->n_layers + 2.0 * (double)c->vocab_size * hidden;
     double kv_bytes = (double)backend_kv_bytes_per_position(b) * context * n_seqs;
     return weights + kv_bytes;
 }
@@ -339,7 +341,8 @@ static kite_status time_decode(bench_run *r, kite_bench_row *row) {
     row->engine_steps_ahead = ahead;
     row->overlapped = !sampled && r->overlap;
     if (strcmp(r->target->ops->name, "cuda") == 0) {
-        const double floor_s = decode_step_bytes(r->model->backend, n_seqs, depth + n / 2) / HBM_BYTES_PER_SECOND;
+        const double floor_s =
+            decode_step_bytes(r->model->backend, r->model->weights_mode, n_seqs, depth + n / 2) / HBM_BYTES_PER_SECOND;
         row->hbm_floor_fraction = floor_s / (row->ms_per_step * 1e-3);
     }
     return KITE_OK;
@@ -436,7 +439,7 @@ kite_status bench_run_with_reference(kite_model *model, const kite_model *refere
     r.rng = r.params->seed ^ 0x5eedull;
     kite_status status = create_engine(&r);
     if (status == KITE_OK && reference)
-        status = bench_gate_create(&model->config, reference->weights, r.block_size,
+        status = bench_gate_create(&model->config, reference->weights, model->weights_mode, r.block_size,
                                    model->backend->kv_cache_dtype, &r.gate);
     if (status == KITE_OK) {
         const int reps = r.params->repetitions;

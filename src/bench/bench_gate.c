@@ -124,8 +124,8 @@ static int32_t reference_blocks_per_seq(int32_t block_size) {
     return (GATE_MAX_PREFILL + GATE_MAX_DEPTH + GATE_STEPS + block_size) / block_size + 1;
 }
 
-kite_status bench_gate_create(const qwen3_config *config, const qwen3_weights *weights, int32_t block_size,
-                              kite_kv_cache_dtype kv_cache_dtype, bench_gate **out) {
+kite_status bench_gate_create(const qwen3_config *config, const qwen3_weights *weights, kite_weights mode,
+                              int32_t block_size, kite_kv_cache_dtype kv_cache_dtype, bench_gate **out) {
     *out = NULL;
     if (block_size <= 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "bench gate: block size %d", block_size);
     bench_gate *g = calloc(1, sizeof *g);
@@ -139,7 +139,10 @@ kite_status bench_gate_create(const qwen3_config *config, const qwen3_weights *w
         for (int32_t i = 0; i < per_seq; i++)
             g->tables[s][i] = s * per_seq + i;
     }
-    backend_params exact = {.n_threads = 0, .device = 0, .kv_cache_dtype = kv_cache_dtype}, rounded = exact;
+    /* The references hold the target's linear weights and KV cache dtype: an fp8 target is checked against the CPU's
+     * fp8 mode (weights) and its exact fp8 KV round trip. */
+    backend_params exact = {.n_threads = 0, .device = 0, .weights = mode, .kv_cache_dtype = kv_cache_dtype},
+                   rounded = exact;
     rounded.emulate_bf16_activations = 1;
     if (status == KITE_OK) status = cpu_backend_create(config, weights, &exact, &g->reference);
     if (status == KITE_OK) status = g->reference->ops->kv_reserve(g->reference, blocks, block_size);

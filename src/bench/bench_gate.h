@@ -34,13 +34,14 @@ typedef struct gate_result {
     char why[160];            /* why it failed */
 } gate_result;
 
-/* The two CPU references (exact float32, and rounding activations to bf16) on `weights`, with KV blocks of
- * block_size positions for what a gate recomputes, their KV caches of the target's kv_cache_dtype (an fp8 cache
- * is the CPU's exact fp8 round trip, so the gate checks the target against the same arithmetic). */
+/* The two CPU references (exact float32, and rounding activations to bf16) on `weights` held as `mode` says (the
+ * target's kite_load_params.weights), with KV blocks of block_size positions for what a gate recomputes, their KV
+ * caches of the target's kv_cache_dtype (an fp8 cache is the CPU's exact fp8 round trip, so the gate checks the
+ * target against the same arithmetic). */
 typedef struct bench_gate bench_gate;
 
-kite_status bench_gate_create(const qwen3_config *config, const qwen3_weights *weights, int32_t block_size,
-                              kite_kv_cache_dtype kv_cache_dtype, bench_gate **out);
+kite_status bench_gate_create(const qwen3_config *config, const qwen3_weights *weights, kite_weights mode,
+                              int32_t block_size, kite_kv_cache_dtype kv_cache_dtype, bench_gate **out);
 void bench_gate_free(bench_gate *gate);
 
 /* What a gate runs on the target: sequences and positions per sequence, for its KV blocks there. */

@@ -16,6 +16,7 @@ struct kite_model {
     checkpoint *checkpoint;    /* a loaded directory, or NULL */
     dummy_model *dummy;        /* random weights, or NULL */
     const qwen3_weights *weights;
+    kite_weights weights_mode; /* kite_load_params.weights: how the backend holds the linear layers */
     tokenizer *tokenizer;      /* NULL for a dummy model */
     kite_chat *chat;           /* the checkpoint's chat format; NULL without a chat template */
     backend *backend;

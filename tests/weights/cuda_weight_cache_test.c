@@ -3,7 +3,8 @@
  * kernels run (head_dim 128, Qwen3's vocabulary): tied, untied, an FP8 checkpoint under --weights bf16, and one of
  * more than 1 GiB (two segments). The read reports KITE_LOAD_STAGE_CACHE_READ and counts every byte once; a
  * truncated entry and one with a flipped data byte are one notice each and a rebuild with the same tokens; --weights
- * fp8 stays refused and fills nothing. Skips (exit 77, saying why) where there is no usable GPU. */
+ * fp8 (a bf16 checkpoint quantized on the device, an FP8 one's codes kept) fills an fp8 entry whose hit runs to the
+ * uncached tokens too. Skips (exit 77, saying why) where there is no usable GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +44,14 @@ static const char *write_model(const char *name, const checkpoint_writer_shape *
     return cache_write_checkpoint(dir, shape) ? dir : NULL;
 }
 
-static run_result run_cuda(const char *dir, const char *cache) {
-    return cache_run(dir, KITE_BACKEND_CUDA, KITE_WEIGHTS_BF16, cache);
+static run_result run_cuda(const char *dir, kite_weights weights, const char *cache) {
+    return cache_run(dir, KITE_BACKEND_CUDA, weights, cache);
 }
 
+static const char *weights_name(kite_weights weights) { return weights == KITE_WEIGHTS_FP8 ? "fp8" : "bf16"; }
+
 /* The one entry of folder cache, listed: a CUDA entry of this device's architecture. Returns its file size. */
-static uint64_t check_listed_entry(const char *cache, const char *model) {
+static uint64_t check_listed_entry(const char *cache, const char *model, kite_weights weights) {
     kite_weight_cache_entry *entries = NULL;
     size_t n = 0;
     CHECK(kite_weight_cache_list(cache, &entries, &n) == KITE_OK);
@@ -56,7 +59,7 @@ static uint64_t check_listed_entry(const char *cache, const char *model) {
     CHECK_MSG(n == 1, "%s: %zu entries", model, n);
     if (n == 1) {
         CHECK_MSG(entries[0].problem == NULL && strcmp(entries[0].backend, "cuda") == 0 &&
-                      strncmp(entries[0].arch, "sm_", 3) == 0 && strcmp(entries[0].weights, "bf16") == 0,
+                      strncmp(entries[0].arch, "sm_", 3) == 0 && strcmp(entries[0].weights, weights_name(weights)) == 0,
                   "%s: entry %s: %s %s/%s", model, entries[0].file, entries[0].weights, entries[0].backend,
                   entries[0].arch);
         bytes = entries[0].bytes;
@@ -68,13 +71,13 @@ static uint64_t check_listed_entry(const char *cache, const char *model) {
 }
 
 /* Uncached, filling and cached loads of dir give the same run; returns the entry's file size (0: none). */
-static uint64_t check_cached_matches(const char *dir) {
+static uint64_t check_cached_matches(const char *dir, kite_weights weights) {
     if (!dir) return 0;
     char *cache = cache_temp_dir();
     if (!cache) return 0;
-    run_result plain = run_cuda(dir, "off");
-    run_result first = run_cuda(dir, cache);
-    run_result second = run_cuda(dir, cache);
+    run_result plain = run_cuda(dir, weights, "off");
+    run_result first = run_cuda(dir, weights, cache);
+    run_result second = run_cuda(dir, weights, cache);
     CHECK_MSG(plain.log.from_checkpoint && !plain.log.filled, "%s: an uncached load", dir);
     CHECK_MSG(first.log.from_checkpoint && first.log.filled && !first.log.from_cache, "%s: the first load fills", dir);
     CHECK_MSG(second.log.from_cache && !second.log.from_checkpoint && !second.log.filled,
@@ -89,7 +92,7 @@ static uint64_t check_cached_matches(const char *dir) {
     if (plain.ok && second.ok)
         printf("  %s: tokens %d %d %d ..., first log-probability %.6f, cached and uncached alike\n", dir,
                plain.tokens[0], plain.tokens[1], plain.tokens[2], (double)plain.logprobs[0]);
-    const uint64_t bytes = check_listed_entry(cache, dir);
+    const uint64_t bytes = check_listed_entry(cache, dir, weights);
     CHECK(cache_count_files(cache, ".tmp.", NULL, 0) == 0);
     cache_remove_tree(cache);
     free(cache);
@@ -98,19 +101,19 @@ static uint64_t check_cached_matches(const char *dir) {
 
 static void test_tied(void) {
     checkpoint_writer_shape shape = small_shape(true);
-    check_cached_matches(write_model("tied", &shape));
+    check_cached_matches(write_model("tied", &shape), KITE_WEIGHTS_BF16);
 }
 
 static void test_untied(void) {
     checkpoint_writer_shape shape = small_shape(false);
-    check_cached_matches(write_model("untied", &shape));
+    check_cached_matches(write_model("untied", &shape), KITE_WEIGHTS_BF16);
 }
 
 /* Qwen's FP8 layout, dequantized to bf16 at an uncached load: a hit skips the dequantization. */
 static void test_fp8_checkpoint_as_bf16(void) {
     checkpoint_writer_shape shape = small_shape(true);
     shape.fp8_linear = true;
-    check_cached_matches(write_model("fp8", &shape));
+    check_cached_matches(write_model("fp8", &shape), KITE_WEIGHTS_BF16);
 }
 
 /* Weights past 1 GiB are two segments (weights.0 of 1 GiB, weights.1 the rest). */
@@ -121,7 +124,7 @@ static void test_two_segments(void) {
     shape.n_layers = 1;
     shape.n_heads = 16;
     shape.n_kv_heads = 8;
-    const uint64_t bytes = check_cached_matches(write_model("two-segments", &shape));
+    const uint64_t bytes = check_cached_matches(write_model("two-segments", &shape), KITE_WEIGHTS_BF16);
     CHECK_MSG(bytes > ((uint64_t)1 << 30), "the entry holds %llu bytes, not past 1 GiB", (unsigned long long)bytes);
 }
 
@@ -132,8 +135,8 @@ typedef enum damage { DAMAGE_TRUNCATE, DAMAGE_DATA_BYTE } damage;
 static void check_damage(const char *dir, damage kind, const char *word) {
     char *cache = cache_temp_dir();
     if (!dir || !cache) return;
-    run_result plain = run_cuda(dir, "off");
-    run_result filled = run_cuda(dir, cache);
+    run_result plain = run_cuda(dir, KITE_WEIGHTS_BF16, "off");
+    run_result filled = run_cuda(dir, KITE_WEIGHTS_BF16, cache);
     CHECK(filled.log.filled);
     char entry[1024] = "";
     CHECK(cache_count_files(cache, ".kwc", entry, sizeof entry) == 1);
@@ -141,12 +144,12 @@ static void check_damage(const char *dir, damage kind, const char *word) {
         CHECK(truncate(entry, 5000) == 0);
     else
         CHECK(cache_flip_byte(entry, 7, true));
-    run_result rebuilt = run_cuda(dir, cache);
+    run_result rebuilt = run_cuda(dir, KITE_WEIGHTS_BF16, cache);
     CHECK_MSG(rebuilt.log.notices == 1 && strstr(rebuilt.log.notice, word) && strstr(rebuilt.log.notice, "rebuild"),
               "expected one notice saying '%s', got %d: %s", word, rebuilt.log.notices, rebuilt.log.notice);
     CHECK(rebuilt.log.from_checkpoint && rebuilt.log.filled && !rebuilt.log.from_cache);
     CHECK_MSG(cache_runs_same(&plain, &rebuilt), "the rebuilt run's tokens differ (%s)", word);
-    run_result again = run_cuda(dir, cache);
+    run_result again = run_cuda(dir, KITE_WEIGHTS_BF16, cache);
     CHECK(again.log.from_cache && again.log.notices == 0 && cache_runs_same(&plain, &again));
     cache_remove_tree(cache);
     free(cache);
@@ -164,23 +167,13 @@ static const char *damage_model(void) {
 static void test_damage_truncated(void) { check_damage(damage_model(), DAMAGE_TRUNCATE, "truncated"); }
 static void test_damage_data_byte(void) { check_damage(damage_model(), DAMAGE_DATA_BYTE, "checksum"); }
 
-/* --weights fp8 is refused on CUDA (its kernels do not exist yet), through the cache as without it. */
-static void test_fp8_mode_refused(void) {
-    const char *dir = damage_model();
-    char *cache = cache_temp_dir();
-    if (!dir || !cache) return;
-    kite_load_params p = kite_load_params_default();
-    p.backend = KITE_BACKEND_CUDA;
-    p.weights = KITE_WEIGHTS_FP8;
-    p.weight_cache = cache;
-    kite_model *m = NULL;
-    kite_status s = kite_model_load(dir, &p, &m);
-    CHECK_MSG(s == KITE_ERROR_UNSUPPORTED && strstr(kite_last_error(), "fp8"), "status %d: %s", (int)s,
-              s == KITE_OK ? "(loaded)" : kite_last_error());
-    kite_model_free(m);
-    CHECK(cache_count_files(cache, ".kwc", NULL, 0) == 0);
-    cache_remove_tree(cache);
-    free(cache);
+/* --weights fp8 through the cache: a bf16 checkpoint's weights quantized on the device, an FP8 checkpoint's codes
+ * kept; an entry of fp8 codes and scales, and a hit runs as the uncached load. */
+static void test_fp8_mode(void) {
+    checkpoint_writer_shape shape = small_shape(true);
+    check_cached_matches(write_model("bf16-as-fp8", &shape), KITE_WEIGHTS_FP8);
+    shape.fp8_linear = true;
+    check_cached_matches(write_model("fp8-as-fp8", &shape), KITE_WEIGHTS_FP8);
 }
 
 int main(void) {
@@ -193,7 +186,7 @@ int main(void) {
     TEST_RUN(test_two_segments);
     TEST_RUN(test_damage_truncated);
     TEST_RUN(test_damage_data_byte);
-    TEST_RUN(test_fp8_mode_refused);
+    TEST_RUN(test_fp8_mode);
     if (work) cache_remove_tree(work);
     free(work);
     return test_finish();

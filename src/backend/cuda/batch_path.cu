@@ -9,6 +9,8 @@
  *   Larger buckets: cuBLASLt products (M = rows) around the same attention and a separate SwiGLU; up to
  *   split_max_rows rows o_proj and down as k-split partials that residual_rmsnorm adds to the residual with the
  *   next norm, else each norm its own kernel.
+ * With --weights fp8 each layer's four matrices are first dequantized to bf16 into one scratch (layer_for_gemm) and
+ * the products above read it, with programmatic dependent launch off (a product must not read the scratch early).
  * Bounded by HBM bandwidth at small B (weights read once for all rows), by the tensor cores and the attention's
  * KV reads as B grows.
  */
@@ -196,7 +198,10 @@ kite_status batch_launches(const cuda_core *core, const batch_state *bp, int32_t
     const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps;
     const int32_t *tokens = bp->step_device + BATCH_TOKENS;
-    const int pdl = core->use_pdl ? 1 : 0;
+    /* With fp8 weights each layer's products read the bf16 scratch that a dequantization just wrote: no kernel here
+     * may start, and read its weights, before the kernel ahead of it has ended. */
+    const int pdl = core->use_pdl && core->weights != KITE_WEIGHTS_FP8 ? 1 : 0;
+    cuda_layer scratch;
     /* A negative token: that row's argmax of the previous batched step (overlapped decode, forward_batch). */
     KITE_TRY(cuda_embed(core->embed, tokens, bp->ids, bp->x, rows, hidden, st, 0));
     if (batch_gemm_rows(core, bp, rows)) {
@@ -204,7 +209,8 @@ kite_status batch_launches(const cuda_core *core, const batch_state *bp, int32_t
          * attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input to bf16
          * anyway), so those two stage their input by cp.async in one round trip. */
         for (int l = 0; l < c->n_layers; l++) {
-            const cuda_layer *L = &core->layers[l];
+            const cuda_layer *L;
+            KITE_TRY(layer_for_gemm(core, l, &scratch, &L));
             KITE_TRY(cuda_gemm_rows(L->qkv, bp->x, 0, L->input_norm, eps, bp->qkv, 0, rows, qkv_dim, hidden,
                                     CUDA_GEMV_STORE, NULL, NULL, st, pdl));
             KITE_TRY(batch_attention(core, bp, l, rows, bp->attention16, 1, pdl));
@@ -226,7 +232,8 @@ kite_status batch_launches(const cuda_core *core, const batch_state *bp, int32_t
     const int S = bp->split;
     if (split) KITE_TRY(cuda_rmsnorm(bp->x, core->layers[0].input_norm, bp->normed, NULL, rows, hidden, eps, st));
     for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *L = &core->layers[l];
+        const cuda_layer *L;
+        KITE_TRY(layer_for_gemm(core, l, &scratch, &L));
         const float *next_norm = l + 1 < c->n_layers ? core->layers[l + 1].input_norm : core->final_norm;
         if (!split) KITE_TRY(cuda_rmsnorm(bp->x, L->input_norm, bp->normed, NULL, rows, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(core->gemm, bp->normed, L->qkv, bp->qkv, 1, 0.0f, rows, qkv_dim, hidden, st));

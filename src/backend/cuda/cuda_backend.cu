@@ -50,6 +50,8 @@ void free_all(cuda_backend *b) {
     results_free(&b->results);
     cuda_gemm_destroy(core->gemm);
     cudaFree(core->weight_bytes);
+    cudaFree(core->fp8_scratch);
+    cudaFree(core->fp8_nonfinite);
     free(core->layers);
     cudaFree(core->rope_cos);
     cudaFree(core->rope_sin);
@@ -265,10 +267,15 @@ kite_status check_device(int device, char *reason, size_t capacity) {
 /* What creation checks before it touches the device's memory: the weights mode, the device, and the shapes the
  * kernels implement. */
 kite_status check_create(const qwen3_config *c, const backend_params *params) {
-    if (params && params->weights != KITE_WEIGHTS_BF16)
+    const kite_weights weights = params ? params->weights : KITE_WEIGHTS_BF16;
+    if (weights != KITE_WEIGHTS_BF16 && weights != KITE_WEIGHTS_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: weights mode %d is not bf16 or fp8", (int)weights);
+    /* The fp8 decode GEMV reads 16 codes per load: every linear layer's columns a multiple of 16. */
+    if (weights == KITE_WEIGHTS_FP8 && (c->hidden_size % 16 != 0 || c->intermediate_size % 16 != 0))
         return kite_fail(KITE_ERROR_UNSUPPORTED,
-                         "cuda backend: --weights fp8 needs the fp8 kernels, which are not implemented yet; use "
-                         "--weights bf16 (an FP8 checkpoint is then dequantized to bf16) or --backend cpu");
+                         "cuda backend: --weights fp8 needs hidden_size (%d) and intermediate_size (%d) to be "
+                         "multiples of 16",
+                         c->hidden_size, c->intermediate_size);
     if (params && params->kv_cache_dtype != KITE_KV_CACHE_BF16)
         return kite_fail(KITE_ERROR_UNSUPPORTED,
                          "cuda backend: --kv-cache-dtype fp8 needs the fp8 KV write and attention kernels, which are "
@@ -400,6 +407,7 @@ kite_status create_with(const qwen3_config *config, const backend_params *params
     KITE_TRY(options_read(&options));
     cuda_backend *b = NULL;
     KITE_TRY(create_without_weights(config, params ? params->device : 0, &options, &b));
+    b->core.weights = params ? params->weights : KITE_WEIGHTS_BF16;
     kite_status status = place_and_fill(&b->core);
     if (status == KITE_OK) status = finish_create(b, &options);
     if (status != KITE_OK) {
@@ -439,7 +447,8 @@ extern "C" kite_status cuda_backend_create_from_segments(const qwen3_config *con
     KITE_TRY(check_create(config, params));
     /* The entry is checked against this config's layout before the device holds anything of it. */
     cuda_weight_layout layout;
-    KITE_TRY(cuda_weight_layout_make(config, config->tie_word_embeddings, &layout));
+    KITE_TRY(cuda_weight_layout_make(config, config->tie_word_embeddings, params ? params->weights : KITE_WEIGHTS_BF16,
+                                     &layout));
     KITE_TRY(cuda_weight_layout_check_source(&layout, source));
     return create_with(config, params, [&](cuda_core *core) { return fill_weights(core, source); }, out);
 }

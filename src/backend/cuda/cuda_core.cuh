@@ -20,11 +20,17 @@
 #include <nvtx3/nvToolsExt.h>
 
 
+/* A layer's weights. With --weights fp8 the bf16 matrices are NULL in core->layers and the codes and scales hold the
+ * linear layers instead; the batched and prefill paths dequantize them into core->fp8_scratch (layer_for_gemm). */
 struct cuda_layer {
     bf16 *qkv;     /* (qkv_dim, hidden): q_proj, k_proj, v_proj rows */
     bf16 *o;       /* (hidden, q_dim) */
     bf16 *gate_up; /* (2 intermediate, hidden): gate_proj rows then up_proj rows */
     bf16 *down;    /* (hidden, intermediate) */
+    /* --weights fp8: E4M3 codes of the same shapes, and float32 block scales [ceil(rows / 128)][ceil(cols / 128)]
+     * (cuda_weight_layout.h: a fused matrix's grid is its sources' grids one after another). */
+    uint8_t *qkv_q, *o_q, *gate_up_q, *down_q;
+    float *qkv_scale, *o_scale, *gate_up_scale, *down_scale;
     float *input_norm, *post_norm; /* (hidden) */
     float *q_norm, *k_norm;        /* (head_dim) */
 };
@@ -40,7 +46,12 @@ struct cuda_core {
     int head_groups;         /* blocks per kv head in decode attention (query heads per block: group_heads / this) */
     int split_blocks_per_sm; /* split-K decode attention blocks an SM holds (cuda_attention_decode_blocks_per_sm) */
 
+    kite_weights weights;  /* how the linear layers are held: bf16, or fp8 codes with block scales */
     void *weight_bytes;    /* one allocation for every weight, laid out by cuda_weight_layout.h */
+    /* --weights fp8: one layer's linear weights dequantized to bf16 (the batched and prefill paths' products), and
+     * the flag a non-finite weight sets during quantization (device int); NULL otherwise. */
+    bf16 *fp8_scratch;
+    int *fp8_nonfinite;
     uint64_t weight_total; /* its bytes */
     /* Pinned staging of the weight cache's export (read_segment), made at its first call and freed after its last
      * byte: bounded, so a fill never needs a segment whole in host memory. */
@@ -182,6 +193,10 @@ kite_status capture_graph(cudaStream_t stream, Launches launches, cudaGraphExec_
 kite_status place_weights(cuda_core *core, bool tied);
 kite_status upload_weights(cuda_core *core, const qwen3_weights *w);
 kite_status upload_rope(cuda_core *core);
+/* The layer the bf16 products (cuBLASLt, gemm_rows) read: core->layers[l] itself with bf16 weights; with fp8 weights
+ * a copy whose four matrices point into core->fp8_scratch, after enqueueing their dequantization on the core's
+ * stream (the scratch is reused by every layer: stream order keeps a layer's products before the next fill). */
+kite_status layer_for_gemm(const cuda_core *core, int l, cuda_layer *scratch, const cuda_layer **out);
 
 /* cuda_weight_cache.cu: the weight allocation to and from the weight cache (backend_segment_ops). fill_weights
  * places the allocation and fills it from source, which cuda_weight_layout_check_source accepted for this config. */

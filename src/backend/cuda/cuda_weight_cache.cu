@@ -1,9 +1,10 @@
 /* The CUDA backend's weights to and from the weight cache (weights/weight_cache.h). What a cache entry holds is the
- * weight allocation itself, byte for byte (bf16 matrices in the fused qkv / gate_up layout, fp32 norms; laid out by
- * cuda_weight_layout.h), cut into segments of at most 1 GiB; the RoPE table, the lm_head's int8 screen and every
- * other buffer are rebuilt at creation as from a checkpoint. A load from an entry therefore skips the safetensors
- * parse, the dequantization of FP8 checkpoints and the conversion to bf16, and reads the bytes the upload would have
- * written. */
+ * weight allocation itself, byte for byte (bf16 matrices in the fused qkv / gate_up layout, or with --weights fp8
+ * their E4M3 codes and block scales; fp32 norms; laid out by cuda_weight_layout.h), cut into segments of at most
+ * 1 GiB; the RoPE table, the lm_head's int8 screen and every other buffer are rebuilt at creation as from a
+ * checkpoint. A load from an entry therefore skips the safetensors parse, the dequantization of FP8 checkpoints, the
+ * conversion to bf16 and the fp8 quantization, and reads the bytes the upload would have written. The cache's key
+ * names the weights mode, so a bf16 entry and an fp8 one of the same checkpoint are two entries. */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda_weight_layout.h"
 
@@ -20,7 +21,7 @@ constexpr uint64_t IMPORT_PIECE_TARGET_BYTES = (uint64_t)64 << 20;
 
 /* The layout the core's allocation was placed by. The allocation exists, so its config made a layout before. */
 kite_status core_layout(const cuda_core *core, cuda_weight_layout *layout) {
-    KITE_TRY(cuda_weight_layout_make(&core->config, core->lm_head == core->embed, layout));
+    KITE_TRY(cuda_weight_layout_make(&core->config, core->lm_head == core->embed, core->weights, layout));
     if (layout->total != core->weight_total)
         return kite_fail(KITE_ERROR_BACKEND, "cuda backend: the weight allocation holds %llu bytes, its layout %llu",
                          (unsigned long long)core->weight_total, (unsigned long long)layout->total);

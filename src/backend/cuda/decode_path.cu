@@ -6,6 +6,8 @@
  *   the final norm and the argmax (for a step asked for ids only, step_batch.ids_only, the lm_head screened
  *   through its int8 copy: lm_head_screen.cu), and publish_and_advance (the id to mapped host memory, the step
  *   buffer on by one position).
+ * With --weights fp8 the four linear products are cuda_gemv_fp8 over the E4M3 codes and block scales (W8A16: the
+ * input stays fp32), with the same fusions and epilogues; the lm_head stays bf16.
  * Captured as a CUDA graph per attention kernel and lm_head form, and replayed. Bounded by HBM bandwidth: every
  * weight and the sequence's KV cache are read once per token.
  * Per-step values (token, position, cache slot, context length, block table) live in device memory; the step's
@@ -13,6 +15,7 @@
  * differ (a new cache block, a host token).
  */
 #include "backend/cuda/decode_path.cuh"
+#include "backend/cuda_weight_layout.h"
 
 #include <math.h>
 #include <string.h>
@@ -22,6 +25,32 @@ namespace {
 int decode_attention_kernel(const decode_state *d, int32_t context) {
     if (d->attention_bulk > 0 && context <= d->bulk_max_context) return DECODE_ATTENTION_BULK;
     return DECODE_ATTENTION_SPLIT;
+}
+
+/* Which linear layer of a cuda_layer a decode product reads. */
+enum decode_linear { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN };
+
+/* One decode product of layer L: the bf16 GEMV, or with --weights fp8 the fp8 one over the codes and block scales
+ * (same epilogues, so the fused QKV and gate_up products and the task split stay as they are). */
+kite_status linear_gemv(const cuda_core *core, const cuda_layer *L, decode_linear which, const float *x,
+                        const float *norm_weight, float eps, float *y, int rows, int cols, int epilogue, int pdl) {
+    if (core->weights != KITE_WEIGHTS_FP8) {
+        const bf16 *w = which == LINEAR_QKV       ? L->qkv
+                        : which == LINEAR_O       ? L->o
+                        : which == LINEAR_GATE_UP ? L->gate_up
+                                                  : L->down;
+        return cuda_gemv(w, x, norm_weight, eps, y, rows, cols, epilogue, NULL, NULL, core->stream, pdl);
+    }
+    const uint8_t *codes = which == LINEAR_QKV       ? L->qkv_q
+                           : which == LINEAR_O       ? L->o_q
+                           : which == LINEAR_GATE_UP ? L->gate_up_q
+                                                     : L->down_q;
+    const float *scales = which == LINEAR_QKV       ? L->qkv_scale
+                          : which == LINEAR_O       ? L->o_scale
+                          : which == LINEAR_GATE_UP ? L->gate_up_scale
+                                                    : L->down_scale;
+    return cuda_gemv_fp8(codes, scales, cuda_weight_layout_scale_cols(cols), x, norm_weight, eps, y, rows, cols,
+                         epilogue, core->stream, pdl);
 }
 
 /* ids_only: the lm_head screened (argmax only, no logits). */
@@ -38,8 +67,8 @@ kite_status decode_launches(const cuda_core *core, const decode_state *d, int at
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &core->layers[l];
         const cuda_kv_layer kv = kv_layer(core, l);
-        KITE_TRY(cuda_gemv(L->qkv, d->x, L->input_norm, eps, d->qkv, qkv_dim, hidden, CUDA_GEMV_STORE, NULL, NULL, st,
-                           pdl));
+        KITE_TRY(linear_gemv(core, L, LINEAR_QKV, d->x, L->input_norm, eps, d->qkv, qkv_dim, hidden, CUDA_GEMV_STORE,
+                             pdl));
         if (attention == DECODE_ATTENTION_BULK)
             KITE_TRY(cuda_attention_decode_bulk(d->qkv, d->attention, kv, step + STEP_TABLE, step + STEP_CONTEXT,
                                                 L->q_norm, L->k_norm, core->rope_cos, core->rope_sin, eps, c->n_heads,
@@ -51,12 +80,12 @@ kite_status decode_launches(const cuda_core *core, const decode_state *d, int at
         /* x was last written by the down projection three kernels back (or the embedding), and for the down
          * projection by o_proj two kernels back: ADD_SETTLED reads it before the PDL wait (measured: 0.674 vs
          * 0.684 ms per 0.6B token). */
-        KITE_TRY(cuda_gemv(L->o, d->attention, NULL, 0.0f, d->x, hidden, qd, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st,
-                           pdl));
-        KITE_TRY(cuda_gemv(L->gate_up, d->x, L->post_norm, eps, d->act, 2 * inter, hidden, CUDA_GEMV_SWIGLU, NULL,
-                           NULL, st, pdl));
-        KITE_TRY(cuda_gemv(L->down, d->act, NULL, 0.0f, d->x, hidden, inter, CUDA_GEMV_ADD_SETTLED, NULL, NULL, st,
-                           pdl));
+        KITE_TRY(linear_gemv(core, L, LINEAR_O, d->attention, NULL, 0.0f, d->x, hidden, qd, CUDA_GEMV_ADD_SETTLED,
+                             pdl));
+        KITE_TRY(linear_gemv(core, L, LINEAR_GATE_UP, d->x, L->post_norm, eps, d->act, 2 * inter, hidden,
+                             CUDA_GEMV_SWIGLU, pdl));
+        KITE_TRY(linear_gemv(core, L, LINEAR_DOWN, d->act, NULL, 0.0f, d->x, hidden, inter, CUDA_GEMV_ADD_SETTLED,
+                             pdl));
     }
     if (ids_only)
         KITE_TRY(cuda_lm_head_screened_argmax(core->lm_head, d->lm_head_screen, d->x, core->final_norm, eps,

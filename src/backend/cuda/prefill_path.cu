@@ -5,6 +5,8 @@
  *   attention_prefill (tensor-core flash attention over each sequence's blocks), o_proj GEMM into the residual,
  *   rmsnorm, gate_up GEMM, swiglu, down GEMM into the residual; then for the rows that want logits the final
  *   rmsnorm and the lm_head GEMM.
+ * With --weights fp8 each layer's four matrices are first dequantized to bf16 into one scratch (layer_for_gemm),
+ * then multiplied as above.
  * Bounded by the tensor cores' rate in the GEMMs (long chunks) and by one kernel launch per operation (short ones);
  * no graph: the shapes change with every step. Its buffers grow to the largest step seen.
  */
@@ -138,8 +140,10 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     KITE_TRY(cuda_embed(core->embed, d_ids, NULL, p->x, T, hidden, st, 0));
+    cuda_layer scratch;
     for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *L = &core->layers[l];
+        const cuda_layer *L;
+        KITE_TRY(layer_for_gemm(core, l, &scratch, &L));
         const cuda_kv_layer kv = kv_layer(core, l);
         KITE_TRY(cuda_rmsnorm(p->x, L->input_norm, p->normed, NULL, T, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->qkv, p->qkv, 0, 0.0f, T, qkv_dim, hidden, st));

@@ -11,7 +11,8 @@
  *   attention_prefill.cu     flash attention over the paged cache cuda_attention_prefill
  *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows)
  *   attention_decode_bulk.cu cluster decode attention, bulk-fed   cuda_attention_decode_bulk(_rows)
- *   gemv.cu                  decode matrix-vector products        cuda_gemv
+ *   gemv.cu                  decode matrix-vector products        cuda_gemv, cuda_gemv_fp8
+ *   fp8_weights.cu           fp8 weights: quantize, dequantize    cuda_fp8_quantize_weight, ..._dequantize_weight
  *   lm_head_screen.cu        greedy lm_head through an int8 copy  cuda_lm_head_screened_argmax, ..._screen_build
  *   gemm_rows.cu             batched products up to 32 rows       cuda_gemm_rows
  *   gemm.cu                  cuBLASLt products (prefill, batches) cuda_gemm_bf16(_split)
@@ -183,6 +184,20 @@ enum { CUDA_GEMV_STORE = 0, CUDA_GEMV_ADD = 1, CUDA_GEMV_SWIGLU = 2, CUDA_GEMV_A
 size_t cuda_gemv_argmax_workspace(int rows);
 kite_status cuda_gemv(const void *weight, const float *x, const float *norm_weight, float eps, float *y, int rows,
                       int cols, int epilogue, void *workspace, int32_t *argmax_out, void *stream, int use_pdl);
+/* cuda_gemv over fp8 E4M3 weights (rows x cols codes) with float32 block scales w_scale [ceil(rows / 128)][scale_ld]
+ * (w = code x scale; quant/fp8.h), the input staying fp32 (W8A16). cols % 16 == 0; every epilogue but ARGMAX. */
+kite_status cuda_gemv_fp8(const void *weight, const float *w_scale, int scale_ld, const float *x,
+                          const float *norm_weight, float eps, float *y, int rows, int cols, int epilogue, void *stream,
+                          int use_pdl);
+
+/* fp8 weights (fp8_weights.cu). cuda_fp8_quantize_weight: w (rows, cols; bf16) into codes q (rows, cols) and
+ * scales [ceil(rows / 128)][scale_ld] exactly as quant/fp8.h's fp8_quantize_blocks; a non-finite weight sets
+ * *nonfinite (device memory) to 1 and leaves its block unwritten. cuda_fp8_dequantize_weight: out (rows, cols;
+ * bf16) = code x scale rounded to nearest even; cols % 8 == 0. */
+kite_status cuda_fp8_quantize_weight(const void *w, int rows, int cols, void *q, float *scale, int scale_ld,
+                                     int *nonfinite, void *stream);
+kite_status cuda_fp8_dequantize_weight(const void *q, const float *scale, int scale_ld, int rows, int cols, void *out,
+                                       void *stream);
 
 /* Greedy decode's lm_head by screening (lm_head_screen.cu): out[0] = the id cuda_gemv's ARGMAX gives for
  * rmsnorm(x) * norm_weight against weight (rows, cols; bf16), bit for bit, reading an int8 copy of the matrix and then

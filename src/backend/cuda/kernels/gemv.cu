@@ -6,10 +6,17 @@
  * row and step, with the next step's R * U 16-byte loads in flight while it multiplies the current one.
  * Blocks loop over warp tasks (a grid of at most four 4-warp blocks per SM, five for the lm_head), so the prologue
  * (and its RMSNorm) is paid once per block, and under PDL each warp fetches its first two steps (the lm_head its
- * first) before the previous kernel ends. */
+ * first) before the previous kernel ends.
+ *
+ * fp8 weights (cuda_gemv_fp8, --weights fp8): the same kernel over E4M3 codes, 16 per 16-byte load, converted by
+ * the hardware to float and multiplied by the fp32 input; each chunk's sum (16 columns, inside one 128-column
+ * block) is multiplied by its 128x128 block's scale before it joins the row's sum, so the product is the bf16
+ * path's with the weight's values replaced by the fp8 ones (W8A16: the input is never quantized). */
 #include "backend/cuda/kernels/gemv_task.cuh"
 
 #include <float.h>
+
+#include <type_traits>
 
 namespace {
 
@@ -20,10 +27,15 @@ constexpr int GEMV_BLOCKS_PER_SM = 4;
 constexpr int LM_HEAD_BLOCKS_PER_SM = 5;
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 
-template <int R, int U, int EPILOGUE, int MIN_BLOCKS>
+/* A weight element: an E4M3 code, or a bf16 value. */
+template <bool FP8>
+using gemv_weight = typename std::conditional<FP8, uint8_t, bf16>::type;
+
+template <int R, int U, int EPILOGUE, int MIN_BLOCKS, bool FP8>
 __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
-    gemv_kernel(const bf16 *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
-                float *y, int rows, int cols, argmax_entry *partial, bool y_settled) {
+    gemv_kernel(const gemv_weight<FP8> *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
+                float *y, int rows, int cols, argmax_entry *partial, bool y_settled,
+                const float *__restrict__ w_scale, int scale_ld) {
     /* The input vector (fp32, normalised in place), then with a norm its weights, filled by cp.async. It starts on
      * a 128-byte boundary whatever the static arrays below take: at byte 16 the SASS differed only in that offset,
      * yet one product alone cost the step +7 to +15% and all of them 25% (docs/cuda.md). The lm_head's vector at
@@ -34,7 +46,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     __shared__ argmax_entry warp_best[GEMV_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n_chunks = cols >> 3, n_vec = cols >> 2;
+    /* A chunk: 16 bytes of a weight row, 8 bf16 or 16 fp8 codes. */
+    const int n_chunks = FP8 ? cols >> 4 : cols >> 3, n_vec = cols >> 2;
     gemv_task_rows<R, EPILOGUE> layout; /* task -> rows (gemv_task.cuh) */
     layout.init(rows);
     const int n_tasks = layout.n_tasks();
@@ -84,7 +97,16 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int chunk = c.first + u * 32 + lane;
-            if (chunk < n_chunks) {
+            if (FP8 && chunk < n_chunks) {
+                const float4 x0 = smem_vec[4 * chunk], x1 = smem_vec[4 * chunk + 1];
+                const float4 x2 = smem_vec[4 * chunk + 2], x3 = smem_vec[4 * chunk + 3];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int row = layout.valid(c.task, r) ? layout.row_of(c.task, r) : 0;
+                    const float block_scale = __ldg(w_scale + (size_t)(row >> 7) * scale_ld + (chunk >> 3));
+                    acc[r] += block_scale * chunk_dot_fp8(w[r][u], x0, x1, x2, x3);
+                }
+            } else if (chunk < n_chunks) {
                 const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
 #pragma unroll
                 for (int r = 0; r < R; r++) acc[r] += chunk_dot(w[r][u], x0, x1);
@@ -211,7 +233,9 @@ int gemv_grid(int n_tasks, int max_grid) {
 
 /* One product as cuda_gemv was asked for it (ADD_SETTLED as ADD with y_settled). */
 struct gemv_call {
-    const bf16 *weight;
+    const void *weight;
+    const float *w_scale; /* fp8 weights' block scales (row stride scale_ld); NULL: bf16 weights */
+    int scale_ld;
     const float *x, *norm_weight;
     float eps;
     float *y;
@@ -222,17 +246,19 @@ struct gemv_call {
     bool pdl, y_settled;
 };
 
-template <int R, int U, int EPILOGUE, int MIN_BLOCKS>
+template <int R, int U, int EPILOGUE, int MIN_BLOCKS, bool FP8>
 kite_status gemv_launch(const gemv_call &c) {
     const int outputs_per_task = EPILOGUE == CUDA_GEMV_SWIGLU ? R / 2 : R;
     const int n_outputs = EPILOGUE == CUDA_GEMV_SWIGLU ? c.rows / 2 : c.rows;
     const int grid = gemv_grid(KITE_CEIL_DIV(n_outputs, outputs_per_task),
                                EPILOGUE == CUDA_GEMV_ARGMAX ? gemv_argmax_max_grid() : gemv_max_grid());
     const size_t smem = (size_t)c.cols * sizeof(float) * (c.norm_weight != nullptr ? 2 : 1);
-    auto kernel = gemv_kernel<R, U, EPILOGUE, MIN_BLOCKS>;
+    auto kernel = gemv_kernel<R, U, EPILOGUE, MIN_BLOCKS, FP8>;
     CUDA_CHECK(allow_dynamic_smem(kernel, smem));
-    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, c.stream, c.pdl, c.weight, c.x,
-                             c.norm_weight, c.eps, c.y, c.rows, c.cols, c.partial, c.y_settled));
+    CUDA_CHECK(launch_kernel(kernel, dim3(grid), dim3(GEMV_THREADS), smem, c.stream, c.pdl,
+                             static_cast<const gemv_weight<FP8> *>(c.weight), c.x,
+                             c.norm_weight, c.eps, c.y, c.rows, c.cols, c.partial, c.y_settled, c.w_scale,
+                             c.scale_ld));
     if (EPILOGUE == CUDA_GEMV_ARGMAX)
         CUDA_CHECK(launch_kernel(argmax_partials_kernel, dim3(1), dim3(1024), 0, c.stream, c.pdl,
                                  static_cast<const argmax_entry *>(c.partial), grid, c.argmax_out));
@@ -243,18 +269,22 @@ kite_status gemv_launch(const gemv_call &c) {
  * SM's registers, 4 leave room for a neighbour kernel's block). Measured and dropped: steps of 4 loads with the
  * kernel held to 64 registers, so that two such kernels fit an SM at once (0.747 vs 0.686 ms per 0.6B token).
  * SwiGLU takes 4 rows (2 outputs) per task where that is one round of tasks over the grid's warps, else 2 rows
- * (a better balance across warps when tasks outnumber them). */
-template <int EPILOGUE>
+ * (a better balance across warps when tasks outnumber them). fp8 rows are half the bytes, so the choice by columns
+ * takes twice the columns. */
+template <int EPILOGUE, bool FP8>
 kite_status gemv_pick(const gemv_call &c) {
-    constexpr int MIN_BLOCKS = 5, STEP_LOADS = 8;
-    static_assert(LM_HEAD_BLOCKS_PER_SM <= MIN_BLOCKS, "the lm_head's blocks per SM must fit the registers");
+    /* fp8: 4 blocks per SM (128 registers): with 5 the R = 2 and 4 instances spilled (the 16 inputs per chunk and the
+     * block scale take registers the bf16 ones do not). */
+    constexpr int MIN_BLOCKS = FP8 ? 4 : 5, STEP_LOADS = 8;
+    static_assert(FP8 || LM_HEAD_BLOCKS_PER_SM <= MIN_BLOCKS, "the lm_head's blocks per SM must fit the registers");
     if constexpr (EPILOGUE == CUDA_GEMV_SWIGLU) {
         const bool one_round = KITE_CEIL_DIV(c.rows / 2, 2) <= gemv_max_grid() * GEMV_WARPS;
-        return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS>(c)
-                         : gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(c);
+        return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS, FP8>(c)
+                         : gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS, FP8>(c);
     } else {
-        return c.cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS>(c)
-                              : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS>(c);
+        const int bf16_cols = FP8 ? c.cols / 2 : c.cols;
+        return bf16_cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS, FP8>(c)
+                                 : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS, FP8>(c);
     }
 }
 
@@ -272,18 +302,39 @@ extern "C" kite_status cuda_gemv(const void *weight, const float *x, const float
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: unsupported shape %d x %d", rows, cols);
     if ((size_t)cols * sizeof(float) * (norm_weight != NULL ? 2 : 1) > 200 * 1024)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemv: %d columns do not fit in shared memory", cols);
-    const gemv_call c = {static_cast<const bf16 *>(weight), x, norm_weight, eps, y, rows, cols,
+    const gemv_call c = {weight, NULL, 0, x, norm_weight, eps, y, rows, cols,
                          static_cast<argmax_entry *>(workspace), argmax_out, static_cast<cudaStream_t>(stream),
                          use_pdl != 0, epilogue == CUDA_GEMV_ADD_SETTLED};
     switch (epilogue) {
-    case CUDA_GEMV_STORE: return gemv_pick<CUDA_GEMV_STORE>(c);
+    case CUDA_GEMV_STORE: return gemv_pick<CUDA_GEMV_STORE, false>(c);
     case CUDA_GEMV_ADD:
-    case CUDA_GEMV_ADD_SETTLED: return gemv_pick<CUDA_GEMV_ADD>(c);
-    case CUDA_GEMV_SWIGLU: return gemv_pick<CUDA_GEMV_SWIGLU>(c);
+    case CUDA_GEMV_ADD_SETTLED: return gemv_pick<CUDA_GEMV_ADD, false>(c);
+    case CUDA_GEMV_SWIGLU: return gemv_pick<CUDA_GEMV_SWIGLU, false>(c);
     case CUDA_GEMV_ARGMAX:
         if (!workspace || !argmax_out)
             return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: ARGMAX needs a workspace and an output");
-        return gemv_pick<CUDA_GEMV_ARGMAX>(c);
+        return gemv_pick<CUDA_GEMV_ARGMAX, false>(c);
     }
     return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv: unknown epilogue %d", epilogue);
+}
+
+extern "C" kite_status cuda_gemv_fp8(const void *weight, const float *w_scale, int scale_ld, const float *x,
+                                     const float *norm_weight, float eps, float *y, int rows, int cols, int epilogue,
+                                     void *stream, int use_pdl) {
+    if (cols <= 0 || cols % 16 != 0 || rows <= 0 || (epilogue == CUDA_GEMV_SWIGLU && rows % 2 != 0) || !w_scale ||
+        scale_ld < KITE_CEIL_DIV(cols, 128))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_gemv_fp8: unsupported shape %d x %d (scale rows of %d)",
+                         rows, cols, scale_ld);
+    if ((size_t)cols * sizeof(float) * (norm_weight != NULL ? 2 : 1) > 200 * 1024)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_gemv_fp8: %d columns do not fit in shared memory", cols);
+    const gemv_call c = {weight, w_scale, scale_ld, x, norm_weight, eps, y, rows, cols, NULL, NULL,
+                         static_cast<cudaStream_t>(stream), use_pdl != 0, epilogue == CUDA_GEMV_ADD_SETTLED};
+    switch (epilogue) {
+    case CUDA_GEMV_STORE: return gemv_pick<CUDA_GEMV_STORE, true>(c);
+    case CUDA_GEMV_ADD:
+    case CUDA_GEMV_ADD_SETTLED: return gemv_pick<CUDA_GEMV_ADD, true>(c);
+    case CUDA_GEMV_SWIGLU: return gemv_pick<CUDA_GEMV_SWIGLU, true>(c);
+    }
+    return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                     "cuda_gemv_fp8: epilogue %d is not a linear layer's (the lm_head stays bf16)", epilogue);
 }

@@ -7,6 +7,9 @@
 
 #include "backend/cuda/kernels/cuda_common.cuh"
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 /* One 16-byte chunk of a bf16 weight row times 8 fp32 inputs, summed in the order the decode GEMV adds them (gemv.cu);
  * the lm_head screen's exact pass uses it too, because it must reproduce the GEMV's bits. */
 __device__ __forceinline__ float chunk_dot(const uint4 w, const float4 x0, const float4 x1) {
@@ -14,6 +17,24 @@ __device__ __forceinline__ float chunk_dot(const uint4 w, const float4 x0, const
     bf16x8_to_float(w, wf);
     return wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y + wf[6] * x1.z +
            wf[7] * x1.w;
+}
+
+/* Two E4M3 codes to floats through the hardware conversion (cvt.rn.f16x2.e4m3x2; every E4M3 value is exact in f16). */
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
+}
+
+/* One 16-byte chunk of an fp8 E4M3 weight row (16 codes) times 16 fp32 inputs, unscaled: the caller multiplies by
+ * the block's scale (16 codes never span two 128-column blocks). */
+__device__ __forceinline__ float chunk_dot_fp8(const uint4 w, const float4 x0, const float4 x1, const float4 x2,
+                                               const float4 x3) {
+    const float2 a = e4m3x2_to_float2(w.x & 0xffffu), b = e4m3x2_to_float2(w.x >> 16);
+    const float2 c = e4m3x2_to_float2(w.y & 0xffffu), d = e4m3x2_to_float2(w.y >> 16);
+    const float2 e = e4m3x2_to_float2(w.z & 0xffffu), f = e4m3x2_to_float2(w.z >> 16);
+    const float2 g = e4m3x2_to_float2(w.w & 0xffffu), h = e4m3x2_to_float2(w.w >> 16);
+    return a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y + d.x * x1.z + d.y * x1.w +
+           e.x * x2.x + e.y * x2.y + f.x * x2.z + f.y * x2.w + g.x * x3.x + g.y * x3.y + h.x * x3.z + h.y * x3.w;
 }
 
 /* The decode GEMV's staging of its input (a block of THREADS threads; every thread calls it; one barrier): x (cols
