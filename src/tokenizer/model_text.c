@@ -7,6 +7,7 @@
  * reads the whole file through the JSON reader, which accepts or refuses it with the usual messages. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "tokenizer/tokenizer_internal.h"
 #include "util/json.h"
@@ -31,6 +32,17 @@ static bool take(cursor *c, char ch) {
     return true;
 }
 
+/* The bytes of the character at s[i] inside a string (not a quote or backslash), 0 where the JSON reader
+ * refuses it: a control byte or invalid UTF-8. Two-byte sequences, most of a byte-level vocab, are checked
+ * here; longer ones by the JSON reader's own rule. */
+static inline size_t utf8_length(const unsigned char *s, size_t n, size_t i) {
+    unsigned char ch = s[i];
+    if (ch >= 0x20 && ch < 0x80) return 1;
+    if (ch >= 0xC2 && ch <= 0xDF) return i + 1 < n && (s[i + 1] & 0xC0) == 0x80 ? 2 : 0;
+    if (ch < 0x80) return 0;
+    return json_utf8_sequence_length((const char *)s + i, n - i);
+}
+
 /* A string as written, escapes left in (the quote that ends it is the first not escaped). */
 static bool read_raw_string(cursor *c, const char **body, size_t *length) {
     skip_space(c);
@@ -51,47 +63,63 @@ static bool read_raw_string(cursor *c, const char **body, size_t *length) {
     }
 }
 
-/* A string's value: its text when that is plain (json_string_body_is_plain), or decoded into out->decoded
- * when it has only the one-character escapes (\" and \\ are common in byte-level vocabs). A \u escape fails. */
+/* A string's value: its text when it has no escape, or decoded into out->decoded when it has only the
+ * one-character escapes (\" and \\ are common in byte-level vocabs). A \u escape fails. Control bytes and
+ * invalid UTF-8 fail as the JSON reader refuses them. */
 static bool read_string_value(cursor *c, model_text *out, const char **value, size_t *length) {
-    const char *body;
-    size_t body_length;
-    if (!read_raw_string(c, &body, &body_length)) return false;
-    const char *escape = memchr(body, '\\', body_length);
-    if (!escape) {
-        *value = body;
-        *length = body_length;
-        return json_string_body_is_plain(body, body_length);
-    }
-    char *w = out->decoded + out->decoded_used, *start = w;
-    size_t i = 0;
-    while (i < body_length) {
-        const char *next = memchr(body + i, '\\', body_length - i);
-        size_t run = next ? (size_t)(next - (body + i)) : body_length - i;
-        if (!json_string_body_is_plain(body + i, run)) return false;
-        memcpy(w, body + i, run);
-        w += run;
-        i += run;
-        if (!next) break;
-        if (i + 1 >= body_length) return false;
-        char e = body[i + 1], decoded;
-        switch (e) {
-        case '"': decoded = '"'; break;
-        case '\\': decoded = '\\'; break;
-        case '/': decoded = '/'; break;
-        case 'b': decoded = '\b'; break;
-        case 'f': decoded = '\f'; break;
-        case 'n': decoded = '\n'; break;
-        case 'r': decoded = '\r'; break;
-        case 't': decoded = '\t'; break;
-        default: return false;
+    skip_space(c);
+    const unsigned char *s = (const unsigned char *)c->text;
+    const size_t n = c->length;
+    size_t i = c->pos;
+    if (i >= n || s[i] != '"') return false;
+    const size_t start = ++i;
+    for (;;) {
+        if (i >= n) return false;
+        unsigned char ch = s[i];
+        if (ch == '"') {
+            *value = c->text + start;
+            *length = i - start;
+            c->pos = i + 1;
+            return true;
         }
-        *w++ = decoded;
-        i += 2;
+        if (ch == '\\') break;
+        size_t k = utf8_length(s, n, i);
+        if (k == 0) return false;
+        i += k;
     }
-    *value = start;
-    *length = (size_t)(w - start);
+    char *w = out->decoded + out->decoded_used, *begin = w;
+    memcpy(w, c->text + start, i - start);
+    w += i - start;
+    for (;;) {
+        if (i >= n) return false;
+        unsigned char ch = s[i];
+        if (ch == '"') break;
+        if (ch == '\\') {
+            if (i + 1 >= n) return false;
+            switch (s[i + 1]) {
+            case '"': *w++ = '"'; break;
+            case '\\': *w++ = '\\'; break;
+            case '/': *w++ = '/'; break;
+            case 'b': *w++ = '\b'; break;
+            case 'f': *w++ = '\f'; break;
+            case 'n': *w++ = '\n'; break;
+            case 'r': *w++ = '\r'; break;
+            case 't': *w++ = '\t'; break;
+            default: return false;
+            }
+            i += 2;
+            continue;
+        }
+        size_t k = utf8_length(s, n, i);
+        if (k == 0) return false;
+        memcpy(w, c->text + i, k);
+        w += k;
+        i += k;
+    }
+    *value = begin;
+    *length = (size_t)(w - begin);
     out->decoded_used += *length;
+    c->pos = i + 1;
     return true;
 }
 
@@ -140,23 +168,29 @@ static bool read_small_integer(cursor *c, int64_t *out) {
     return true;
 }
 
-static bool grow_array(void **items, size_t *capacity, size_t count, size_t size) {
-    if (count < *capacity) return true;
-    size_t wanted = *capacity ? *capacity * 2 : 4096;
-    void *grown = realloc(*items, wanted * size);
-    if (!grown) return false;
-    *items = grown;
-    *capacity = wanted;
-    return true;
+/* Room for every entry the rest of the text could hold (an entry takes at least min_bytes of it, and the
+ * separator count, checked before, bounds them too), reserved at once: only the pages written are backed,
+ * in huge pages where the kernel offers them, so the array never moves or grows. */
+static void *reserve_entries(size_t remaining, size_t min_bytes, size_t size, size_t *bytes) {
+    size_t bound = remaining / min_bytes + 1;
+    if (bound > (size_t)TOKENIZER_JSON_MAX_SEPARATORS + 1) bound = (size_t)TOKENIZER_JSON_MAX_SEPARATORS + 1;
+    *bytes = bound * size;
+    void *p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, *bytes, MADV_HUGEPAGE); /* a hint; without it only speed suffers */
+#endif
+    return p;
 }
 
 /* {"key": id, ...} from c->pos. */
 static bool read_vocab(cursor *c, model_text *out) {
     if (!take(c, '{')) return false;
-    size_t capacity = 0;
+    /* "":0, is the least a member takes */
+    out->vocab = reserve_entries(c->length - c->pos, 4, sizeof *out->vocab, &out->vocab_bytes);
+    if (!out->vocab) return false;
     if (take(c, '}')) return true;
     do {
-        if (!grow_array((void **)&out->vocab, &capacity, out->n_vocab, sizeof *out->vocab)) return false;
         vocab_item *e = &out->vocab[out->n_vocab];
         if (!read_string_value(c, out, &e->key, &e->key_length) || !take(c, ':') || !read_small_integer(c, &e->id))
             return false;
@@ -168,10 +202,11 @@ static bool read_vocab(cursor *c, model_text *out) {
 /* ["a b", ...] or [["a", "b"], ...] from c->pos. */
 static bool read_merges(cursor *c, model_text *out) {
     if (!take(c, '[')) return false;
-    size_t capacity = 0;
+    /* "a b", is the least a merge takes */
+    out->merges = reserve_entries(c->length - c->pos, 5, sizeof *out->merges, &out->merges_bytes);
+    if (!out->merges) return false;
     if (take(c, ']')) return true;
     do {
-        if (!grow_array((void **)&out->merges, &capacity, out->n_merges, sizeof *out->merges)) return false;
         merge_item *e = &out->merges[out->n_merges];
         memset(e, 0, sizeof *e);
         skip_space(c);
@@ -275,8 +310,8 @@ bool model_text_read(const char *text, size_t length, model_text *out) {
 }
 
 void model_text_free(model_text *m) {
-    free(m->vocab);
-    free(m->merges);
+    if (m->vocab) (void)munmap(m->vocab, m->vocab_bytes);
+    if (m->merges) (void)munmap(m->merges, m->merges_bytes);
     free(m->rest);
     free(m->decoded);
     memset(m, 0, sizeof *m);

@@ -128,9 +128,9 @@ typedef struct merge_item {
  * and "[]" in their places for the JSON reader. The entries point into the text or into `decoded`. */
 typedef struct model_text {
     vocab_item *vocab;
-    size_t n_vocab;
+    size_t n_vocab, vocab_bytes; /* bytes reserved */
     merge_item *merges;
-    size_t n_merges;
+    size_t n_merges, merges_bytes;
     char *rest;
     size_t rest_length;
     char *decoded; /* the strings that had escapes, decoded */

@@ -229,20 +229,8 @@ static size_t utf8_sequence_length(const unsigned char *s, size_t available) {
     return n;
 }
 
-bool json_string_body_is_plain(const char *s, size_t length) {
-    const unsigned char *bytes = (const unsigned char *)s;
-    for (size_t i = 0; i < length;) {
-        unsigned char c = bytes[i];
-        if (c == '"' || c == '\\' || c < 0x20) return false;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n = utf8_sequence_length(bytes + i, length - i);
-        if (n == 0) return false;
-        i += n;
-    }
-    return true;
+size_t json_utf8_sequence_length(const char *s, size_t available) {
+    return available ? utf8_sequence_length((const unsigned char *)s, available) : 0;
 }
 
 /* Parses a string at p->pos (which is at the opening quote); the decoded bytes go to the arena. */
