@@ -391,16 +391,17 @@ static int64_t tokenizer_id_limit(size_t n_tokens) {
     return limit < (uint64_t)INT32_MAX - 1 ? (int64_t)limit : (int64_t)INT32_MAX - 1;
 }
 
-/* Vocab and added tokens: ids, what each decodes to, the byte-string map. */
-static kite_status load_vocab(tokenizer *t, const json_value *model, const json_value *added_tokens,
-                              const char *path) {
-    const json_value *vocab = json_object_member(model, "vocab");
-    if (!vocab) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab is missing", path);
-    if (!json_is_object(vocab))
-        return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab: expected an object, found %s", path,
-                         json_type_name(vocab->type));
-    size_t n_vocab = vocab->length;
-    if (n_vocab == 0) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab is empty", path);
+/* A status that falls back to the JSON reader without a message: the plain-form reading (model_text.c)
+ * cannot tell that its keys are distinct in a case the JSON reader decides. */
+#define VOCAB_KEYS_UNCHECKED KITE_ERROR_UNSUPPORTED
+
+/* Odd (not byte-level) vocab strings compared pairwise when the JSON reader has not checked the keys. */
+enum { ODD_STRINGS_UNCHECKED_MAX = 64 };
+
+/* Vocab and added tokens: ids, what each decodes to, the byte-string map. keys_distinct: the JSON reader has
+ * refused repeated keys; otherwise a repeat is found here or the load returns VOCAB_KEYS_UNCHECKED. */
+static kite_status load_vocab(tokenizer *t, const vocab_item *vocab, size_t n_vocab, bool keys_distinct,
+                              const json_value *added_tokens, const char *path) {
     size_t n_added = 0;
     if (!json_null_or_absent(added_tokens)) {
         if (!json_is_array(added_tokens))
@@ -414,12 +415,12 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
     const int64_t id_limit = tokenizer_id_limit(n_vocab + n_added);
     int64_t max_id = -1;
     for (size_t i = 0; i < n_vocab; i++) {
-        const json_member *m = &vocab->as.members[i];
-        int64_t id;
-        if (!json_get_int64(&m->value, &id) || id < 0 || id >= id_limit)
+        const vocab_item *m = &vocab[i];
+        int64_t id = m->id;
+        if (id < 0 || id >= id_limit)
             return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
-                             "%s: model.vocab[\"%s\"]: expected an id in [0, %lld) for %zu tokens", path, m->key,
-                             (long long)id_limit, n_vocab + n_added);
+                             "%s: model.vocab[\"%.*s\"]: expected an id in [0, %lld) for %zu tokens", path,
+                             (int)m->key_length, m->key, (long long)id_limit, n_vocab + n_added);
         if (id > max_id) max_id = id;
     }
     added_spec *specs = NULL;
@@ -467,11 +468,12 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
         goto fail_tables;
     }
     for (size_t i = 0; i < n_vocab; i++) {
-        const json_member *m = &vocab->as.members[i];
-        size_t id = (size_t)m->value.as.num.integer;
+        const vocab_item *m = &vocab[i];
+        size_t id = (size_t)m->id;
         if (t->id_kind[id]) {
-            status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab: id %zu is given to both \"%s\" and \"%s\"",
-                               path, id, sources[id], m->key);
+            status = kite_fail(KITE_ERROR_INVALID_TOKENIZER,
+                               "%s: model.vocab: id %zu is given to both \"%.*s\" and \"%.*s\"", path, id,
+                               (int)source_lengths[id], sources[id], (int)m->key_length, m->key);
             goto fail_tables;
         }
         t->id_kind[id] = 1;
@@ -501,7 +503,12 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
             (status = get_flag(o, "single_word", false, &a->single_word, path, "added_tokens[]")) != KITE_OK ||
             (status = get_flag(o, "normalized", !a->special, &a->normalized, path, "added_tokens[]")) != KITE_OK)
             goto fail_tables;
-        /* An added token that names a vocab token keeps it; its content is what decode gives. */
+        /* An added token that names a vocab token keeps it; its content is what decode gives. Then the map
+         * no longer holds that vocab string, so a repeat of it would go unseen without the JSON reader. */
+        if (!keys_distinct && t->id_kind[a->id] == 1) {
+            status = VOCAB_KEYS_UNCHECKED;
+            goto fail_tables;
+        }
         t->id_kind[a->id] = a->special ? 3 : 2;
         sources[a->id] = a->content;
         source_lengths[a->id] = a->length;
@@ -545,6 +552,10 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
     size_t capacity = next_power_of_two(n_vocab * 2 + 16);
     t->vocab.slots = table_alloc(capacity * sizeof *t->vocab.slots);
     if (t->vocab.slots) t->vocab.mask = capacity - 1;
+    if (!keys_distinct && n_odd > ODD_STRINGS_UNCHECKED_MAX) {
+        status = VOCAB_KEYS_UNCHECKED;
+        goto fail_tables;
+    }
     if (n_odd) {
         t->odd_strings = calloc(n_odd, sizeof *t->odd_strings);
         t->odd_ids = calloc(n_odd, sizeof *t->odd_ids);
@@ -556,9 +567,18 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
     memset(t->vocab.slots, 0xFF, capacity * sizeof *t->vocab.slots);
     t->vocab.mask = capacity - 1;
     for (size_t i = 0; i < n_vocab; i++) {
-        int32_t id = (int32_t)vocab->as.members[i].value.as.num.integer;
+        int32_t id = (int32_t)vocab[i].id;
         if (lengths[id] & 0x80000000u) {
-            t->odd_strings[t->n_odd] = strdup(vocab->as.members[i].key);
+            if (!keys_distinct) {
+                for (size_t j = 0; j < t->n_odd; j++) {
+                    if (strlen(t->odd_strings[j]) == vocab[i].key_length &&
+                        memcmp(t->odd_strings[j], vocab[i].key, vocab[i].key_length) == 0) {
+                        status = VOCAB_KEYS_UNCHECKED;
+                        goto fail_tables;
+                    }
+                }
+            }
+            t->odd_strings[t->n_odd] = strndup(vocab[i].key, vocab[i].key_length);
             t->odd_ids[t->n_odd] = id;
             if (!t->odd_strings[t->n_odd]) {
                 status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory for the vocab", path);
@@ -568,8 +588,10 @@ static kite_status load_vocab(tokenizer *t, const json_value *model, const json_
             continue;
         }
         if (!bytes_map_insert(t, id)) {
-            status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab: token \"%s\" is listed twice", path,
-                               vocab->as.members[i].key);
+            status = keys_distinct ? kite_fail(KITE_ERROR_INVALID_TOKENIZER,
+                                               "%s: model.vocab: token \"%.*s\" is listed twice", path,
+                                               (int)vocab[i].key_length, vocab[i].key)
+                                   : VOCAB_KEYS_UNCHECKED;
             goto fail_tables;
         }
     }
@@ -612,12 +634,7 @@ static int32_t vocab_find_string(const tokenizer *t, const char *s, size_t lengt
     return -1;
 }
 
-static kite_status load_merges(tokenizer *t, const json_value *model, const char *path) {
-    const json_value *merges = json_object_member(model, "merges");
-    if (json_null_or_absent(merges)) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges is missing", path);
-    if (!json_is_array(merges))
-        return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges: expected an array", path);
-    size_t n = merges->length;
+static kite_status load_merges(tokenizer *t, const merge_item *merges, size_t n, const char *path) {
     if (n >= UINT32_MAX) return kite_fail(KITE_ERROR_UNSUPPORTED, "%s: model.merges: too many merges", path);
     size_t capacity = next_power_of_two(n * 2 + 16);
     t->merges.entries = table_alloc(capacity * sizeof *t->merges.entries);
@@ -630,31 +647,19 @@ static kite_status load_merges(tokenizer *t, const json_value *model, const char
     kite_status status = KITE_OK;
     int32_t guess = -1;
     for (size_t rank = 0; rank < n; rank++) {
-        const json_value *m = &merges->as.items[rank];
-        const char *left, *right;
-        size_t left_length, right_length;
-        if (json_is_string(m)) {
-            const char *space = memchr(m->as.string, ' ', m->length);
-            if (!space || memchr(space + 1, ' ', m->length - (size_t)(space - m->as.string) - 1)) {
-                status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges[%zu]: expected \"a b\", found \"%s\"",
-                                   path, rank, m->as.string);
-                break;
-            }
-            left = m->as.string;
-            left_length = (size_t)(space - left);
-            right = space + 1;
-            right_length = m->length - left_length - 1;
-        } else if (json_is_array(m) && m->length == 2 && json_is_string(&m->as.items[0]) &&
-                   json_is_string(&m->as.items[1])) {
-            left = m->as.items[0].as.string;
-            left_length = m->as.items[0].length;
-            right = m->as.items[1].as.string;
-            right_length = m->as.items[1].length;
-        } else {
+        const merge_item *m = &merges[rank];
+        if (m->bad_pair) {
+            status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges[%zu]: expected \"a b\", found \"%s\"",
+                               path, rank, m->bad_pair);
+            break;
+        }
+        if (m->bad_form) {
             status = kite_fail(KITE_ERROR_INVALID_TOKENIZER,
                                "%s: model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", path, rank);
             break;
         }
+        const char *left = m->left, *right = m->right;
+        size_t left_length = m->left_length, right_length = m->right_length;
         size_t need = left_length + right_length + 1;
         if (need > scratch_size) {
             free(scratch);
@@ -665,8 +670,20 @@ static kite_status load_merges(tokenizer *t, const json_value *model, const char
                 break;
             }
         }
-        int32_t left_id = vocab_find_string(t, left, left_length, scratch);
-        int32_t right_id = vocab_find_string(t, right, right_length, scratch);
+        /* Both sides decoded once, side by side: their lookups and the merged token's check read the same
+         * bytes. */
+        char *joined = scratch + scratch_size;
+        size_t left_bytes = 0, right_bytes = 0;
+        const bool decoded = byte_level_decode(left, left_length, joined, &left_bytes) &&
+                             byte_level_decode(right, right_length, joined + left_bytes, &right_bytes);
+        int32_t left_id, right_id;
+        if (decoded) {
+            left_id = bytes_map_find(t, joined, left_bytes);
+            right_id = bytes_map_find(t, joined + left_bytes, right_bytes);
+        } else {
+            left_id = vocab_find_string(t, left, left_length, scratch);
+            right_id = vocab_find_string(t, right, right_length, scratch);
+        }
         if (left_id < 0 || right_id < 0) {
             status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges[%zu]: token \"%.*s\" is not in the vocab",
                                path, rank, (int)(left_id < 0 ? left_length : right_length), left_id < 0 ? left : right);
@@ -674,12 +691,8 @@ static kite_status load_merges(tokenizer *t, const json_value *model, const char
         }
         /* Merged tokens usually follow the merges in id order (Qwen3: always id 256 + rank), so the id
          * after the previous merge's is tried first by comparing bytes, sparing a hash lookup. */
-        char *joined = scratch + scratch_size;
-        size_t left_bytes = 0, right_bytes = 0;
         int32_t merged = -1;
-        if (byte_level_decode(left, left_length, joined, &left_bytes) &&
-            byte_level_decode(right, right_length, joined + left_bytes, &right_bytes) && guess >= 0 &&
-            guess < t->n_ids && t->id_kind[guess] == 1) {
+        if (decoded && guess >= 0 && guess < t->n_ids && t->id_kind[guess] == 1) {
             size_t n_bytes = left_bytes + right_bytes;
             if (t->offsets[guess + 1] - t->offsets[guess] == n_bytes &&
                 memcmp(t->blob + t->offsets[guess], joined, n_bytes) == 0)
@@ -705,6 +718,68 @@ static kite_status load_merges(tokenizer *t, const json_value *model, const char
     }
     free(scratch);
     return status;
+}
+
+/* model.vocab from the JSON reader's tree, as entries (which point into the tree). */
+static kite_status vocab_items_from_json(const json_value *model, const char *path, vocab_item **out,
+                                           size_t *count) {
+    const json_value *vocab = json_object_member(model, "vocab");
+    if (!vocab) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab is missing", path);
+    if (!json_is_object(vocab))
+        return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab: expected an object, found %s", path,
+                         json_type_name(vocab->type));
+    if (vocab->length == 0) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.vocab is empty", path);
+    vocab_item *entries = malloc(vocab->length * sizeof *entries);
+    if (!entries) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory for the vocab", path);
+    for (size_t i = 0; i < vocab->length; i++) {
+        const json_member *m = &vocab->as.members[i];
+        int64_t id;
+        entries[i] = (vocab_item){m->key, m->key_length, json_get_int64(&m->value, &id) ? id : -1};
+    }
+    *out = entries;
+    *count = vocab->length;
+    return KITE_OK;
+}
+
+/* model.merges from the JSON reader's tree; a merge of the wrong form is marked, for load_merges to name in
+ * rank order. */
+static kite_status merge_items_from_json(const json_value *model, const char *path, merge_item **out,
+                                           size_t *count) {
+    const json_value *merges = json_object_member(model, "merges");
+    if (json_null_or_absent(merges)) return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges is missing", path);
+    if (!json_is_array(merges))
+        return kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model.merges: expected an array", path);
+    *out = NULL;
+    *count = 0;
+    if (merges->length == 0) return KITE_OK;
+    merge_item *entries = calloc(merges->length, sizeof *entries);
+    if (!entries) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "%s: out of memory for merges", path);
+    for (size_t rank = 0; rank < merges->length; rank++) {
+        const json_value *m = &merges->as.items[rank];
+        merge_item *e = &entries[rank];
+        if (json_is_string(m)) {
+            const char *space = memchr(m->as.string, ' ', m->length);
+            if (!space || memchr(space + 1, ' ', m->length - (size_t)(space - m->as.string) - 1)) {
+                e->bad_pair = m->as.string;
+                continue;
+            }
+            e->left = m->as.string;
+            e->left_length = (size_t)(space - e->left);
+            e->right = space + 1;
+            e->right_length = m->length - e->left_length - 1;
+        } else if (json_is_array(m) && m->length == 2 && json_is_string(&m->as.items[0]) &&
+                   json_is_string(&m->as.items[1])) {
+            e->left = m->as.items[0].as.string;
+            e->left_length = m->as.items[0].length;
+            e->right = m->as.items[1].as.string;
+            e->right_length = m->as.items[1].length;
+        } else {
+            e->bad_form = true;
+        }
+    }
+    *out = entries;
+    *count = merges->length;
+    return KITE_OK;
 }
 
 /* ---- load: pipeline ------------------------------------------------------------------------------- */
@@ -814,15 +889,9 @@ static kite_status load_decoder_and_post(const json_value *root, const char *pat
     return KITE_OK;
 }
 
-kite_status tokenizer_load_json(const char *json, size_t length, const char *path, tokenizer **out) {
-    if (!json || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tokenizer_load_json: NULL argument");
-    *out = NULL;
-    if (!path) path = "tokenizer.json";
-    size_t offset = 0;
-    if (!json_scan_separators_within(json, length, TOKENIZER_JSON_MAX_SEPARATORS, &offset))
-        return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
-                         "%s: byte %zu: more than %d commas and brackets (Qwen3's tokenizer.json has 606053)", path,
-                         offset, TOKENIZER_JSON_MAX_SEPARATORS);
+/* Parses json (the whole file, or the rest of it when `plain` holds its vocab and merges) and loads it. */
+static kite_status load_document(const char *json, size_t length, const model_text *plain, const char *path,
+                                 tokenizer **out) {
     json_error error;
     json_document *doc = json_parse(json, length, &error);
     if (!doc)
@@ -845,10 +914,30 @@ kite_status tokenizer_load_json(const char *json, size_t length, const char *pat
     } else if (!json_is_object(model)) {
         status = kite_fail(KITE_ERROR_INVALID_TOKENIZER, "%s: model: expected an object, found %s", path,
                            json_type_name(model->type));
+    } else if (plain) {
+        /* The rest holds "{}" and "[]" where the two were read; anything else means they were not found
+         * where the JSON reader sees them. */
+        const json_value *vocab = json_object_member(model, "vocab"), *merges = json_object_member(model, "merges");
+        if (!json_is_object(vocab) || vocab->length != 0 || !json_is_array(merges) || merges->length != 0)
+            status = VOCAB_KEYS_UNCHECKED;
     }
     if (status == KITE_OK) status = load_model_options(t, model, path);
-    if (status == KITE_OK) status = load_vocab(t, model, json_object_member(root, "added_tokens"), path);
-    if (status == KITE_OK) status = load_merges(t, model, path);
+    if (plain) {
+        if (status == KITE_OK)
+            status = load_vocab(t, plain->vocab, plain->n_vocab, false, json_object_member(root, "added_tokens"), path);
+        if (status == KITE_OK) status = load_merges(t, plain->merges, plain->n_merges, path);
+    } else {
+        vocab_item *vocab = NULL;
+        merge_item *merges = NULL;
+        size_t n_vocab = 0, n_merges = 0;
+        if (status == KITE_OK) status = vocab_items_from_json(model, path, &vocab, &n_vocab);
+        if (status == KITE_OK)
+            status = load_vocab(t, vocab, n_vocab, true, json_object_member(root, "added_tokens"), path);
+        if (status == KITE_OK) status = merge_items_from_json(model, path, &merges, &n_merges);
+        if (status == KITE_OK) status = load_merges(t, merges, n_merges, path);
+        free(vocab);
+        free(merges);
+    }
     if (status == KITE_OK) status = load_normalizer(t, json_object_member(root, "normalizer"), path, "normalizer");
     if (status == KITE_OK) status = load_pre_tokenizer(t, json_object_member(root, "pre_tokenizer"), path);
     if (status == KITE_OK) status = load_decoder_and_post(root, path);
@@ -861,6 +950,31 @@ kite_status tokenizer_load_json(const char *json, size_t length, const char *pat
     }
     *out = t;
     return KITE_OK;
+}
+
+kite_status tokenizer_load_json(const char *json, size_t length, const char *path, tokenizer **out) {
+    if (!json || !out) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tokenizer_load_json: NULL argument");
+    *out = NULL;
+    if (!path) path = "tokenizer.json";
+    size_t offset = 0;
+    if (!json_scan_separators_within(json, length, TOKENIZER_JSON_MAX_SEPARATORS, &offset))
+        return kite_fail(KITE_ERROR_INVALID_TOKENIZER,
+                         "%s: byte %zu: more than %d commas and brackets (Qwen3's tokenizer.json has 606053)", path,
+                         offset, TOKENIZER_JSON_MAX_SEPARATORS);
+    /* The vocab and merges in their plain form first; a file that is not in it, or that fails to load that
+     * way, is loaded again through the JSON reader alone, so what is accepted and every message stay the
+     * JSON reader's. */
+    model_text plain;
+    if (model_text_read(json, length, &plain)) {
+        tokenizer *t = NULL;
+        kite_status status = load_document(plain.rest, plain.rest_length, &plain, path, &t);
+        model_text_free(&plain);
+        if (status == KITE_OK) {
+            *out = t;
+            return KITE_OK;
+        }
+    }
+    return load_document(json, length, NULL, path, out);
 }
 
 /* ---- tokenizer_config.json ------------------------------------------------------------------------ */

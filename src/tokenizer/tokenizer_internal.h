@@ -109,6 +109,38 @@ int32_t bytes_map_find(const tokenizer *t, const char *bytes, size_t length);
 bool bytes_map_insert(tokenizer *t, int32_t id);
 uint64_t merge_hash(uint64_t key);
 
+/* One member of model.vocab: its key (not NUL-terminated) and its id (-1 when it is not an integer). */
+typedef struct vocab_item {
+    const char *key;
+    size_t key_length;
+    int64_t id;
+} vocab_item;
+
+/* One of model.merges: its two sides, or (from the JSON reader) what is wrong with its form. */
+typedef struct merge_item {
+    const char *left, *right;
+    size_t left_length, right_length;
+    const char *bad_pair;  /* a string that is not "a b" (NUL-terminated), or NULL */
+    bool bad_form;         /* neither a string nor two strings */
+} merge_item;
+
+/* model.vocab and model.merges read from the text itself (model_text.c), and the rest of the text with "{}"
+ * and "[]" in their places for the JSON reader. The entries point into the text or into `decoded`. */
+typedef struct model_text {
+    vocab_item *vocab;
+    size_t n_vocab, vocab_bytes; /* bytes reserved */
+    merge_item *merges;
+    size_t n_merges, merges_bytes;
+    char *rest;
+    size_t rest_length;
+    char *decoded; /* the strings that had escapes, decoded */
+    size_t decoded_used;
+} model_text;
+
+/* False, with nothing kept and no message, when the text is not in the plain form model_text.c reads. */
+bool model_text_read(const char *text, size_t length, model_text *out);
+void model_text_free(model_text *m);
+
 /* Merged piece -> ids appended to out. */
 kite_status bpe_encode_piece(const tokenizer *t, const char *piece, size_t length, id_buffer *out);
 

@@ -229,6 +229,10 @@ static size_t utf8_sequence_length(const unsigned char *s, size_t available) {
     return n;
 }
 
+size_t json_utf8_sequence_length(const char *s, size_t available) {
+    return available ? utf8_sequence_length((const unsigned char *)s, available) : 0;
+}
+
 /* Parses a string at p->pos (which is at the opening quote); the decoded bytes go to the arena. */
 static bool parse_string(parser *p, const char **out, size_t *out_length) {
     p->pos++; /* opening quote */

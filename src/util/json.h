@@ -99,6 +99,10 @@ static inline bool json_is_array(const json_value *value) { return value && valu
 static inline bool json_is_object(const json_value *value) { return value && value->type == JSON_TYPE_OBJECT; }
 static inline bool json_is_null(const json_value *value) { return value && value->type == JSON_TYPE_NULL; }
 
+/* The length of the UTF-8 sequence at s (at most `available` bytes) as json_parse accepts it inside a
+ * string, 0 when it is invalid (overlong, a surrogate, past U+10FFFF, cut short). */
+size_t json_utf8_sequence_length(const char *s, size_t available);
+
 /* "object", "string", ... for messages. */
 const char *json_type_name(json_type type);
 

@@ -494,6 +494,15 @@ static void test_damaged(void) {
     expect_failure(&(mini_options){.vocab_extra = ",\"he\":300"}, KITE_ERROR_INVALID_TOKENIZER,
                    "mini/tokenizer.json:1:");
     expect_failure(&(mini_options){.vocab_extra = ",\"he\":300"}, KITE_ERROR_INVALID_TOKENIZER, ": duplicate key \"he\"");
+    /* The same refusals whichever way the vocab is read: a repeated key that is not byte-level, one whose
+     * repeat an added token takes over, one written with an escape. */
+    expect_failure(&(mini_options){.vocab_extra = ",\"\u20acx\":300,\"\u20acx\":301"}, KITE_ERROR_INVALID_TOKENIZER,
+                   ": duplicate key \"\u20acx\"");
+    expect_failure(&(mini_options){.vocab_extra = ",\"he\":300",
+                                   .added_tokens = "[{\"id\":300,\"content\":\"<x>\",\"special\":true}]"},
+                   KITE_ERROR_INVALID_TOKENIZER, ": duplicate key \"he\"");
+    expect_failure(&(mini_options){.vocab_extra = ",\"h\\u0065\":300"}, KITE_ERROR_INVALID_TOKENIZER,
+                   ": duplicate key \"he\"");
     /* a small object too: the model's type given twice, the second one what tokenizers would read */
     expect_failure(&(mini_options){.model_extra = "\"type\":\"WordPiece\","}, KITE_ERROR_INVALID_TOKENIZER,
                    ": duplicate key \"type\"");
@@ -574,6 +583,47 @@ static void test_damaged(void) {
     CHECK(strstr(kite_last_error(), "/nonexistent/dir/tokenizer.json") != NULL);
 }
 
+/* tokenizer.json's vocab and merges are read from the text in their plain form and through the JSON reader
+ * otherwise (a \u escape is enough): both give the same tokenizer. */
+static void test_plain_and_json_reader_agree(void) {
+    size_t length;
+    char *text = test_read_file(DATA_DIR "/tokenizer.json", &length);
+    CHECK(text != NULL);
+    if (!text) return;
+    static const char plain_key[] = "\"vocab\": {\n      \"!\": 0,";
+    static const char escaped_key[] = "\"vocab\": {\n      \"\\u0021\": 0,";
+    char *at = strstr(text, plain_key);
+    CHECK(at != NULL);
+    char *escaped = malloc(length + sizeof escaped_key);
+    CHECK(escaped != NULL);
+    if (at && escaped) {
+        size_t head = (size_t)(at - text), tail = length - head - (sizeof plain_key - 1);
+        memcpy(escaped, text, head);
+        memcpy(escaped + head, escaped_key, sizeof escaped_key - 1);
+        memcpy(escaped + head + sizeof escaped_key - 1, at + sizeof plain_key - 1, tail);
+        size_t escaped_length = head + sizeof escaped_key - 1 + tail;
+        tokenizer *plain = NULL, *json = NULL;
+        CHECK(tokenizer_load_json(text, length, "plain/tokenizer.json", &plain) == KITE_OK);
+        CHECK(tokenizer_load_json(escaped, escaped_length, "escaped/tokenizer.json", &json) == KITE_OK);
+        if (plain && json) {
+            CHECK(tokenizer_vocab_size(plain) == tokenizer_vocab_size(json));
+            static const char sample[] = "Hello, world! \"quoted\" back\\slash  caf\u00e9 \u6f22\u5b57 <|im_start|>x 12345";
+            int32_t *a = NULL, *b = NULL;
+            size_t n_a = 0, n_b = 0;
+            CHECK(tokenizer_encode(plain, sample, strlen(sample), &a, &n_a) == KITE_OK);
+            CHECK(tokenizer_encode(json, sample, strlen(sample), &b, &n_b) == KITE_OK);
+            CHECK_MSG(n_a == n_b && n_a > 0 && memcmp(a, b, n_a * sizeof *a) == 0, "%zu vs %zu ids", n_a, n_b);
+            CHECK(tokenizer_token_to_id(plain, "!") == 0 && tokenizer_token_to_id(json, "!") == 0);
+            free(a);
+            free(b);
+        }
+        tokenizer_free(plain);
+        tokenizer_free(json);
+    }
+    free(escaped);
+    free(text);
+}
+
 /* Added-token flags on the mini tokenizer: lstrip / rstrip take the spaces around, single_word only
  * matches between non-word characters, normalized tokens match after NFC. */
 static void test_added_flags(void) {
@@ -621,6 +671,7 @@ int main(void) {
     TEST_RUN(test_threads);
     TEST_RUN(test_damaged);
     TEST_RUN(test_added_flags);
+    TEST_RUN(test_plain_and_json_reader_agree);
     for (size_t i = 0; i < n_cases; i++) {
         free(cases[i].category);
         free(cases[i].input);
