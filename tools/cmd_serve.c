@@ -201,9 +201,10 @@ int cmd_serve(int argc, char **argv) {
     int code = 1;
     struct event *term = NULL, *interrupt = NULL;
     rt.wake = event_new(base, -1, 0, router_on_wake, &rt);
+    rt.idle_trim = evtimer_new(base, router_on_idle, &rt);
     term = evsignal_new(base, SIGTERM, on_stop_signal, &rt);
     interrupt = evsignal_new(base, SIGINT, on_stop_signal, &rt);
-    if (!rt.wake || !term || !interrupt || evsignal_add(term, NULL) != 0 || evsignal_add(interrupt, NULL) != 0) {
+    if (!rt.wake || !rt.idle_trim || !term || !interrupt || evsignal_add(term, NULL) != 0 || evsignal_add(interrupt, NULL) != 0) {
         fprintf(stderr, "kite serve: cannot set up the event loop's events\n");
         goto done;
     }
@@ -227,6 +228,7 @@ done:
     if (term) event_free(term);
     if (interrupt) event_free(interrupt);
     if (rt.wake) event_free(rt.wake);
+    if (rt.idle_trim) event_free(rt.idle_trim);
     event_base_free(base);
     return code;
 }
