@@ -6,6 +6,7 @@
  * every request (tools/serve/engine_link.h). The engine thread never waits on a socket; it hands output back
  * through a queue and an event the loop wakes on.
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +170,16 @@ int cmd_serve(int argc, char **argv) {
     const int parsed = parse_arguments(argc, argv, &config);
     if (parsed != 0) return parsed < 0 ? 0 : parsed;
 
+#if defined(__GLIBC__)
+    /* glibc gives a thread that allocates while the others hold the arenas one of its own, up to 8 per core, and
+     * each arena keeps its own share of a burst's fragments: pages that hold a live chunk, which malloc_trim
+     * cannot give back. The requests' memory comes from two threads, this loop and the engine thread (the
+     * backend's workers allocate no more than scratch), so two arenas serve them without contention. */
+    if (mallopt(M_ARENA_MAX, 2) != 1) {
+        fprintf(stderr, "kite serve: cannot bound glibc's malloc arenas (mallopt M_ARENA_MAX)\n");
+        return 1;
+    }
+#endif
     /* The engine thread makes the loop's wake event active: libevent's locks must be on before the base. */
     if (evthread_use_pthreads() != 0) {
         fprintf(stderr, "kite serve: cannot enable libevent's thread support\n");
