@@ -87,17 +87,16 @@ static void exit_when_flushed(router *rt) {
     if (!rt->flush_timer || event_add(rt->flush_timer, &tick) != 0) event_base_loopexit(rt->base, NULL);
 }
 
-/* A burst leaves its freed memory in glibc's arenas (one for each thread that allocates: this loop, the engine
- * thread and the backend's workers), most of it in pages that hold a live chunk or two or below an arena's top, so
- * RSS would stay at the burst's peak for good. malloc_trim(0) gives every wholly free page of every arena back to
- * the system. It walks the free lists, so it runs once the server has been idle this long, never under a steady
- * load: a request arriving sooner pushes it back. */
+/* A burst leaves its freed memory in glibc's arenas, most of it in free chunks below a chunk still live, which
+ * free() never gives back (it trims only an arena's top), so RSS would stay at the burst's peak for good.
+ * malloc_trim(0) gives every wholly free page of every arena back to the system. It walks the free lists, so it
+ * runs only once nothing has been in flight for this long, never under a steady load. */
 #define IDLE_TRIM_SECONDS 0.2
 
 static void arm_idle_trim(router *rt) {
     if (!rt->idle_trim || rt->in_flight != 0 || rt->draining) return;
     const struct timeval delay = {.tv_sec = 0, .tv_usec = (long)(IDLE_TRIM_SECONDS * 1e6)};
-    (void)evtimer_add(rt->idle_trim, &delay); /* cannot fail for a timer; a missed trim costs memory only */
+    (void)evtimer_add(rt->idle_trim, &delay); /* re-arms a pending one; a missed trim costs memory only */
 }
 
 void router_on_idle(int fd, short what, void *argument) {
