@@ -2,7 +2,7 @@
 """`kite serve` on the tiny checkpoint (CPU backend, loopback only): the completion fields that shape the choices.
 `n` (choices indexed in order; with a seed, choice i is the request of seed + i; greedy choices are identical;
 streamed chunks carry their index; usage counts every choice; a client that leaves cancels all of them; admission
-counts n; the prefix cache shares the prompt's blocks), `echo` (the prompt before each choice's text, streamed in
+counts n; the prefix cache shares the prompt's blocks; choices held for their lead's prompt count as waiting), `echo` (the prompt before each choice's text, streamed in
 the first chunk; with max_tokens 0 the prompt alone; with logprobs refused), and streamed `logprobs` (the chunks'
 concatenate to the whole response's). The CPU backend is exact, so solo and batched requests agree token for token."""
 import argparse, http.client, json, os, re, socket, sys, time
@@ -267,6 +267,42 @@ def the_choices_share_the_prompts_cached_blocks():
     solo = [post({"prompt": words, "max_tokens": 2, "temperature": 1.0, "seed": 1 + i, "ignore_eos": True})
             for i in range(4)]
     assert [c["text"] for c in out["choices"]] == [s["choices"][0]["text"] for s in solo], (out, solo)
+
+
+@case
+def held_choices_count_as_waiting():
+    # 4 choices fill the batch; a request of n = 3 with a prompt past one block waits: its lead in the engine's
+    # queue, choices 1 and 2 held by the server until the lead's prompt is computed. /metrics counts all three.
+    def send(body):
+        s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+        data = json.dumps(body).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+        return s
+    long = send({"prompt": "Hello", "max_tokens": 3000, "stream": True, "ignore_eos": True, "n": 4})
+    long.recv(4096)  # the stream began
+    words = " ".join("held%d" % i for i in range(200))
+    three = send({"prompt": words, "max_tokens": 1, "n": 3})
+    deadline = time.time() + 30  # a hang guard: the three are admitted at once, the batch stays full
+    seen = None
+    while time.time() < deadline:
+        seen = (metric("kite_requests_running"), metric("kite_requests_waiting"))
+        if seen == (4, 3):
+            break
+        time.sleep(0.02)
+    long.close()
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        more = three.recv(65536)
+        assert more, answer
+        answer += more
+    three.close()
+    assert seen == (4, 3), "running, waiting: %s, not (4, 3)" % (seen,)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert len(json.loads(answer.split(b"\r\n\r\n", 1)[1])["choices"]) == 3, answer
+    deadline = time.time() + 20
+    while time.time() < deadline and (metric("kite_requests_running") or metric("kite_requests_waiting")):
+        time.sleep(0.05)
+    assert metric("kite_requests_running") == 0 and metric("kite_requests_waiting") == 0
 
 
 @case

@@ -29,12 +29,20 @@ static void live_remove(engine_link *link, serve_request *r) {
     r->next_live = r->prev_live = NULL;
 }
 
+/* The request reached the engine, or ended before it did. Under the mutex. */
+static void leave_waiting_locked(engine_link *link, serve_request *r) {
+    if (!r->counted_waiting) return;
+    r->counted_waiting = false;
+    link->n_before_engine--;
+}
+
 /* The request's last event: done, off the live list, the engine's reference given back (the outbox keeps
  * one, so the request lives on). Under the mutex, on the engine thread. */
 static void finish_locked(engine_link *link, serve_request *r, kite_finish_reason finish) {
     r->finish = finish;
     r->done = true;
     r->prompt_read = true;
+    leave_waiting_locked(link, r);
     live_remove(link, r);
     outbox_push_locked(link, r);
     r->references--;
@@ -149,6 +157,7 @@ static void submit_one(engine_link *link, serve_request *r) {
     /* On the live list before the submission: the library may end the request inside the call (its final event
      * takes it off again). */
     pthread_mutex_lock(&link->mutex);
+    leave_waiting_locked(link, r);
     r->next_live = link->live;
     r->prev_live = NULL;
     if (link->live) link->live->prev_live = r;
@@ -406,7 +415,8 @@ engine_link_state engine_link_get_state(engine_link *link, char *error, size_t e
 
 kite_engine_stats engine_link_get_stats(engine_link *link) {
     pthread_mutex_lock(&link->mutex);
-    const kite_engine_stats stats = link->stats;
+    kite_engine_stats stats = link->stats;
+    stats.waiting += link->n_before_engine;
     pthread_mutex_unlock(&link->mutex);
     return stats;
 }
@@ -415,6 +425,8 @@ void engine_link_submit(engine_link *link, serve_request *r) {
     pthread_mutex_lock(&link->mutex);
     r->link = link;
     r->references++; /* the engine's, given back with the request's last event */
+    r->counted_waiting = true;
+    link->n_before_engine++;
     r->next_in = NULL;
     if (link->inbox_tail)
         link->inbox_tail->next_in = r;

@@ -47,6 +47,7 @@ typedef struct engine_link {
     bool cancel_everything; /* the drain timed out: cancel what runs */
     bool quit;
     kite_engine_stats stats; /* the engine's, refreshed after every step */
+    int n_before_engine;     /* requests handed to the link and not yet to the engine: in the inbox, or held */
 
     serve_request *live; /* the engine thread's: submitted and not finished */
     /* The engine thread's: choices 1..n-1 waiting for their lead's prompt to be computed, so that their prefill
@@ -69,6 +70,8 @@ bool engine_link_load(engine_link *link);
 bool engine_link_work(engine_link *link, bool wait);
 
 engine_link_state engine_link_get_state(engine_link *link, char *error, size_t error_size);
+/* The engine's stats, with `waiting` counting the requests not yet handed to the engine as well (a held choice
+ * waits for a place in the batch as much as a queued one). */
 kite_engine_stats engine_link_get_stats(engine_link *link);
 
 /* Hands a request to the engine thread (it takes a reference). Choices after the first are submitted to the

@@ -1,5 +1,6 @@
 /* Generation requests on the loop thread (router.h): admission, the engine's output written out as it
  * arrives, hangups, and the drain on SIGTERM. */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,28 @@ static void exit_when_flushed(router *rt) {
     if (!rt->flush_timer || event_add(rt->flush_timer, &tick) != 0) event_base_loopexit(rt->base, NULL);
 }
 
+/* A burst leaves its freed memory in glibc's arenas, most of it in free chunks below a chunk still live, which
+ * free() never gives back (it trims only an arena's top), so RSS would stay at the burst's peak for good.
+ * malloc_trim(0) gives every wholly free page of every arena back to the system. It walks the free lists, so it
+ * runs only once nothing has been in flight for this long, never under a steady load. */
+#define IDLE_TRIM_SECONDS 0.2
+
+static void arm_idle_trim(router *rt) {
+    if (!rt->idle_trim || rt->in_flight != 0 || rt->draining) return;
+    const struct timeval delay = {.tv_sec = 0, .tv_usec = (long)(IDLE_TRIM_SECONDS * 1e6)};
+    (void)evtimer_add(rt->idle_trim, &delay); /* re-arms a pending one; a missed trim costs memory only */
+}
+
+void router_on_idle(int fd, short what, void *argument) {
+    (void)fd;
+    (void)what;
+    router *rt = argument;
+    if (rt->in_flight != 0) return;
+#if defined(__GLIBC__)
+    (void)malloc_trim(0); /* 1 when it gave memory back, 0 when there was none: either is fine */
+#endif
+}
+
 /* The connection is free for its next request. */
 static void release_connection(serve_request *r) {
     if (!r->connection) return;
@@ -104,6 +127,7 @@ static void finish(router *rt, serve_request *r, int status) {
     rt->in_flight -= n;
     for (int i = n - 1; i >= 0; i--) engine_link_release(rt->link, r->choices[i]);
     if (rt->draining && rt->in_flight == 0) exit_when_flushed(rt);
+    arm_idle_trim(rt);
 }
 
 /* Every choice whose end the loop has not seen is cancelled (the client left, or the response ended early). */

@@ -76,7 +76,10 @@ void metrics_render(const serve_metrics *m, const kite_engine_stats *engine, tex
               &m->time_per_output_token);
     histogram(out, "kite_e2e_request_latency_seconds", "From a request's arrival to its last byte.", &m->e2e_latency);
     gauge(out, "kite_requests_running", "gauge", "Requests in the engine's batch.", engine->running);
-    gauge(out, "kite_requests_waiting", "gauge", "Requests queued or preempted in the engine.", engine->waiting);
+    gauge(out, "kite_requests_waiting", "gauge",
+          "Requests waiting for a place in the batch: queued or preempted in the engine, or a choice held for its "
+          "lead's prompt.",
+          engine->waiting);
     gauge(out, "kite_kv_blocks_used", "gauge", "KV cache blocks held by requests.",
           (long long)engine->kv_blocks_total - engine->kv_blocks_free);
     gauge(out, "kite_kv_blocks_free", "gauge",

@@ -31,6 +31,7 @@ typedef struct router {
     struct event *wake; /* made active by the engine thread */
     struct event *drain_timer;
     struct event *flush_timer; /* the drain's end: waits for the last responses to leave */
+    struct event *idle_trim;   /* armed when the last request is answered: gives freed memory back (generation.c) */
     double flush_deadline;
     bool ready_reported;
     bool draining;
@@ -46,6 +47,8 @@ void router_handle(struct evhttp_request *request, void *argument);
 void router_on_wake(int fd, short what, void *argument);
 /* http_server's hangup callback: the client of a running request is gone. */
 void router_on_hangup(serve_connection *c, void *argument);
+/* The idle_trim timer: nothing has been in flight for a moment (generation.c says why it trims). */
+void router_on_idle(int fd, short what, void *argument);
 /* SIGTERM / SIGINT: stop accepting, let in-flight requests finish within drain_seconds, then cancel them. */
 void router_start_drain(router *r);
 

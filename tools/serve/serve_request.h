@@ -88,6 +88,7 @@ typedef struct serve_request {
     struct serve_request *next_live, *prev_live; /* submitted and not finished */
     struct serve_request *next_held;             /* engine_link's held list */
     bool held;                                   /* on it */
+    bool counted_waiting; /* in engine_link's n_before_engine: handed to the link, not yet to the engine */
 
     /* The loop thread's. */
     struct evhttp_request *http;   /* NULL once the connection freed it */
