@@ -43,7 +43,10 @@ if [ -z "$model" ]; then
 fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 gpu=${gpu:-$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')}
-commit=${COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+# The commit the kite binary was built from (kite --version), not the checkout's HEAD: on the GPU machine the
+# checkout's history can be older than the binaries carried to it.
+commit=${COMMIT:-$("$kite" --version 2>/dev/null | sed -n 's/^kite [^ ]* (\(.*\))$/\1/p')}
+commit=${commit:-unknown}
 # The prompts' text: the repository's own documentation (English prose, code and tables).
 text=$out/serve_text.txt
 cat README.md docs/*.md >"$text"
