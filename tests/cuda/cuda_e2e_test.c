@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/kernels/cuda_ops.h"
+#include "logits_compare.h"
 #include "model/dummy.h"
 #include "test_util.h"
 
@@ -60,30 +61,6 @@ static void run_seq(backend *b, int seq, const int32_t *tokens, int n, int befor
     uint8_t wants = 1;
     step_batch batch = {1, n, tokens, start, &ctx, &table, &wants, false, false};
     TRY(b->ops->forward(b, &batch));
-}
-
-static double rel_l2(const float *a, const float *ref, size_t n) {
-    double e = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        e += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        r += (double)ref[i] * ref[i];
-    }
-    return sqrt(e / r);
-}
-
-static int argmax_of(const float *v, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return best;
-}
-
-static int in_top5(const float *v, int n, int id) {
-    int above = 0;
-    for (int i = 0; i < n; i++)
-        if (v[i] > v[id]) above++;
-    return above < 5;
 }
 
 static void prompt_tokens(int32_t *out, int n, uint32_t seed) {
