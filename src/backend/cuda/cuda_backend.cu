@@ -364,6 +364,10 @@ kite_status finish_create(cuda_backend *b, const runtime_options *options) {
     const qwen3_config *c = &core->config;
     kite_status status = KITE_OK;
     STEP(upload_rope(core));
+    /* The weights and the RoPE table went up by cudaMemcpy on the legacy stream, which from pageable memory returns
+     * once the bytes are staged, before their DMA ends; the core's stream is non-blocking, so nothing orders its
+     * kernels (the lm_head screen's build below, the first forward) after those copies but this synchronisation. */
+    STEP(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after the weights' upload)"));
 
     /* Decode buffers: fixed for the life of the backend, so the captured graphs stay valid. */
     const int group_heads = qwen3_group_heads(c);
