@@ -51,6 +51,10 @@ commit=${commit:-unknown}
 text=$out/serve_text.txt
 cat README.md docs/*.md >"$text"
 quick=${QUICK:-0}
+# A request whose stream is silent REQUEST_TIMEOUT seconds fails (a token every few milliseconds is the norm), and a
+# workload that runs past WORKLOAD_LIMIT seconds is stopped: a stalled server then costs a failed row, not the call.
+request_timeout=${REQUEST_TIMEOUT:-30}
+workload_limit=${WORKLOAD_LIMIT:-600}
 failed=0
 
 # run_workloads LABEL PORT [extra generator args]: the workloads against the server on PORT.
@@ -58,13 +62,13 @@ run_workloads() {
   local label=$1 port=$2
   shift 2
   local common=(--tokenizer "$model" --text "$text" --port "$port" --output-len 128 --server "$label" --gpu "$gpu"
-                --commit "$commit" --wait 10 --out "$results")
+                --commit "$commit" --wait 10 --timeout "$request_timeout" --out "$results")
   local c n
   for c in 1 16 64 128; do
     n=$((c * 4 > 32 ? c * 4 : 32))
     [ "$quick" = 1 ] && n=$c
     echo "== $label: random 256/128, concurrency $c, $n requests" | tee -a "$out/serve_bench.log"
-    "$gen" "${common[@]}" "$@" --dataset random --input-len 256 --concurrency $c --num-requests $n \
+    timeout "$workload_limit" "$gen" "${common[@]}" "$@" --dataset random --input-len 256 --concurrency $c --num-requests $n \
       2>&1 | tee -a "$out/serve_bench.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
     set -- # the reference (when given) is checked once, with the first workload
@@ -72,7 +76,7 @@ run_workloads() {
   n=256
   [ "$quick" = 1 ] && n=32
   echo "== $label: shared-prefix 2048 + 64 / 128, concurrency 32, $n requests" | tee -a "$out/serve_bench.log"
-  "$gen" "${common[@]}" --dataset shared-prefix --prefix-len 2048 --input-len 64 --concurrency 32 --num-requests $n \
+  timeout "$workload_limit" "$gen" "${common[@]}" --dataset shared-prefix --prefix-len 2048 --input-len 64 --concurrency 32 --num-requests $n \
     2>&1 | tee -a "$out/serve_bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
 }
