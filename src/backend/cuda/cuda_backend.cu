@@ -52,6 +52,7 @@ void free_all(cuda_backend *b) {
     cudaFree(core->weight_bytes);
     cudaFree(core->fp8_scratch);
     cudaFree(core->fp8_nonfinite);
+    fp8_prefetch_free(core);
     free(core->layers);
     cudaFree(core->rope_cos);
     cudaFree(core->rope_sin);

@@ -21,7 +21,8 @@
 
 
 /* A layer's weights. With --weights fp8 the bf16 matrices are NULL in core->layers and the codes and scales hold the
- * linear layers instead; the batched and prefill paths dequantize them into core->fp8_scratch (layer_for_gemm). */
+ * linear layers instead; the batched path dequantizes them into core->fp8_scratch (layer_for_gemm), the prefill path
+ * one layer ahead into two scratches (fp8_prefetch.cu). */
 struct cuda_layer {
     bf16 *qkv;     /* (qkv_dim, hidden): q_proj, k_proj, v_proj rows */
     bf16 *o;       /* (hidden, q_dim) */
@@ -33,6 +34,14 @@ struct cuda_layer {
     float *qkv_scale, *o_scale, *gate_up_scale, *down_scale;
     float *input_norm, *post_norm; /* (hidden) */
     float *q_norm, *k_norm;        /* (head_dim) */
+};
+
+/* The prefill path's fp8 layers dequantized one layer ahead on a side stream (fp8_prefetch.cu): the second of two
+ * scratches (the first is core->fp8_scratch) and the events that order them. */
+struct fp8_prefetch_state {
+    bf16 *second;
+    cudaStream_t side;
+    cudaEvent_t fork, ready[2], consumed[2];
 };
 
 /* The device, the weights and the KV cache: set up at creation (the cache by kv_reserve), read by every path. */
@@ -52,6 +61,7 @@ struct cuda_core {
      * the flag a non-finite weight sets during quantization (device int); NULL otherwise. */
     bf16 *fp8_scratch;
     int *fp8_nonfinite;
+    fp8_prefetch_state fp8_prefetch; /* --weights fp8 only */
     uint64_t weight_total; /* its bytes */
     /* Pinned staging of the weight cache's export (read_segment), made at its first call and freed after its last
      * byte: bounded, so a fill never needs a segment whole in host memory. */
@@ -197,6 +207,16 @@ kite_status upload_rope(cuda_core *core);
  * a copy whose four matrices point into core->fp8_scratch, after enqueueing their dequantization on the core's
  * stream (the scratch is reused by every layer: stream order keeps a layer's products before the next fill). */
 kite_status layer_for_gemm(const cuda_core *core, int l, cuda_layer *scratch, const cuda_layer **out);
+
+/* fp8_prefetch.cu, the prefill path's route with fp8 weights: create makes the second scratch (layer_elements bf16)
+ * and the side stream; begin, at a prefill's start, enqueues layer 0; layer(l) makes the main stream wait for layer
+ * l's buffer, enqueues layer l + 1 into the other one and points *out at layer l's; release(l), after layer l's
+ * last product, frees its buffer for layer l + 2. */
+kite_status fp8_prefetch_create(cuda_core *core, size_t layer_elements);
+void fp8_prefetch_free(cuda_core *core);
+kite_status fp8_prefetch_begin(const cuda_core *core);
+kite_status fp8_prefetch_layer(const cuda_core *core, int l, cuda_layer *view, const cuda_layer **out);
+kite_status fp8_prefetch_release(const cuda_core *core, int l);
 
 /* cuda_weight_cache.cu: the weight allocation to and from the weight cache (backend_segment_ops). fill_weights
  * places the allocation and fills it from source, which cuda_weight_layout_check_source accepted for this config. */

@@ -218,6 +218,7 @@ kite_status place_weights(cuda_core *core, bool tied) {
                                       2 * inter * hidden + hidden * inter;
         CUDA_CHECK(cudaMalloc(&core->fp8_scratch, layer_elements * sizeof(bf16)));
         CUDA_CHECK(cudaMalloc(&core->fp8_nonfinite, sizeof(int)));
+        KITE_TRY(fp8_prefetch_create(core, layer_elements));
     }
     return KITE_OK;
 }

@@ -5,8 +5,8 @@
  *   attention_prefill (tensor-core flash attention over each sequence's blocks), o_proj GEMM into the residual,
  *   rmsnorm, gate_up GEMM, swiglu, down GEMM into the residual; then for the rows that want logits the final
  *   rmsnorm and the lm_head GEMM.
- * With --weights fp8 each layer's four matrices are first dequantized to bf16 into one scratch (layer_for_gemm),
- * then multiplied as above.
+ * With --weights fp8 each layer's four matrices are dequantized to bf16 one layer ahead, on a side stream, into the
+ * other of two scratches (fp8_prefetch.cu), so the memory-bound pass runs under the previous layer's products.
  * Bounded by the tensor cores' rate in the GEMMs (long chunks) and by one kernel launch per operation (short ones);
  * no graph: the shapes change with every step. Its buffers grow to the largest step seen.
  */
@@ -140,10 +140,12 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)c->head_dim);
     KITE_TRY(cuda_embed(core->embed, d_ids, NULL, p->x, T, hidden, st, 0));
-    cuda_layer scratch;
+    const bool fp8 = core->weights == KITE_WEIGHTS_FP8;
+    if (fp8) KITE_TRY(fp8_prefetch_begin(core));
+    cuda_layer view;
     for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *L;
-        KITE_TRY(layer_for_gemm(core, l, &scratch, &L));
+        const cuda_layer *L = &core->layers[l];
+        if (fp8) KITE_TRY(fp8_prefetch_layer(core, l, &view, &L));
         const cuda_kv_layer kv = kv_layer(core, l);
         KITE_TRY(cuda_rmsnorm(p->x, L->input_norm, p->normed, NULL, T, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->qkv, p->qkv, 0, 0.0f, T, qkv_dim, hidden, st));
@@ -155,6 +157,7 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->gate_up, p->gate_up, 0, 0.0f, T, 2 * inter, hidden, st));
         KITE_TRY(cuda_swiglu(p->gate_up, p->act, T, inter, st));
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->act, L->down, p->x, 1, 1.0f, T, hidden, inter, st));
+        if (fp8) KITE_TRY(fp8_prefetch_release(core, l));
     }
     if (rows > 0) {
         KITE_TRY(cuda_rmsnorm(p->x, core->final_norm, p->normed, d_logit_rows, rows, hidden, eps, st));
