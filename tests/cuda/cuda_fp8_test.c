@@ -3,8 +3,9 @@
  *   and scales, on matrices with partial edge blocks, an all-zero block and a block of subnormal-sized weights; a
  *   non-finite weight is flagged;
  * - dequantization to bf16 (cuda_fp8_dequantize_weight) equals bf16(code x scale) on the host bit for bit;
- * - the fp8 decode GEMV (cuda_gemv_fp8) against the bf16 GEMV over the same values (power-of-two scales, so that
- *   code x scale is exact in bf16), every linear epilogue, with and without the fused RMSNorm;
+ * - the fp8 decode GEMV (cuda_gemv_fp8) against a double reference on the weights' exact values, and against the bf16
+ *   GEMV over the same values (power-of-two scales, so that code x scale is exact in bf16), every linear epilogue,
+ *   with and without the fused RMSNorm, the 0.6B and 8B row lengths and partial blocks;
  * - the weight allocation a load fills (read back through the backend's segments), every layer's codes and scales of
  *   every source matrix at its place (cuda_weight_layout_fp8_sources), equals quant/fp8.c's quantization of the
  *   checkpoint's values byte for byte: quantized on the device from bf16, and kept from an FP8 checkpoint;
@@ -114,57 +115,118 @@ static void test_quantize_matches_cpu(void) {
 
 /* ---- the fp8 decode GEMV ------------------------------------------------------------------------------ */
 
-static void check_gemv(int rows, int cols, int epilogue, int with_norm) {
+/* Random E4M3 codes (no NaN) for a rows x cols matrix and its block scales: powers of two (so that code x scale is exact
+ * in bf16) or any positive floats. */
+static void random_fp8(uint8_t *codes, float *scales, int rows, int cols, int pow2_scales) {
+    const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE), scale_rows = KITE_TEST_CEIL(rows, FP8_BLOCK_SIZE);
+    for (int i = 0; i < scale_rows * scale_cols; i++)
+        scales[i] = pow2_scales ? ldexpf(1.0f, -12 + (int)(rng_next() % 6)) : (0.5f + rng_uniform()) * 1e-3f;
+    for (size_t i = 0; i < (size_t)rows * cols; i++) {
+        uint8_t code = (uint8_t)(rng_next() & 0xff);
+        if ((code & 0x7f) == 0x7f) code = 0x7e; /* no NaN */
+        codes[i] = code;
+    }
+}
+
+/* The weight a code and its block's scale stand for, exactly (double). */
+static double fp8_weight(const uint8_t *codes, const float *scales, int cols, int r, int c) {
+    const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE);
+    return (double)fp8_e4m3_to_float(codes[(size_t)r * cols + c]) *
+           (double)scales[(r / FP8_BLOCK_SIZE) * scale_cols + c / FP8_BLOCK_SIZE];
+}
+
+/* The epilogue on the host: dots (rows) -> ref (outputs) given the old outputs y0. */
+static void host_epilogue(const double *dots, int rows, int epilogue, const float *y0, double *ref) {
+    const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    for (int o = 0; o < outputs; o++) {
+        double v = dots[o];
+        if (epilogue == CUDA_GEMV_SWIGLU) v = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
+        else if (epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED) v += y0[o];
+        ref[o] = v;
+    }
+}
+
+/* cuda_gemv_fp8 against a double reference on the weights' exact values (fp32 input, RMSNorm in double), and with
+ * power-of-two scales also against the bf16 GEMV over the same values (bf16 then holds code x scale exactly). */
+static void check_gemv(int rows, int cols, int epilogue, int with_norm, int pow2_scales) {
     const size_t n = (size_t)rows * cols;
     const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE), scale_rows = KITE_TEST_CEIL(rows, FP8_BLOCK_SIZE);
     const size_t n_scales = (size_t)scale_rows * scale_cols;
     uint8_t *codes = xmalloc(n);
     float *scales = xmalloc(n_scales * 4), *x = xmalloc((size_t)cols * 4), *norm = xmalloc((size_t)cols * 4);
-    uint16_t *w16 = xmalloc(n * 2);
-    for (size_t i = 0; i < n_scales; i++) scales[i] = ldexpf(1.0f, -12 + (int)(rng_next() % 6));
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            uint8_t code = (uint8_t)(rng_next() & 0xff);
-            if ((code & 0x7f) == 0x7f) code = 0x7e; /* no NaN */
-            codes[(size_t)r * cols + c] = code;
-            const float w = fp8_e4m3_to_float(code) * scales[(r / 128) * scale_cols + c / 128];
-            w16[(size_t)r * cols + c] = float_to_bf16(w);
-            CHECK(bf16_to_float(w16[(size_t)r * cols + c]) == w); /* exact: a power-of-two scale */
-        }
+    random_fp8(codes, scales, rows, cols, pow2_scales);
     random_f32(x, (size_t)cols, 1.0f);
     random_f32(norm, (size_t)cols, 1.0f);
     const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
     float *y0 = xmalloc((size_t)outputs * 4), *y_fp8 = xmalloc((size_t)outputs * 4);
-    float *y_bf16 = xmalloc((size_t)outputs * 4);
     random_f32(y0, (size_t)outputs, 1.0f);
+    double *dots = xmalloc((size_t)rows * 8), *ref = xmalloc((size_t)outputs * 8);
+    double ss = 0.0;
+    for (int c = 0; c < cols; c++) ss += (double)x[c] * x[c];
+    const double norm_scale = with_norm ? 1.0 / sqrt(ss / cols + 1e-6) : 1.0;
+    for (int r = 0; r < rows; r++) {
+        double acc = 0.0;
+        for (int c = 0; c < cols; c++)
+            acc += fp8_weight(codes, scales, cols, r, c) * x[c] * (with_norm ? (double)norm[c] : 1.0);
+        dots[r] = acc * norm_scale;
+    }
+    host_epilogue(dots, rows, epilogue, y0, ref);
     void *d_codes = device_buffer(n, codes), *d_scales = device_buffer(n_scales * 4, scales);
-    void *d_w16 = device_buffer(n * 2, w16), *d_x = device_buffer((size_t)cols * 4, x);
-    void *d_norm = device_buffer((size_t)cols * 4, norm);
-    void *d_y_fp8 = device_buffer((size_t)outputs * 4, y0), *d_y_bf16 = device_buffer((size_t)outputs * 4, y0);
+    void *d_x = device_buffer((size_t)cols * 4, x), *d_norm = device_buffer((size_t)cols * 4, norm);
+    void *d_y_fp8 = device_buffer((size_t)outputs * 4, y0);
     const float *norm_arg = with_norm ? d_norm : NULL;
     TRY(cuda_gemv_fp8(d_codes, d_scales, scale_cols, d_x, norm_arg, 1e-6f, d_y_fp8, rows, cols, epilogue, NULL, 0));
-    TRY(cuda_gemv(d_w16, d_x, norm_arg, 1e-6f, d_y_bf16, rows, cols, epilogue, NULL, NULL, NULL, 0));
     TRY(kite_cuda_synchronize());
     TRY(kite_cuda_copy_to_host(y_fp8, d_y_fp8, (size_t)outputs * 4));
-    TRY(kite_cuda_copy_to_host(y_bf16, d_y_bf16, (size_t)outputs * 4));
-    double *ref = xmalloc((size_t)outputs * 8);
-    for (int i = 0; i < outputs; i++) ref[i] = y_bf16[i];
-    const double e = nmse(y_fp8, ref, (size_t)outputs);
-    printf("  gemv fp8 %d x %d epilogue %d norm %d: nmse vs bf16 gemv %.2e\n", rows, cols, epilogue, with_norm, e);
-    CHECK_MSG(e <= 1e-10, "%d x %d epilogue %d: nmse %.3e", rows, cols, epilogue, e);
+    const double e_ref = nmse(y_fp8, ref, (size_t)outputs);
+    double e_bf16 = 0.0;
+    if (pow2_scales) {
+        uint16_t *w16 = xmalloc(n * 2);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                const float w = (float)fp8_weight(codes, scales, cols, r, c);
+                w16[(size_t)r * cols + c] = float_to_bf16(w);
+                CHECK(bf16_to_float(w16[(size_t)r * cols + c]) == w); /* exact: a power-of-two scale */
+            }
+        float *y_bf16 = xmalloc((size_t)outputs * 4);
+        void *d_w16 = device_buffer(n * 2, w16), *d_y_bf16 = device_buffer((size_t)outputs * 4, y0);
+        TRY(cuda_gemv(d_w16, d_x, norm_arg, 1e-6f, d_y_bf16, rows, cols, epilogue, NULL, NULL, NULL, 0));
+        TRY(kite_cuda_synchronize());
+        TRY(kite_cuda_copy_to_host(y_bf16, d_y_bf16, (size_t)outputs * 4));
+        double *as_ref = xmalloc((size_t)outputs * 8);
+        for (int i = 0; i < outputs; i++) as_ref[i] = y_bf16[i];
+        e_bf16 = nmse(y_fp8, as_ref, (size_t)outputs);
+        kite_cuda_free(d_w16), kite_cuda_free(d_y_bf16);
+        free(w16), free(y_bf16), free(as_ref);
+    }
+    printf("  gemv fp8 %d x %d epilogue %d norm %d: nmse vs double %.2e%s", rows, cols, epilogue, with_norm, e_ref,
+           pow2_scales ? "" : "\n");
+    if (pow2_scales) printf(", vs bf16 gemv %.2e\n", e_bf16);
+    /* fp32 products and sums (a few ulp over some thousand terms), fast-math rsqrt and exp. */
+    CHECK_MSG(e_ref <= 1e-9, "%d x %d epilogue %d: nmse vs double %.3e", rows, cols, epilogue, e_ref);
+    CHECK_MSG(e_bf16 <= 1e-10, "%d x %d epilogue %d: nmse vs the bf16 gemv %.3e", rows, cols, epilogue, e_bf16);
     CHECK(guard_intact(d_y_fp8, (size_t)outputs * 4));
-    kite_cuda_free(d_codes), kite_cuda_free(d_scales), kite_cuda_free(d_w16), kite_cuda_free(d_x);
-    kite_cuda_free(d_norm), kite_cuda_free(d_y_fp8), kite_cuda_free(d_y_bf16);
-    free(codes), free(scales), free(x), free(norm), free(w16), free(y0), free(y_fp8), free(y_bf16), free(ref);
+    kite_cuda_free(d_codes), kite_cuda_free(d_scales), kite_cuda_free(d_x), kite_cuda_free(d_norm);
+    kite_cuda_free(d_y_fp8);
+    free(codes), free(scales), free(x), free(norm), free(y0), free(y_fp8), free(dots), free(ref);
 }
 
 static void test_gemv_fp8(void) {
     require_gpu();
-    check_gemv(4096, 1024, CUDA_GEMV_STORE, 1); /* qkv: 2 rows per task */
-    check_gemv(1024, 2048, CUDA_GEMV_ADD, 0);   /* o_proj */
-    check_gemv(6144, 1024, CUDA_GEMV_SWIGLU, 1);
-    check_gemv(1024, 3072, CUDA_GEMV_ADD_SETTLED, 0);
-    check_gemv(200, 1040, CUDA_GEMV_STORE, 0); /* partial blocks in both directions */
+    /* The 0.6B products (steps of 4 rows x 1,024 columns, and 2 x 2,048 for o_proj), power-of-two scales. */
+    check_gemv(4096, 1024, CUDA_GEMV_STORE, 1, 1); /* qkv */
+    check_gemv(1024, 2048, CUDA_GEMV_ADD, 0, 1);   /* o_proj */
+    check_gemv(6144, 1024, CUDA_GEMV_SWIGLU, 1, 1);
+    check_gemv(1024, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1); /* down: three steps per task */
+    /* Any scales; partial blocks in both directions (1,040 columns: a block of one chunk, a step's second chunk of it
+     * past the row); a last task with fewer rows; 8B-shaped rows (4,096 and 12,288 columns: 2 and 6 steps). */
+    check_gemv(200, 1040, CUDA_GEMV_STORE, 0, 1);
+    check_gemv(203, 1040, CUDA_GEMV_STORE, 1, 0);
+    check_gemv(202, 1040, CUDA_GEMV_SWIGLU, 1, 0); /* 101 outputs: the last task holds one */
+    check_gemv(130, 4096, CUDA_GEMV_STORE, 1, 0);
+    check_gemv(258, 4096, CUDA_GEMV_SWIGLU, 1, 0);
+    check_gemv(136, 12288, CUDA_GEMV_ADD_SETTLED, 0, 0);
+    check_gemv(64, 16, CUDA_GEMV_ADD, 0, 0); /* one chunk per row */
     CHECK(cuda_gemv_fp8(NULL, NULL, 1, NULL, NULL, 0.0f, NULL, 128, 120, CUDA_GEMV_STORE, NULL, 0) ==
           KITE_ERROR_INVALID_ARGUMENT);
 }
