@@ -1,8 +1,9 @@
 /* How fast the fp8 (W8A16) linear products run on their own, against the bf16 ones on the same values: for each
  * linear product of a model shape (qkv with its RMSNorm, o_proj adding to the residual, gate_up with its norm and
  * SwiGLU, down adding to the residual) the decode GEMV (cuda_gemv_fp8 vs cuda_gemv) and the batched kernel at 2..32
- * rows (cuda_gemm_rows_fp8 vs cuda_gemm_rows), and the per-layer dequantization into bf16 that the batched route past
- * the W8A16 kernels pays (cuda_fp8_dequantize_weight). Random E4M3 codes and block scales; the bf16 weights are their
+ * rows (cuda_gemm_rows_fp8 vs cuda_gemm_rows), against the route the batched path takes past the W8A16 kernels: the
+ * dequantization into bf16 (cuda_fp8_dequantize_weight) plus cuBLASLt on it (cuda_gemm_bf16, bf16 input, fp32
+ * output; the sum of the two timings). Random E4M3 codes and block scales; the bf16 weights are their
  * dequantization (bf16(code x scale)).
  *   kite/build/bench/fp8_gemv_bench [0.6b|8b|all]    default: all (qwen3-0.6b-base and qwen3-8b-base shapes)
  * Every product is first checked against a host double reference on 64 sampled outputs of every batch row (the
@@ -147,14 +148,19 @@ static void product_free(product_data *p) {
     free(p->codes), free(p->scales), free(p->x), free(p->norm);
 }
 
-/* What is timed: the fp8 or bf16 GEMV (batch 0), the fp8 or bf16 batched kernel over `batch` rows, or the
- * dequantization. */
-enum kernel_kind { KERNEL_GEMV, KERNEL_ROWS, KERNEL_DEQUANTIZE };
+/* What is timed: the fp8 or bf16 GEMV (batch 0), the fp8 or bf16 batched kernel over `batch` rows, the bf16
+ * cuBLASLt product over `batch` rows (bf16 input, fp32 output: what the dequantizing route runs on its scratch), or
+ * the dequantization. */
+enum kernel_kind { KERNEL_GEMV, KERNEL_ROWS, KERNEL_CUBLASLT, KERNEL_DEQUANTIZE };
+
+static cuda_gemm *bench_gemm; /* cuBLASLt's handle and plan cache, one for the run */
 
 static void launch(const product_data *p, int kind, int fp8, int batch, int copy, cudaStream_t stream) {
     const product_spec *s = &p->spec;
     const float *norm = s->normed ? p->d_norm : NULL;
-    if (kind == KERNEL_DEQUANTIZE) {
+    if (kind == KERNEL_CUBLASLT) {
+        TRY(cuda_gemm_bf16(bench_gemm, p->d_x16, p->d_w16[copy], p->d_y, 1, 0.0f, batch, s->rows, s->cols, stream));
+    } else if (kind == KERNEL_DEQUANTIZE) {
         TRY(cuda_fp8_dequantize_weight(p->d_codes[copy], p->d_scales[copy], p->scale_ld, s->rows, s->cols, p->d_w16[copy],
                                        stream));
     } else if (kind == KERNEL_GEMV) {
@@ -271,13 +277,17 @@ static double time_kernel(const product_data *p, int kind, int fp8, int batch, c
     return median(us, PASSES);
 }
 
-static void print_rate(const char *what, const product_data *p, int batch, double us, double bytes, double bf16_us) {
+/* One timing: microseconds, the weights' read rate (bytes > 0) and, against another timing (vs_us > 0), its speed-up. */
+static void print_rate(const char *what, const product_data *p, int batch, double us, double bytes, const char *vs,
+                       double vs_us) {
     char rows[16] = "";
     if (batch > 0) snprintf(rows, sizeof rows, " B=%d", batch);
-    const double rate = bytes / (us * 1e-6);
-    printf("  %-22s %-8s%-6s %8.2f us  %5.2f TB/s  %.2f of 4.8 TB/s", what, p->spec.name, rows, us, rate / 1e12,
-           rate / HBM_BYTES_PER_S);
-    if (bf16_us > 0.0) printf("  (bf16 %.2f us: x%.2f)", bf16_us, bf16_us / us);
+    printf("  %-26s %-8s%-6s %8.2f us", what, p->spec.name, rows, us);
+    if (bytes > 0.0) {
+        const double rate = bytes / (us * 1e-6);
+        printf("  %5.2f TB/s  %.2f of 4.8 TB/s", rate / 1e12, rate / HBM_BYTES_PER_S);
+    }
+    if (vs_us > 0.0) printf("  (%s %.2f us: x%.2f)", vs, vs_us, vs_us / us);
     printf("\n");
 }
 
@@ -307,21 +317,26 @@ static int run_shape(const char *shape_name) {
                    p.spec.name, p.spec.rows, p.spec.cols);
             const double gemv16 = time_kernel(&p, KERNEL_GEMV, 0, 0, stream);
             const double gemv8 = time_kernel(&p, KERNEL_GEMV, 1, 0, stream);
-            print_rate("gemv bf16", &p, 0, gemv16, bf16_bytes, 0.0);
-            print_rate("gemv fp8", &p, 0, gemv8, fp8_bytes, gemv16);
+            print_rate("gemv bf16", &p, 0, gemv16, bf16_bytes, "", 0.0);
+            print_rate("gemv fp8", &p, 0, gemv8, fp8_bytes, "bf16", gemv16);
+            const double dq = time_kernel(&p, KERNEL_DEQUANTIZE, 1, 0, stream);
+            print_rate("dequantize to bf16", &p, 0, dq, (double)p.n_weights * 3.0 + (double)p.n_scales * 4.0, "", 0.0);
             for (int b = 0; b < N_BATCHES; b++) {
+                /* The dequantizing route: the dequantization, then cuBLASLt on the bf16 scratch. */
+                const double lt = time_kernel(&p, KERNEL_CUBLASLT, 0, BATCHES[b], stream);
+                print_rate("cublaslt bf16", &p, BATCHES[b], lt, bf16_bytes, "", 0.0);
+                print_rate("fp8 dequantize + cublaslt", &p, BATCHES[b], dq + lt, 0.0, "", 0.0);
                 if (!cuda_gemm_rows_fits(BATCHES[b], p.spec.cols)) {
-                    printf("  gemm_rows %-12s %-8s B=%-3d does not fit shared memory (the batched path takes the "
-                           "dequantizing route)\n", "", p.spec.name, BATCHES[b]);
+                    printf("  %-26s %-8s B=%-3d does not fit shared memory (the batched path takes the dequantizing "
+                           "route)\n", "gemm_rows", p.spec.name, BATCHES[b]);
                     continue;
                 }
                 const double rows16 = time_kernel(&p, KERNEL_ROWS, 0, BATCHES[b], stream);
                 const double rows8 = time_kernel(&p, KERNEL_ROWS, 1, BATCHES[b], stream);
-                print_rate("gemm_rows bf16", &p, BATCHES[b], rows16, bf16_bytes, 0.0);
-                print_rate("gemm_rows fp8 (W8A16)", &p, BATCHES[b], rows8, fp8_bytes, rows16);
+                print_rate("gemm_rows bf16", &p, BATCHES[b], rows16, bf16_bytes, "cublaslt", lt);
+                print_rate("gemm_rows fp8 (W8A16)", &p, BATCHES[b], rows8, fp8_bytes, "dequantize + cublaslt", dq + lt);
+                print_rate("  the same", &p, BATCHES[b], rows8, 0.0, "gemm_rows bf16", rows16);
             }
-            const double dq = time_kernel(&p, KERNEL_DEQUANTIZE, 1, 0, stream);
-            print_rate("dequantize to bf16", &p, 0, dq, (double)p.n_weights * 3.0 + (double)p.n_scales * 4.0, 0.0);
         }
         product_free(&p);
     }
@@ -337,9 +352,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [0.6b|8b|all]\n", argv[0]);
         return 2;
     }
+    TRY(cuda_gemm_create(&bench_gemm));
     int ok = 1;
     if (small) ok = run_shape("qwen3-0.6b-base");
     if (ok && large) ok = run_shape("qwen3-8b-base");
+    cuda_gemm_destroy(bench_gemm);
     if (!ok) return 1;
     printf("all products checked before timing\n");
     return 0;
