@@ -1,6 +1,6 @@
 /* How fast the fp8 (W8A16) linear products run on their own, against the bf16 ones on the same values: for each
  * linear product of a model shape (qkv with its RMSNorm, o_proj adding to the residual, gate_up with its norm and
- * SwiGLU, down adding to the residual) the decode GEMV (cuda_gemv_fp8 vs cuda_gemv) and the batched kernel at 2..32
+ * SwiGLU, down adding to the residual) the decode GEMV (cuda_gemv_fp8 vs cuda_gemv) and the batched kernel at 1..32
  * rows (cuda_gemm_rows_fp8 vs cuda_gemm_rows), against the route the batched path takes past the W8A16 kernels: the
  * dequantization into bf16 (cuda_fp8_dequantize_weight) plus cuBLASLt on it (cuda_gemm_bf16, bf16 input, fp32
  * output; the sum of the two timings). Random E4M3 codes and block scales; the bf16 weights are their
@@ -26,8 +26,9 @@
 #include "bench_util.h"
 #include "cuda_bench_check.h"
 
-enum { LAUNCHES = 50, PASSES = 5, SAMPLES = 64, MAX_ROWS = 32, N_BATCHES = 5 };
-static const int BATCHES[N_BATCHES] = {2, 4, 8, 16, 32};
+enum { LAUNCHES = 50, PASSES = 5, SAMPLES = 64, MAX_ROWS = 32, N_BATCHES = 6 };
+/* 1 too: the batched kernel over one row is a tensor-core GEMV on a bf16-rounded input, beside cuda_gemv_fp8. */
+static const int BATCHES[N_BATCHES] = {1, 2, 4, 8, 16, 32};
 static const double HBM_BYTES_PER_S = 4.8e12;
 /* The weight copies of one product together hold at least this many bytes (the H200's L2 holds 50 MB). */
 static const double ROTATION_BYTES = 256e6;
