@@ -3,14 +3,17 @@
  *   and scales, on matrices with partial edge blocks, an all-zero block and a block of subnormal-sized weights; a
  *   non-finite weight is flagged;
  * - dequantization to bf16 (cuda_fp8_dequantize_weight) equals bf16(code x scale) on the host bit for bit;
- * - the fp8 decode GEMV (cuda_gemv_fp8) against the bf16 GEMV over the same values (power-of-two scales, so that
- *   code x scale is exact in bf16), every linear epilogue, with and without the fused RMSNorm;
+ * - the fp8 decode GEMV (cuda_gemv_fp8) against a double reference on the weights' exact values, and against the bf16
+ *   GEMV over the same values (power-of-two scales, so that code x scale is exact in bf16), every linear epilogue,
+ *   with and without the fused RMSNorm, the 0.6B and 8B row lengths and partial blocks;
+ * - the W8A16 batched kernel (cuda_gemm_rows_fp8) against a double reference for every row count 1..32, each batched
+ *   product's epilogue and input, partial tiles, chunks and blocks;
  * - the weight allocation a load fills (read back through the backend's segments), every layer's codes and scales of
  *   every source matrix at its place (cuda_weight_layout_fp8_sources), equals quant/fp8.c's quantization of the
  *   checkpoint's values byte for byte: quantized on the device from bf16, and kept from an FP8 checkpoint;
  * - end to end on the Qwen3-0.6B shape with random (dummy) weights, CPU fp8 against CUDA fp8: teacher-forced logits
  *   (prefill, then 16 decode steps) relative L2 <= 2e-2, greedy tokens over 64 steps under the near-tie rule, and
- *   batched decode of B = 4 sequences (rel L2 <= 2e-2);
+ *   batched decode of B = 4 sequences (rel L2 <= 2e-2) through both fp8 routes (W8A16 kernels, bf16 scratch);
  * - the same weights given as an FP8 checkpoint gives them (F8_E4M3 views with 128x128 float32 scales, as Qwen's FP8
  *   checkpoints store them) keep their codes: the logits equal those of the bf16 weights quantized on the device
  *   (rel L2 <= 1e-5: the same device bytes, the same kernels).
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda_weight_layout.h"
 #include "cuda_test_util.h"
 #include "logits_compare.h"
@@ -112,61 +116,220 @@ static void test_quantize_matches_cpu(void) {
     check_quantize_shape(384, 1024);
 }
 
-/* ---- the fp8 decode GEMV ------------------------------------------------------------------------------ */
+/* ---- the fp8 decode GEMV and the W8A16 batched kernel ------------------------------------------------- */
 
-static void check_gemv(int rows, int cols, int epilogue, int with_norm) {
+/* Random E4M3 codes (no NaN) for a rows x cols matrix and its block scales: powers of two (so that code x scale is exact
+ * in bf16) or any positive floats. */
+static void random_fp8(uint8_t *codes, float *scales, int rows, int cols, int pow2_scales) {
+    const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE), scale_rows = KITE_TEST_CEIL(rows, FP8_BLOCK_SIZE);
+    for (int i = 0; i < scale_rows * scale_cols; i++)
+        scales[i] = pow2_scales ? ldexpf(1.0f, -12 + (int)(rng_next() % 6)) : (0.5f + rng_uniform()) * 1e-3f;
+    for (size_t i = 0; i < (size_t)rows * cols; i++) {
+        uint8_t code = (uint8_t)(rng_next() & 0xff);
+        if ((code & 0x7f) == 0x7f) code = 0x7e; /* no NaN */
+        codes[i] = code;
+    }
+}
+
+/* The weight a code and its block's scale stand for, exactly (double). */
+static double fp8_weight(const uint8_t *codes, const float *scales, int cols, int r, int c) {
+    const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE);
+    return (double)fp8_e4m3_to_float(codes[(size_t)r * cols + c]) *
+           (double)scales[(r / FP8_BLOCK_SIZE) * scale_cols + c / FP8_BLOCK_SIZE];
+}
+
+/* The epilogue on the host: dots (rows) -> ref (outputs) given the old outputs y0. */
+static void host_epilogue(const double *dots, int rows, int epilogue, const float *y0, double *ref) {
+    const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    for (int o = 0; o < outputs; o++) {
+        double v = dots[o];
+        if (epilogue == CUDA_GEMV_SWIGLU) v = dots[o] / (1.0 + exp(-dots[o])) * dots[o + outputs];
+        else if (epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED) v += y0[o];
+        ref[o] = v;
+    }
+}
+
+/* cuda_gemv_fp8 against a double reference on the weights' exact values (fp32 input, RMSNorm in double), and with
+ * power-of-two scales also against the bf16 GEMV over the same values (bf16 then holds code x scale exactly). */
+static void check_gemv(int rows, int cols, int epilogue, int with_norm, int pow2_scales) {
     const size_t n = (size_t)rows * cols;
     const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE), scale_rows = KITE_TEST_CEIL(rows, FP8_BLOCK_SIZE);
     const size_t n_scales = (size_t)scale_rows * scale_cols;
     uint8_t *codes = xmalloc(n);
     float *scales = xmalloc(n_scales * 4), *x = xmalloc((size_t)cols * 4), *norm = xmalloc((size_t)cols * 4);
-    uint16_t *w16 = xmalloc(n * 2);
-    for (size_t i = 0; i < n_scales; i++) scales[i] = ldexpf(1.0f, -12 + (int)(rng_next() % 6));
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            uint8_t code = (uint8_t)(rng_next() & 0xff);
-            if ((code & 0x7f) == 0x7f) code = 0x7e; /* no NaN */
-            codes[(size_t)r * cols + c] = code;
-            const float w = fp8_e4m3_to_float(code) * scales[(r / 128) * scale_cols + c / 128];
-            w16[(size_t)r * cols + c] = float_to_bf16(w);
-            CHECK(bf16_to_float(w16[(size_t)r * cols + c]) == w); /* exact: a power-of-two scale */
-        }
+    random_fp8(codes, scales, rows, cols, pow2_scales);
     random_f32(x, (size_t)cols, 1.0f);
     random_f32(norm, (size_t)cols, 1.0f);
     const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
     float *y0 = xmalloc((size_t)outputs * 4), *y_fp8 = xmalloc((size_t)outputs * 4);
-    float *y_bf16 = xmalloc((size_t)outputs * 4);
     random_f32(y0, (size_t)outputs, 1.0f);
+    double *dots = xmalloc((size_t)rows * 8), *ref = xmalloc((size_t)outputs * 8);
+    double ss = 0.0;
+    for (int c = 0; c < cols; c++) ss += (double)x[c] * x[c];
+    const double norm_scale = with_norm ? 1.0 / sqrt(ss / cols + 1e-6) : 1.0;
+    for (int r = 0; r < rows; r++) {
+        double acc = 0.0;
+        for (int c = 0; c < cols; c++)
+            acc += fp8_weight(codes, scales, cols, r, c) * x[c] * (with_norm ? (double)norm[c] : 1.0);
+        dots[r] = acc * norm_scale;
+    }
+    host_epilogue(dots, rows, epilogue, y0, ref);
     void *d_codes = device_buffer(n, codes), *d_scales = device_buffer(n_scales * 4, scales);
-    void *d_w16 = device_buffer(n * 2, w16), *d_x = device_buffer((size_t)cols * 4, x);
-    void *d_norm = device_buffer((size_t)cols * 4, norm);
-    void *d_y_fp8 = device_buffer((size_t)outputs * 4, y0), *d_y_bf16 = device_buffer((size_t)outputs * 4, y0);
+    void *d_x = device_buffer((size_t)cols * 4, x), *d_norm = device_buffer((size_t)cols * 4, norm);
+    void *d_y_fp8 = device_buffer((size_t)outputs * 4, y0);
     const float *norm_arg = with_norm ? d_norm : NULL;
     TRY(cuda_gemv_fp8(d_codes, d_scales, scale_cols, d_x, norm_arg, 1e-6f, d_y_fp8, rows, cols, epilogue, NULL, 0));
-    TRY(cuda_gemv(d_w16, d_x, norm_arg, 1e-6f, d_y_bf16, rows, cols, epilogue, NULL, NULL, NULL, 0));
     TRY(kite_cuda_synchronize());
     TRY(kite_cuda_copy_to_host(y_fp8, d_y_fp8, (size_t)outputs * 4));
-    TRY(kite_cuda_copy_to_host(y_bf16, d_y_bf16, (size_t)outputs * 4));
-    double *ref = xmalloc((size_t)outputs * 8);
-    for (int i = 0; i < outputs; i++) ref[i] = y_bf16[i];
-    const double e = nmse(y_fp8, ref, (size_t)outputs);
-    printf("  gemv fp8 %d x %d epilogue %d norm %d: nmse vs bf16 gemv %.2e\n", rows, cols, epilogue, with_norm, e);
-    CHECK_MSG(e <= 1e-10, "%d x %d epilogue %d: nmse %.3e", rows, cols, epilogue, e);
+    const double e_ref = nmse(y_fp8, ref, (size_t)outputs);
+    double e_bf16 = 0.0;
+    if (pow2_scales) {
+        uint16_t *w16 = xmalloc(n * 2);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                const float w = (float)fp8_weight(codes, scales, cols, r, c);
+                w16[(size_t)r * cols + c] = float_to_bf16(w);
+                CHECK(bf16_to_float(w16[(size_t)r * cols + c]) == w); /* exact: a power-of-two scale */
+            }
+        float *y_bf16 = xmalloc((size_t)outputs * 4);
+        void *d_w16 = device_buffer(n * 2, w16), *d_y_bf16 = device_buffer((size_t)outputs * 4, y0);
+        TRY(cuda_gemv(d_w16, d_x, norm_arg, 1e-6f, d_y_bf16, rows, cols, epilogue, NULL, NULL, NULL, 0));
+        TRY(kite_cuda_synchronize());
+        TRY(kite_cuda_copy_to_host(y_bf16, d_y_bf16, (size_t)outputs * 4));
+        double *as_ref = xmalloc((size_t)outputs * 8);
+        for (int i = 0; i < outputs; i++) as_ref[i] = y_bf16[i];
+        e_bf16 = nmse(y_fp8, as_ref, (size_t)outputs);
+        kite_cuda_free(d_w16), kite_cuda_free(d_y_bf16);
+        free(w16), free(y_bf16), free(as_ref);
+    }
+    printf("  gemv fp8 %d x %d epilogue %d norm %d: nmse vs double %.2e%s", rows, cols, epilogue, with_norm, e_ref,
+           pow2_scales ? "" : "\n");
+    if (pow2_scales) printf(", vs bf16 gemv %.2e\n", e_bf16);
+    /* fp32 products and sums (a few ulp over some thousand terms), fast-math rsqrt and exp. */
+    CHECK_MSG(e_ref <= 1e-9, "%d x %d epilogue %d: nmse vs double %.3e", rows, cols, epilogue, e_ref);
+    CHECK_MSG(e_bf16 <= 1e-10, "%d x %d epilogue %d: nmse vs the bf16 gemv %.3e", rows, cols, epilogue, e_bf16);
     CHECK(guard_intact(d_y_fp8, (size_t)outputs * 4));
-    kite_cuda_free(d_codes), kite_cuda_free(d_scales), kite_cuda_free(d_w16), kite_cuda_free(d_x);
-    kite_cuda_free(d_norm), kite_cuda_free(d_y_fp8), kite_cuda_free(d_y_bf16);
-    free(codes), free(scales), free(x), free(norm), free(w16), free(y0), free(y_fp8), free(y_bf16), free(ref);
+    kite_cuda_free(d_codes), kite_cuda_free(d_scales), kite_cuda_free(d_x), kite_cuda_free(d_norm);
+    kite_cuda_free(d_y_fp8);
+    free(codes), free(scales), free(x), free(norm), free(y0), free(y_fp8), free(dots), free(ref);
 }
 
 static void test_gemv_fp8(void) {
     require_gpu();
-    check_gemv(4096, 1024, CUDA_GEMV_STORE, 1); /* qkv: 2 rows per task */
-    check_gemv(1024, 2048, CUDA_GEMV_ADD, 0);   /* o_proj */
-    check_gemv(6144, 1024, CUDA_GEMV_SWIGLU, 1);
-    check_gemv(1024, 3072, CUDA_GEMV_ADD_SETTLED, 0);
-    check_gemv(200, 1040, CUDA_GEMV_STORE, 0); /* partial blocks in both directions */
+    /* The 0.6B products (steps of 4 rows x 1,024 columns, and 2 x 2,048 for o_proj), power-of-two scales. */
+    check_gemv(4096, 1024, CUDA_GEMV_STORE, 1, 1); /* qkv */
+    check_gemv(1024, 2048, CUDA_GEMV_ADD, 0, 1);   /* o_proj */
+    check_gemv(6144, 1024, CUDA_GEMV_SWIGLU, 1, 1);
+    check_gemv(1024, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1); /* down: three steps per task */
+    /* Any scales; partial blocks in both directions (1,040 columns: a block of one chunk, a step's second chunk of it
+     * past the row); a last task with fewer rows; 8B-shaped rows (4,096 and 12,288 columns: 2 and 6 steps). */
+    check_gemv(200, 1040, CUDA_GEMV_STORE, 0, 1);
+    check_gemv(203, 1040, CUDA_GEMV_STORE, 1, 0);
+    check_gemv(202, 1040, CUDA_GEMV_SWIGLU, 1, 0); /* 101 outputs: the last task holds one */
+    check_gemv(130, 4096, CUDA_GEMV_STORE, 1, 0);
+    check_gemv(258, 4096, CUDA_GEMV_SWIGLU, 1, 0);
+    check_gemv(136, 12288, CUDA_GEMV_ADD_SETTLED, 0, 0);
+    check_gemv(64, 16, CUDA_GEMV_ADD, 0, 0); /* one chunk per row */
     CHECK(cuda_gemv_fp8(NULL, NULL, 1, NULL, NULL, 0.0f, NULL, 128, 120, CUDA_GEMV_STORE, NULL, 0) ==
           KITE_ERROR_INVALID_ARGUMENT);
+}
+
+/* cuda_gemm_rows_fp8 over n_rows rows against a double reference: weights code x scale exactly, the input as the
+ * kernel stages it (RMS-normalised, times the norm weight, rounded to bf16; or bf16 as given). x_bf16: the input is
+ * bf16 (ADD without a norm); y_bf16: the output is stored as bf16 (SWIGLU). */
+static void check_gemm_rows_fp8(int n_rows, int rows, int cols, int epilogue, int with_norm, int x_bf16, int y_bf16) {
+    const size_t wn = (size_t)rows * cols, xn = (size_t)n_rows * cols;
+    const int scale_cols = KITE_TEST_CEIL(cols, FP8_BLOCK_SIZE), scale_rows = KITE_TEST_CEIL(rows, FP8_BLOCK_SIZE);
+    const size_t n_scales = (size_t)scale_rows * scale_cols;
+    const int outputs = epilogue == CUDA_GEMV_SWIGLU ? rows / 2 : rows;
+    const size_t yn = (size_t)n_rows * outputs;
+    uint8_t *codes = xmalloc(wn);
+    float *scales = xmalloc(n_scales * 4), *x = xmalloc(xn * 4), *g = xmalloc((size_t)cols * 4);
+    double *w = xmalloc(wn * 8);
+    random_fp8(codes, scales, rows, cols, 0);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) w[(size_t)r * cols + c] = fp8_weight(codes, scales, cols, r, c);
+    random_f32(x, xn, 1.0f);
+    for (int i = 0; i < cols; i++) g[i] = 1.0f + 0.1f * rng_normal();
+    float *y0 = xmalloc(yn * 4), *y = xmalloc(yn * 4), *in = xmalloc((size_t)cols * 4);
+    double *ref = xmalloc(yn * 8), *dots = xmalloc((size_t)rows * 8);
+    random_f32(y0, yn, 1.0f);
+    for (int b = 0; b < n_rows; b++) {
+        const float *xb = x + (size_t)b * cols;
+        double ss = 0;
+        for (int i = 0; i < cols; i++) ss += (double)xb[i] * xb[i];
+        const float s = with_norm ? (float)(1.0 / sqrt(ss / cols + 1e-6)) : 1.0f;
+        for (int i = 0; i < cols; i++) /* the kernel rounds its input to bf16 */
+            in[i] = bf16_to_float(float_to_bf16(with_norm ? xb[i] * s * g[i] : xb[i]));
+        for (int r = 0; r < rows; r++) {
+            double acc = 0;
+            const double *wr = w + (size_t)r * cols;
+            for (int i = 0; i < cols; i++) acc += wr[i] * in[i];
+            dots[r] = acc;
+        }
+        host_epilogue(dots, rows, epilogue, y0 + (size_t)b * outputs, ref + (size_t)b * outputs);
+    }
+    uint16_t *x_bits = xmalloc(xn * 2);
+    for (size_t i = 0; i < xn; i++) x_bits[i] = float_to_bf16(x[i]);
+    void *d_codes = device_buffer(wn, codes), *d_scales = device_buffer(n_scales * 4, scales);
+    void *d_x = x_bf16 ? device_buffer(xn * 2, x_bits) : device_buffer(xn * 4, x);
+    float *d_g = device_buffer((size_t)cols * 4, g);
+    const size_t y_bytes = yn * (y_bf16 ? 2 : 4);
+    const int add = epilogue == CUDA_GEMV_ADD || epilogue == CUDA_GEMV_ADD_SETTLED;
+    void *d_y = device_buffer(y_bytes, add ? y0 : NULL);
+    TRY(cuda_gemm_rows_fp8(d_codes, d_scales, scale_cols, d_x, x_bf16, with_norm ? d_g : NULL, 1e-6f, d_y, y_bf16,
+                           n_rows, rows, cols, epilogue, NULL, 1));
+    TRY(kite_cuda_synchronize());
+    if (y_bf16) {
+        uint16_t *bits = xmalloc(yn * 2);
+        TRY(kite_cuda_copy_to_host(bits, d_y, yn * 2));
+        bf16_to_floats(bits, y, yn);
+        free(bits);
+    } else {
+        TRY(kite_cuda_copy_to_host(y, d_y, yn * 4));
+    }
+    /* Near-ties in the bf16 rounding of the input aside, products agree to fp32 accumulation (a bf16 output: to its
+     * rounding), as cuda_ops_test asks of the bf16 kernel. */
+    const double e = nmse(y, ref, yn);
+    CHECK_MSG(e < (y_bf16 ? 2e-5 : 1e-7), "gemm_rows_fp8 %d x %d x %d epilogue %d norm %d bf16 in %d out %d: nmse %g",
+              n_rows, rows, cols, epilogue, with_norm, x_bf16, y_bf16, e);
+    CHECK_MSG(guard_intact(d_y, y_bytes), "gemm_rows_fp8 %d x %d x %d: a write past the output", n_rows, rows, cols);
+    if (n_rows == 1 || n_rows == 32 || rows > 1000)
+        printf("  gemm_rows_fp8 %d x %d x %d epilogue %d norm %d bf16 in %d out %d: nmse vs double %.2e\n", n_rows, rows,
+               cols, epilogue, with_norm, x_bf16, y_bf16, e);
+    kite_cuda_free(d_codes), kite_cuda_free(d_scales), kite_cuda_free(d_x), kite_cuda_free(d_g), kite_cuda_free(d_y);
+    free(codes), free(scales), free(x), free(g), free(w), free(y0), free(y), free(in), free(ref), free(dots);
+    free(x_bits);
+}
+
+static void test_gemm_rows_fp8(void) {
+    require_gpu();
+    /* Every row count of the kernel (1, 2 and 4 n-tiles), on shapes with partial 16-row tiles, partial 64-k chunks
+     * and partial 128 x 128 blocks, each batched product's epilogue and input: qkv (fp32 input, norm), o_proj and down
+     * (bf16 input, the settled residual add), gate_up (norm, SwiGLU, bf16 output). */
+    for (int n_rows = 1; n_rows <= 32; n_rows++) {
+        check_gemm_rows_fp8(n_rows, 264, 1040, CUDA_GEMV_STORE, 1, 0, 0);
+        check_gemm_rows_fp8(n_rows, 200, 2064, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+        check_gemm_rows_fp8(n_rows, 272, 528, CUDA_GEMV_SWIGLU, 1, 0, 1);
+    }
+    /* fp32 output of SwiGLU, a plain ADD of a fp32 input, one k slice per tile over several iterations per block
+     * (60,000 rows), and the 0.6B shapes at the bucket sizes. */
+    check_gemm_rows_fp8(5, 130, 1024, CUDA_GEMV_SWIGLU, 1, 0, 0);
+    check_gemm_rows_fp8(7, 130, 1024, CUDA_GEMV_ADD, 0, 0, 0);
+    check_gemm_rows_fp8(3, 60000, 128, CUDA_GEMV_STORE, 1, 0, 0);
+    check_gemm_rows_fp8(8, 4096, 1024, CUDA_GEMV_STORE, 1, 0, 0);
+    check_gemm_rows_fp8(16, 1024, 2048, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    check_gemm_rows_fp8(32, 6144, 1024, CUDA_GEMV_SWIGLU, 1, 0, 1);
+    check_gemm_rows_fp8(4, 1024, 3072, CUDA_GEMV_ADD_SETTLED, 0, 1, 0);
+    /* Refused: the lm_head's epilogue (it stays bf16), columns not a multiple of 16, no scales. */
+    CHECK(cuda_gemm_rows_fp8(NULL, NULL, 1, NULL, 0, NULL, 0.0f, NULL, 0, 4, 128, 128, CUDA_GEMV_ARGMAX, NULL, 0) ==
+          KITE_ERROR_INVALID_ARGUMENT);
+    void *d = device_buffer(4096, NULL);
+    CHECK(cuda_gemm_rows_fp8(d, d, 1, d, 0, NULL, 0.0f, d, 0, 4, 16, 120, CUDA_GEMV_STORE, NULL, 0) ==
+          KITE_ERROR_INVALID_ARGUMENT);
+    CHECK(cuda_gemm_rows_fp8(d, NULL, 1, d, 0, NULL, 0.0f, d, 0, 4, 16, 128, CUDA_GEMV_STORE, NULL, 0) ==
+          KITE_ERROR_INVALID_ARGUMENT);
+    kite_cuda_free(d);
 }
 
 /* ---- the loaded weights ------------------------------------------------------------------------------ */
@@ -328,8 +491,9 @@ static void test_greedy(void) {
     free(a), free(b);
 }
 
-/* B = 4 sequences of one token each per step (the batched path), teacher-forced by the CPU's argmax. */
-static void test_batched(void) {
+/* B = 4 sequences of one token each per step (the batched path), teacher-forced by the CPU's argmax; `route` names
+ * the products the path runs (cuda_backend_set_batch_fp8_rows_max). */
+static void batched_run(const char *route) {
     const int V = config.vocab_size, n = 4;
     const int32_t *bt[4];
     int32_t ctx[4], tokens[4], start[5];
@@ -362,9 +526,18 @@ static void test_batched(void) {
             tokens[s] = argmax_of(cpu_rows + (size_t)s * V, V);
         }
     }
-    printf("  batched fp8 decode B=%d, 4 steps: worst logits rel L2 vs cpu fp8 %.3e\n", n, worst);
-    CHECK_MSG(worst <= 2e-2, "B=%d: logits rel L2 %.3e > 2e-2", n, worst);
+    printf("  batched fp8 decode B=%d (%s), 4 steps: worst logits rel L2 vs cpu fp8 %.3e\n", n, route, worst);
+    CHECK_MSG(worst <= 2e-2, "B=%d (%s): logits rel L2 %.3e > 2e-2", n, route, worst);
     free(cpu_rows), free(gpu_rows);
+}
+
+/* Both fp8 routes of batched decode: the W8A16 gemm_rows kernels (the default up to 32 rows), and the per-layer
+ * dequantization into a bf16 scratch with cuBLASLt (larger buckets; here forced by a limit of 0 rows). */
+static void test_batched(void) {
+    batched_run("W8A16 gemm_rows");
+    TRY(cuda_backend_set_batch_fp8_rows_max(gpu, 0));
+    batched_run("bf16 scratch, cuBLASLt");
+    TRY(cuda_backend_set_batch_fp8_rows_max(gpu, 32));
 }
 
 /* The dummy's weights with every linear layer given as an FP8 checkpoint stores it: E4M3 codes and float32
@@ -434,6 +607,7 @@ int main(void) {
     }
     TEST_RUN(test_quantize_matches_cpu);
     TEST_RUN(test_gemv_fp8);
+    TEST_RUN(test_gemm_rows_fp8);
 
     TRY(known_shape_config("qwen3-0.6b-base", &config));
     TRY(dummy_model_create(&config, 1234, &model));

@@ -1,7 +1,7 @@
 /* The batched decode path: 2..BATCH_MAX sequences of one token each, all wanting logits (several requests
  * generating at once). The same step for all rows, each weight read once per step; one CUDA graph per bucket of rows
  * (2, 4, ..., 256), the rows past B being dummies that write to a scratch KV block.
- *   Up to rows_max (8) rows, 5 kernels per layer chained by programmatic dependent launch: embed; per layer:
+ *   Up to rows_max (8) rows (fp8_rows_max, 32, with --weights fp8), 5 kernels per layer chained by programmatic dependent launch: embed; per layer:
  *   gemm_rows qkv (input RMSNorm fused), attention (Q/K norm, RoPE and the K/V append fused: the bulk-fed cluster
  *   kernel up to bulk_max_rows rows where its clusters fit, else split-K), gemm_rows o_proj (residual add),
  *   gemm_rows gate_up (RMSNorm and SwiGLU fused), gemm_rows down (residual add); the lm_head through gemm_rows with
@@ -9,12 +9,16 @@
  *   Larger buckets: cuBLASLt products (M = rows) around the same attention and a separate SwiGLU; up to
  *   split_max_rows rows o_proj and down as k-split partials that residual_rmsnorm adds to the residual with the
  *   next norm, else each norm its own kernel.
- * With --weights fp8 each layer's four matrices are first dequantized to bf16 into one scratch (layer_for_gemm) and
- * the products above read it, with programmatic dependent launch off (a product must not read the scratch early).
+ * With --weights fp8 the gemm_rows products are the W8A16 kernels over the codes and block scales
+ * (cuda_gemm_rows_fp8: each code read once per step), up to fp8_rows_max (32) rows, with the same fusions and
+ * programmatic dependent launch; beyond, each layer's four matrices are first dequantized to bf16 into one scratch
+ * (layer_for_gemm) for the cuBLASLt products, with programmatic dependent launch off (a product must not read the
+ * scratch early).
  * Bounded by HBM bandwidth at small B (weights read once for all rows), by the tensor cores and the attention's
  * KV reads as B grows.
  */
 #include "backend/cuda/batch_path.cuh"
+#include "backend/cuda_weight_layout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -165,7 +169,8 @@ kite_status batch_attention(const cuda_core *core, const batch_state *bp, int la
  * stages only a k slice per block (B=32 1.655 ms). */
 bool batch_gemm_rows(const cuda_core *core, const batch_state *bp, int32_t rows) {
     const qwen3_config *c = &core->config;
-    return rows <= bp->rows_max && cuda_gemm_rows_fits(rows, c->hidden_size) &&
+    const int rows_max = core->weights == KITE_WEIGHTS_FP8 ? bp->fp8_rows_max : bp->rows_max;
+    return rows <= rows_max && cuda_gemm_rows_fits(rows, c->hidden_size) &&
            cuda_gemm_rows_fits(rows, qwen3_q_dim(c)) && cuda_gemm_rows_fits(rows, c->intermediate_size);
 }
 
@@ -191,6 +196,32 @@ kite_status batch_lm_head(const cuda_core *core, const batch_state *bp, int32_t 
     return cuda_publish_ids(bp->ids, rows, bp->step_device + BATCH_CONTEXT, bp->publish_device, st, pdl);
 }
 
+/* Which linear layer of a cuda_layer a batched product reads. */
+enum batch_linear { BATCH_QKV, BATCH_O, BATCH_GATE_UP, BATCH_DOWN };
+
+/* One gemm_rows product of layer L: bf16, or with --weights fp8 the W8A16 kernel over the codes and block scales
+ * (same epilogues and fusions). */
+kite_status batch_rows_product(const cuda_core *core, const cuda_layer *L, batch_linear which, const void *x, int x_bf16,
+                               const float *norm_weight, float eps, void *y, int y_bf16, int32_t n_rows, int rows,
+                               int cols, int epilogue, int pdl) {
+    void *st = core->stream;
+    if (core->weights != KITE_WEIGHTS_FP8) {
+        const bf16 *w = which == BATCH_QKV ? L->qkv : which == BATCH_O ? L->o : which == BATCH_GATE_UP ? L->gate_up : L->down;
+        return cuda_gemm_rows(w, x, x_bf16, norm_weight, eps, y, y_bf16, n_rows, rows, cols, epilogue, NULL, NULL, st,
+                              pdl);
+    }
+    const uint8_t *codes = which == BATCH_QKV       ? L->qkv_q
+                           : which == BATCH_O       ? L->o_q
+                           : which == BATCH_GATE_UP ? L->gate_up_q
+                                                    : L->down_q;
+    const float *scales = which == BATCH_QKV       ? L->qkv_scale
+                          : which == BATCH_O       ? L->o_scale
+                          : which == BATCH_GATE_UP ? L->gate_up_scale
+                                                   : L->down_scale;
+    return cuda_gemm_rows_fp8(codes, scales, cuda_weight_layout_scale_cols(cols), x, x_bf16, norm_weight, eps, y, y_bf16,
+                              n_rows, rows, cols, epilogue, st, pdl);
+}
+
 kite_status batch_launches(const cuda_core *core, const batch_state *bp, int32_t rows) {
     const qwen3_config *c = &core->config;
     void *st = core->stream;
@@ -198,31 +229,32 @@ kite_status batch_launches(const cuda_core *core, const batch_state *bp, int32_t
     const int qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const float eps = (float)c->rms_norm_eps;
     const int32_t *tokens = bp->step_device + BATCH_TOKENS;
-    /* With fp8 weights each layer's products read the bf16 scratch that a dequantization just wrote: no kernel here
-     * may start, and read its weights, before the kernel ahead of it has ended. */
-    const int pdl = core->use_pdl && core->weights != KITE_WEIGHTS_FP8 ? 1 : 0;
     cuda_layer scratch;
     /* A negative token: that row's argmax of the previous batched step (overlapped decode, forward_batch). */
     KITE_TRY(cuda_embed(core->embed, tokens, bp->ids, bp->x, rows, hidden, st, 0));
     if (batch_gemm_rows(core, bp, rows)) {
-        /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1). The
-         * attention output and the SwiGLU product are kept as bf16 (o_proj and down round their input to bf16
-         * anyway), so those two stage their input by cp.async in one round trip. */
+        /* Fused tensor-core kernels, chained by programmatic dependent launch (5 per layer, as B = 1), over the layer's
+         * own weights (bf16, or fp8 codes and scales: no scratch). The attention output and the SwiGLU product are
+         * kept as bf16 (o_proj and down round their input to bf16 anyway), so those two stage their input by cp.async
+         * in one round trip. */
+        const int pdl = core->use_pdl ? 1 : 0;
         for (int l = 0; l < c->n_layers; l++) {
-            const cuda_layer *L;
-            KITE_TRY(layer_for_gemm(core, l, &scratch, &L));
-            KITE_TRY(cuda_gemm_rows(L->qkv, bp->x, 0, L->input_norm, eps, bp->qkv, 0, rows, qkv_dim, hidden,
-                                    CUDA_GEMV_STORE, NULL, NULL, st, pdl));
+            const cuda_layer *L = &core->layers[l];
+            KITE_TRY(batch_rows_product(core, L, BATCH_QKV, bp->x, 0, L->input_norm, eps, bp->qkv, 0, rows, qkv_dim,
+                                        hidden, CUDA_GEMV_STORE, pdl));
             KITE_TRY(batch_attention(core, bp, l, rows, bp->attention16, 1, pdl));
-            KITE_TRY(cuda_gemm_rows(L->o, bp->attention16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, qd,
-                                    CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
-            KITE_TRY(cuda_gemm_rows(L->gate_up, bp->x, 0, L->post_norm, eps, bp->act16, 1, rows, 2 * inter,
-                                    hidden, CUDA_GEMV_SWIGLU, NULL, NULL, st, pdl));
-            KITE_TRY(cuda_gemm_rows(L->down, bp->act16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, inter,
-                                    CUDA_GEMV_ADD_SETTLED, NULL, NULL, st, pdl));
+            KITE_TRY(batch_rows_product(core, L, BATCH_O, bp->attention16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, qd,
+                                        CUDA_GEMV_ADD_SETTLED, pdl));
+            KITE_TRY(batch_rows_product(core, L, BATCH_GATE_UP, bp->x, 0, L->post_norm, eps, bp->act16, 1, rows,
+                                        2 * inter, hidden, CUDA_GEMV_SWIGLU, pdl));
+            KITE_TRY(batch_rows_product(core, L, BATCH_DOWN, bp->act16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, inter,
+                                        CUDA_GEMV_ADD_SETTLED, pdl));
         }
         return batch_lm_head(core, bp, rows, pdl, false);
     }
+    /* With fp8 weights each layer's products below read the bf16 scratch that a dequantization just wrote: no kernel
+     * here may start, and read its weights, before the kernel ahead of it has ended. */
+    const int pdl = core->use_pdl && core->weights != KITE_WEIGHTS_FP8 ? 1 : 0;
     /* cuBLASLt GEMMs (M = rows), the same batched attention, SwiGLU on its own. Up to batch_split_max_rows rows
      * o_proj and down are split along k: their partials are added to the residual by the kernel that also takes
      * the next RMSNorm (of gate/up, of the next layer's qkv, of the lm_head), so only layer 0's input norm is a

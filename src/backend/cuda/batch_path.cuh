@@ -17,6 +17,7 @@ enum { BATCH_TOKENS = 0, BATCH_CONTEXT = BATCH_MAX, BATCH_TABLE_START = 2 * BATC
 struct batch_state {
     bool enabled;     /* off (KITE_CUDA_BATCH=0): such steps take the prefill path */
     int rows_max;     /* buckets up to this many rows use the fused tensor-core kernels, larger ones cuBLASLt */
+    int fp8_rows_max; /* the same with --weights fp8 (the W8A16 gemm_rows kernels) */
     int bulk_max_rows; /* buckets up to this many rows take the bulk-fed cluster attention, where it fits */
     int bulk_cluster[N_BUCKETS]; /* its cluster size per bucket (0: does not fit, split-K) */
     /* cuBLASLt buckets up to split_max_rows rows: o_proj and down as split-K partials (cuda_gemm_bf16_split) in

@@ -23,6 +23,10 @@ namespace {
 
 /* Batched buckets up to this many rows run through gemm_rows: 16 rows run faster through cuBLASLt. */
 constexpr int32_t ROWS_MAX = 8;
+/* With --weights fp8, up to this many rows (gemm_rows' limit): the W8A16 kernels read each code once, where the route
+ * beyond dequantizes every layer into a bf16 scratch before cuBLASLt (a pass writing and re-reading 2 bytes per
+ * weight). Predicted, not yet measured against that route at 16 and 32 rows. */
+constexpr int32_t FP8_ROWS_MAX = 32;
 /* Batched buckets up to this many rows take the bulk-fed cluster attention: per step against split-K B=16 -7.3%,
  * B=32 -5.5%, B=8 even; B=64 does not fit. */
 constexpr int32_t BATCH_BULK_MAX_ROWS = 32;
@@ -230,8 +234,8 @@ const char *cuda_decode_path(backend *self) {
         snprintf(batched, sizeof batched,
                  "gemm_rows up to %d rows (lm_head up to %d), cuBLASLt beyond (o_proj/down in %d k slices up to %d "
                  "rows); attention: bulk-fed clusters up to %d rows, split-K beyond",
-                 bp->rows_max, bp->lm_head_rows_max, bp->split, bp->split > 1 ? bp->split_max_rows : 0,
-                 bp->bulk_max_rows);
+                 core->weights == KITE_WEIGHTS_FP8 ? bp->fp8_rows_max : bp->rows_max, bp->lm_head_rows_max, bp->split,
+                 bp->split > 1 ? bp->split_max_rows : 0, bp->bulk_max_rows);
     else
         snprintf(batched, sizeof batched, "off (prefill path)");
     snprintf(b->decode_path, sizeof b->decode_path, "single stream: %s; batched: %s", single, batched);
@@ -318,6 +322,7 @@ kite_status create_without_weights(const qwen3_config *config, int device, const
     core->use_pdl = options->cuda_pdl != 0;
     bp->enabled = options->cuda_batch != 0;
     bp->rows_max = ROWS_MAX;
+    bp->fp8_rows_max = FP8_ROWS_MAX;
     bp->bulk_max_rows = BATCH_BULK_MAX_ROWS;
     bp->lm_head_rows_max = BATCH_LM_HEAD_ROWS_MAX;
     bp->split = batch_split_fits(c, BATCH_SPLIT) ? BATCH_SPLIT : 0; /* a split that does not fit is not used */
@@ -482,6 +487,14 @@ extern "C" kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32
     CUDA_CHECK(cudaStreamSynchronize(b->core.stream));
     KITE_TRY(batch_destroy_graphs(&b->batch)); /* each bucket's graph holds its attention kernel */
     b->batch.bulk_max_rows = max_rows;
+    return KITE_OK;
+}
+
+extern "C" kite_status cuda_backend_set_batch_fp8_rows_max(backend *self, int32_t max_rows) {
+    cuda_backend *b = as_cuda(self);
+    CUDA_CHECK(cudaStreamSynchronize(b->core.stream));
+    KITE_TRY(batch_destroy_graphs(&b->batch)); /* each bucket's graph holds its products */
+    b->batch.fp8_rows_max = max_rows;
     return KITE_OK;
 }
 

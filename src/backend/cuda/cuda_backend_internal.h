@@ -32,6 +32,10 @@ int cuda_backend_attention_bulk(backend *self);
 kite_status cuda_backend_set_batch_bulk_max_rows(backend *self, int32_t max_rows);
 int32_t cuda_backend_batch_bulk_max_rows(backend *self);
 int cuda_backend_batch_bulk_cluster(backend *self, int32_t rows);
+/* With --weights fp8: batched buckets of up to max_rows rows take the W8A16 gemm_rows kernels (cuda_gemm_rows_fp8),
+ * larger ones the per-layer dequantization into a bf16 scratch and cuBLASLt (32 by default; 0: always the scratch).
+ * Drops the captured batch graphs. */
+kite_status cuda_backend_set_batch_fp8_rows_max(backend *self, int32_t max_rows);
 /* Batched decode through cuBLASLt (buckets past the gemm_rows kernels' 8 rows, up to max_rows rows): o_proj and
  * down as products split along k into `slices` partials, each added to the residual by the kernel that takes the
  * next RMSNorm; 0 or 1: cuBLASLt's own products and separate norms (default 4 slices up to 256 rows). Refused where

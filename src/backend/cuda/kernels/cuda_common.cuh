@@ -4,6 +4,8 @@
 #define KITE_BACKEND_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <float.h>
 #include <stdint.h>
@@ -46,6 +48,13 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4 v, float out[8]) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Two E4M3 codes (the low 16 bits of pair, the first in the low byte) to floats through the hardware conversion
+ * (cvt.rn.f16x2.e4m3x2; every E4M3 value is exact in f16, and so in float and in bf16). */
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
 }
 
 /* Weights are read once per step: stream them past L1 (no allocation) through the read-only path. */

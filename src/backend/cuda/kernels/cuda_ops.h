@@ -14,7 +14,7 @@
  *   gemv.cu                  decode matrix-vector products        cuda_gemv, cuda_gemv_fp8
  *   fp8_weights.cu           fp8 weights: quantize, dequantize    cuda_fp8_quantize_weight, ..._dequantize_weight
  *   lm_head_screen.cu        greedy lm_head through an int8 copy  cuda_lm_head_screened_argmax, ..._screen_build
- *   gemm_rows.cu             batched products up to 32 rows       cuda_gemm_rows
+ *   gemm_rows.cu             batched products up to 32 rows       cuda_gemm_rows, cuda_gemm_rows_fp8
  *   gemm.cu                  cuBLASLt products (prefill, batches) cuda_gemm_bf16(_split)
  *   argmax.cu                argmax rows, ids to the host         cuda_argmax_rows, cuda_publish_ids,
  *                                                                 cuda_publish_and_advance
@@ -228,6 +228,13 @@ int cuda_gemm_rows_fits(int n_rows, int cols);
 kite_status cuda_gemm_rows(const void *weight, const void *x, int x_bf16, const float *norm_weight, float eps, void *y,
                            int y_bf16, int n_rows, int rows, int cols, int epilogue, void *workspace,
                            int32_t *argmax_out, void *stream, int use_pdl);
+/* cuda_gemm_rows over fp8 E4M3 weights (rows x cols codes) with float32 block scales w_scale [ceil(rows / 128)][scale_ld]
+ * (w = code x scale; quant/fp8.h), W8A16 for batched decode: every code read once for all n_rows rows, the products
+ * as cuda_gemm_rows forms them (the input rounded to bf16 after the norm, fp32 accumulation) on the weights' exact
+ * values. cols % 16 == 0; every epilogue but ARGMAX (the lm_head stays bf16). */
+kite_status cuda_gemm_rows_fp8(const void *weight, const float *w_scale, int scale_ld, const void *x, int x_bf16,
+                               const float *norm_weight, float eps, void *y, int y_bf16, int n_rows, int rows, int cols,
+                               int epilogue, void *stream, int use_pdl);
 
 /* What the host sampler needs of each logits row for top-k sampling (sampler_top_row, sampler.h), computed
  * on the device (top_candidates.cu): top_logits / top_ids [n_rows][k] get the k best finite logits (logit

@@ -9,9 +9,13 @@
  * first) before the previous kernel ends.
  *
  * fp8 weights (cuda_gemv_fp8, --weights fp8): the same kernel over E4M3 codes, 16 per 16-byte load, converted by
- * the hardware to float and multiplied by the fp32 input; each chunk's sum (16 columns, inside one 128-column
- * block) is multiplied by its 128x128 block's scale before it joins the row's sum, so the product is the bf16
- * path's with the weight's values replaced by the fp8 ones (W8A16: the input is never quantized). */
+ * the hardware two at a time (cvt.rn.f16x2.e4m3x2, exact) and multiplied by the fp32 input (W8A16: the input is never
+ * quantized). A lane takes its chunks in pairs of one 128-column block (lanes 4j..4j+3 read 64 contiguous bytes of
+ * block j with each load, the other 64 with the next: whole 32-byte sectors), sums the pair's 32 products unscaled
+ * and multiplies that sum by the block's scale once; the scales of a step are loaded with its weights, so they are
+ * in registers when the codes arrive. A step takes 8 loads per lane as 4 rows x 1 pair where a row is not a multiple
+ * of 2,048 columns (1,024: every load of a step in range), else 2 rows x 2 pairs. The input sits in shared memory
+ * permuted (fp8_input_slot, gemv_task.cuh) so that these lanes' reads are free of bank conflicts. */
 #include "backend/cuda/kernels/gemv_task.cuh"
 
 #include <float.h>
@@ -31,6 +35,22 @@ constexpr int GEMV_WARPS = GEMV_THREADS / 32;
 template <bool FP8>
 using gemv_weight = typename std::conditional<FP8, uint8_t, bf16>::type;
 
+/* The chunk (16 bytes of a row) that lane `lane` loads as load u of a step starting at chunk `first`. bf16: lane + 32u
+ * (a warp's load is 512 contiguous bytes). fp8: loads 2p and 2p + 1 are a pair inside one 128-column block (8 chunks):
+ * block first / 8 + 8p + lane / 4, its chunks lane % 4 and lane % 4 + 4. Either way a step covers 32 U chunks. */
+template <bool FP8>
+__device__ __forceinline__ int gemv_chunk(int first, int u, int lane) {
+    if (FP8) return first + (u >> 1) * 64 + 8 * (lane >> 2) + (lane & 3) + 4 * (u & 1);
+    return first + u * 32 + lane;
+}
+
+/* One step's loads: R rows x U chunks per lane, and with fp8 the block scale of each row and pair. */
+template <int R, int U, bool FP8>
+struct gemv_step {
+    uint4 w[R][U];
+    float scale[R][FP8 ? U / 2 : 1];
+};
+
 template <int R, int U, int EPILOGUE, int MIN_BLOCKS, bool FP8>
 __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     gemv_kernel(const gemv_weight<FP8> *__restrict__ weight, const float *x, const float *__restrict__ norm_weight, float eps,
@@ -40,6 +60,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * a 128-byte boundary whatever the static arrays below take: at byte 16 the SASS differed only in that offset,
      * yet one product alone cost the step +7 to +15% and all of them 25% (docs/cuda.md). The lm_head's vector at
      * byte 256 instead of 160: no measurable change. */
+    static_assert(!FP8 || U % 2 == 0, "fp8 steps load pairs of chunks");
     extern __shared__ __align__(128) float4 smem_vec[];
     /* The warps' sums of squares (the first GEMV_WARPS entries; 32, the size every measurement ran with). */
     __shared__ float reduce_scratch[32];
@@ -67,15 +88,23 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
             c.task += task_stride;
         }
     };
-    auto load_step = [&](const cursor &c, uint4 (&w)[R][U]) {
+    auto load_step = [&](const cursor &c, gemv_step<R, U, FP8> &step) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int row = layout.valid(c.task, r) ? layout.row_of(c.task, r) : 0; /* out of range: row 0, discarded */
             const uint4 *row_ptr = reinterpret_cast<const uint4 *>(weight + (size_t)row * (size_t)cols);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int chunk = c.first + u * 32 + lane;
-                w[r][u] = chunk < n_chunks ? load_weight_16(row_ptr + chunk) : make_uint4(0, 0, 0, 0);
+                const int chunk = gemv_chunk<FP8>(c.first, u, lane);
+                step.w[r][u] = chunk < n_chunks ? load_weight_16(row_ptr + chunk) : make_uint4(0, 0, 0, 0);
+            }
+            if constexpr (FP8) {
+                const float *scale_row = w_scale + (size_t)(row >> 7) * (size_t)scale_ld;
+#pragma unroll
+                for (int p = 0; p < U / 2; p++) {
+                    const int chunk = gemv_chunk<FP8>(c.first, 2 * p, lane);
+                    step.scale[r][p] = chunk < n_chunks ? __ldg(scale_row + (chunk >> 3)) : 0.0f;
+                }
             }
         }
     };
@@ -93,23 +122,41 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     }
     float best_value = -FLT_MAX;
     int32_t best_index = INT32_MAX;
-    auto multiply_step = [&](const cursor &c, const uint4 (&w)[R][U]) {
+    /* fp8: the 16 inputs of chunk `chunk` (from their permuted slots) into x[4]. */
+    auto fp8_inputs = [&](int chunk, float4 (&x)[4]) {
+        const int permute = ((chunk >> 1) & 1) | (((chunk >> 3) & 1) << 1); /* fp8_input_slot's, for q = 4 chunk + i */
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int chunk = c.first + u * 32 + lane;
-            if (FP8 && chunk < n_chunks) {
-                const float4 x0 = smem_vec[4 * chunk], x1 = smem_vec[4 * chunk + 1];
-                const float4 x2 = smem_vec[4 * chunk + 2], x3 = smem_vec[4 * chunk + 3];
+        for (int i = 0; i < 4; i++) x[i] = smem_vec[4 * chunk + (i ^ permute)];
+    };
+    auto multiply_step = [&](const cursor &c, const gemv_step<R, U, FP8> &step) {
+        if constexpr (FP8) {
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const int row = layout.valid(c.task, r) ? layout.row_of(c.task, r) : 0;
-                    const float block_scale = __ldg(w_scale + (size_t)(row >> 7) * scale_ld + (chunk >> 3));
-                    acc[r] += block_scale * chunk_dot_fp8(w[r][u], x0, x1, x2, x3);
+            for (int p = 0; p < U / 2; p++) {
+                const int chunk = gemv_chunk<FP8>(c.first, 2 * p, lane); /* its pair: chunk + 4, same block */
+                if (chunk >= n_chunks) continue;
+                float4 x[4];
+                float block_sum[R];
+                fp8_inputs(chunk, x);
+#pragma unroll
+                for (int r = 0; r < R; r++) block_sum[r] = chunk_dot_fp8(step.w[r][2 * p], x[0], x[1], x[2], x[3]);
+                if (chunk + 4 < n_chunks) { /* not past the row's end (a partial last block) */
+                    fp8_inputs(chunk + 4, x);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        block_sum[r] += chunk_dot_fp8(step.w[r][2 * p + 1], x[0], x[1], x[2], x[3]);
                 }
-            } else if (chunk < n_chunks) {
-                const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r] += chunk_dot(w[r][u], x0, x1);
+                for (int r = 0; r < R; r++) acc[r] += step.scale[r][p] * block_sum[r];
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int chunk = gemv_chunk<FP8>(c.first, u, lane);
+                if (chunk < n_chunks) {
+                    const float4 x0 = smem_vec[2 * chunk], x1 = smem_vec[2 * chunk + 1];
+#pragma unroll
+                    for (int r = 0; r < R; r++) acc[r] += chunk_dot(step.w[r][u], x0, x1);
+                }
             }
         }
         if (c.first + 32 * U >= n_chunks) { /* the task's last step */
@@ -135,12 +182,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * input, and the smaller burst before the wait lets the down projection before it end sooner (its hand-over
      * 2.9 -> 1.7 us; -0.6 to -0.8% per 0.6B step at depth 16,384). */
     constexpr bool SECOND_STEP_AFTER_WAIT = EPILOGUE == CUDA_GEMV_ARGMAX;
-    uint4 wa[R][U], wb[R][U];
+    gemv_step<R, U, FP8> wa, wb;
     cursor next_load = {(int)blockIdx.x * GEMV_WARPS + warp, 0};
     cursor next_multiply = next_load;
     /* The warp's next step into a buffer (none past its last task), and the cursor on to the one after it. */
-    auto load_next = [&](uint4 (&w)[R][U]) {
-        if (next_load.task < n_tasks) load_step(next_load, w);
+    auto load_next = [&](gemv_step<R, U, FP8> &step) {
+        if (next_load.task < n_tasks) load_step(next_load, step);
         advance(next_load);
     };
     load_next(wa);
@@ -153,7 +200,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
     if (norm_weight != nullptr) {
 #pragma unroll 1
         for (int i = threadIdx.x; i < n_vec; i += GEMV_THREADS)
-            cp_async_16(&smem_norm[i], &reinterpret_cast<const float4 *>(norm_weight)[i]);
+            cp_async_16(&smem_norm[FP8 ? fp8_input_slot(i) : i], &reinterpret_cast<const float4 *>(norm_weight)[i]);
         cp_async_commit();
     }
     pdl_wait();
@@ -166,7 +213,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
      * those round trips are the critical path. The norm folded into the staging (one barrier instead of three and one
      * pass over the input fewer): -0.7 to -1.3% per 0.6B step at depths 256 and 4,096, 0.0% at 16,384, -1.1% per 1.7B
      * step. */
-    norm_scale = stage_decode_input<GEMV_THREADS>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch);
+    norm_scale = stage_decode_input<GEMV_THREADS, false, FP8>(x, norm_weight, smem_norm, eps, cols, smem_vec, reduce_scratch);
 
     while (next_multiply.task < n_tasks) {
         multiply_step(next_multiply, wa);
@@ -269,22 +316,27 @@ kite_status gemv_launch(const gemv_call &c) {
  * SM's registers, 4 leave room for a neighbour kernel's block). Measured and dropped: steps of 4 loads with the
  * kernel held to 64 registers, so that two such kernels fit an SM at once (0.747 vs 0.686 ms per 0.6B token).
  * SwiGLU takes 4 rows (2 outputs) per task where that is one round of tasks over the grid's warps, else 2 rows
- * (a better balance across warps when tasks outnumber them). fp8 rows are half the bytes, so the choice by columns
- * takes twice the columns. */
+ * (a better balance across warps when tasks outnumber them). fp8: the steps the kernel's comment describes. */
 template <int EPILOGUE, bool FP8>
 kite_status gemv_pick(const gemv_call &c) {
     /* fp8: 4 blocks per SM (128 registers): with 5 the R = 2 and 4 instances spilled (the 16 inputs per chunk and the
-     * block scale take registers the bf16 ones do not). */
+     * block scales take registers the bf16 ones do not). */
     constexpr int MIN_BLOCKS = FP8 ? 4 : 5, STEP_LOADS = 8;
     static_assert(FP8 || LM_HEAD_BLOCKS_PER_SM <= MIN_BLOCKS, "the lm_head's blocks per SM must fit the registers");
-    if constexpr (EPILOGUE == CUDA_GEMV_SWIGLU) {
+    if constexpr (FP8) {
+        /* A step of 2 pairs covers 2,048 columns, one of 1 pair 1,024: the widest step that divides the row, so that no
+         * load of a step falls past the row's end where rows are multiples of 1,024 columns (0.6B: 1,024, 2,048, 3,072;
+         * 8B: 4,096, 12,288), SwiGLU included (R = 4: two outputs per task). */
+        const int n_chunks = c.cols / 16;
+        return n_chunks % 128 == 0 ? gemv_launch<2, 4, EPILOGUE, MIN_BLOCKS, FP8>(c)
+                                   : gemv_launch<4, 2, EPILOGUE, MIN_BLOCKS, FP8>(c);
+    } else if constexpr (EPILOGUE == CUDA_GEMV_SWIGLU) {
         const bool one_round = KITE_CEIL_DIV(c.rows / 2, 2) <= gemv_max_grid() * GEMV_WARPS;
         return one_round ? gemv_launch<4, STEP_LOADS / 4, EPILOGUE, MIN_BLOCKS, FP8>(c)
                          : gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS, FP8>(c);
     } else {
-        const int bf16_cols = FP8 ? c.cols / 2 : c.cols;
-        return bf16_cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS, FP8>(c)
-                                 : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS, FP8>(c);
+        return c.cols <= 1024 ? gemv_launch<2, STEP_LOADS / 2, EPILOGUE, MIN_BLOCKS, FP8>(c)
+                              : gemv_launch<1, STEP_LOADS, EPILOGUE, MIN_BLOCKS, FP8>(c);
     }
 }
 

@@ -7,9 +7,6 @@
 
 #include "backend/cuda/kernels/cuda_common.cuh"
 
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
 /* One 16-byte chunk of a bf16 weight row times 8 fp32 inputs, summed in the order the decode GEMV adds them (gemv.cu);
  * the lm_head screen's exact pass uses it too, because it must reproduce the GEMV's bits. */
 __device__ __forceinline__ float chunk_dot(const uint4 w, const float4 x0, const float4 x1) {
@@ -17,12 +14,6 @@ __device__ __forceinline__ float chunk_dot(const uint4 w, const float4 x0, const
     bf16x8_to_float(w, wf);
     return wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y + wf[6] * x1.z +
            wf[7] * x1.w;
-}
-
-/* Two E4M3 codes to floats through the hardware conversion (cvt.rn.f16x2.e4m3x2; every E4M3 value is exact in f16). */
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
 }
 
 /* One 16-byte chunk of an fp8 E4M3 weight row (16 codes) times 16 fp32 inputs, unscaled: the caller multiplies by
@@ -37,6 +28,12 @@ __device__ __forceinline__ float chunk_dot_fp8(const uint4 w, const float4 x0, c
            e.x * x2.x + e.y * x2.y + f.x * x2.z + f.y * x2.w + g.x * x3.x + g.y * x3.y + h.x * x3.z + h.y * x3.w;
 }
 
+/* Where the fp8 GEMV keeps float4 q of its input in shared memory: the four float4 of a 16-column chunk c (q = 4c + i)
+ * permuted among themselves by ((c >> 1) & 1) | ((c >> 3) & 1) << 1, so that the 8 lanes of a 16-byte load phase,
+ * which read chunks c0 + {0, 1, 2, 3, 8, 9, 10, 11} (gemv.cu's fp8 lane layout), hit 8 distinct groups of 4 banks
+ * (unpermuted, 64 bytes per chunk put chunks of one parity on the same banks: 4-way conflicts). */
+__device__ __forceinline__ int fp8_input_slot(int q) { return q ^ (((q >> 3) & 1) | (((q >> 5) & 1) << 1)); }
+
 /* The decode GEMV's staging of its input (a block of THREADS threads; every thread calls it; one barrier): x (cols
  * floats, the previous kernel's output, in L2) into smem_vec by cp.async, every 16-byte piece requested at once, so one
  * round trip to L2 whatever cols. With a norm (norm_weight not NULL; only tested for NULL here: its values are already
@@ -44,8 +41,10 @@ __device__ __forceinline__ float chunk_dot_fp8(const uint4 w, const float4 x0, c
  * the norm weights g and sums their squares in the same pass, the warps' sums meet in reduce_scratch (THREADS / 32
  * floats; 2 * THREADS / 32 with V_NORM) across the one barrier the staging needs anyway, and the scale, returned (1
  * without a norm), multiplies the dot products at the end. V_NORM (the lm_head screen's bound; a norm then always):
- * also *v_norm_sq = sum((x * g)^2). The lm_head screen (lm_head_screen.cu) stages through this too: its logits must be the GEMV's bits. */
-template <int THREADS, bool V_NORM = false>
+ * also *v_norm_sq = sum((x * g)^2). The lm_head screen (lm_head_screen.cu) stages through this too: its logits must be the GEMV's bits.
+ * FP8_SLOTS: float4 q of x (and of the norm weights, which the caller placed so) lives at fp8_input_slot(q); the sums
+ * run in the same order, so the norm scale is the unpermuted staging's bit for bit. */
+template <int THREADS, bool V_NORM = false, bool FP8_SLOTS = false>
 __device__ __forceinline__ float stage_decode_input(const float *x, const float *norm_weight, const float4 *smem_norm, float eps,
                                                     int cols, float4 *smem_vec, float *reduce_scratch,
                                                     float *v_norm_sq = nullptr) {
@@ -54,21 +53,22 @@ __device__ __forceinline__ float stage_decode_input(const float *x, const float 
     float norm_scale = 1.0f;
     const float4 *x4 = reinterpret_cast<const float4 *>(x);
 #pragma unroll 1
-    for (int i = threadIdx.x; i < n_vec; i += THREADS) cp_async_16(&smem_vec[i], &x4[i]);
+    for (int i = threadIdx.x; i < n_vec; i += THREADS) cp_async_16(&smem_vec[FP8_SLOTS ? fp8_input_slot(i) : i], &x4[i]);
     cp_async_commit();
     cp_async_wait<0>();
     if (V_NORM || norm_weight != nullptr) {
         float sum_sq = 0.0f, v_sq = 0.0f;
 #pragma unroll 1
         for (int i = threadIdx.x; i < n_vec; i += THREADS) {
-            float4 v = smem_vec[i];
-            const float4 g = smem_norm[i];
+            const int slot = FP8_SLOTS ? fp8_input_slot(i) : i;
+            float4 v = smem_vec[slot];
+            const float4 g = smem_norm[slot];
             sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             v.x *= g.x;
             v.y *= g.y;
             v.z *= g.z;
             v.w *= g.w;
-            smem_vec[i] = v;
+            smem_vec[slot] = v;
             if (V_NORM) v_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
         sum_sq = warp_sum(sum_sq);
