@@ -15,6 +15,10 @@ struct prefill_state {
     cudaEvent_t meta_copied;
     float *logits; /* (logits_rows, vocab) */
     int32_t logits_rows;
+    /* With an fp8 KV cache: the prefill attention's bf16 view of the blocks it reads (prefill_path.cu), fp8_view_blocks
+     * blocks of a bf16 layer, grown to the largest step's need. */
+    bf16 *fp8_view;
+    int32_t fp8_view_blocks;
 };
 
 /* Any step batch (prefill chunks, decode tokens of several sequences, mixed): its logits rows into *kept. */
