@@ -443,6 +443,10 @@ int main(void) {
     TRY(cpu_backend_create(&config, w, &fp8, &cpu));
     TRY(cuda_backend_create(&config, w, &fp8, &gpu));
     TRY(cuda_backend_create(&config, w, &bf16, &gpu_bf16));
+    /* The bf16 reference of the stored codes decodes through the split-K kernel too (single stream and batches), as
+     * the fp8 backend always does, so that both compute the new K and V with the same code. */
+    TRY(cuda_backend_set_bulk_max_context(gpu_bf16, 0));
+    TRY(cuda_backend_set_batch_bulk_max_rows(gpu_bf16, 0));
     logits_ref = xmalloc((size_t)config.vocab_size * 4);
     logits_gpu = xmalloc((size_t)config.vocab_size * 4);
 
