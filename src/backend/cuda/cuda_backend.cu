@@ -71,13 +71,6 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
     const qwen3_config *c = &core->config;
     if (n_blocks <= 0 || block_size <= 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: kv_reserve(%d blocks, block size %d)", n_blocks, block_size);
-    CUDA_CHECK(cudaSetDevice(core->device));
-    CUDA_CHECK(cudaStreamSynchronize(core->stream));
-    KITE_TRY(decode_destroy_graphs(&b->decode));
-    KITE_TRY(batch_destroy_graphs(&b->batch));
-    if (core->kv_cache) CUDA_CHECK(cudaFree(core->kv_cache));
-    core->kv_cache = NULL;
-    core->kv_blocks = core->kv_block_size = 0;
     const cuda_kv_layer shape = {NULL, block_size, c->n_kv_heads, c->head_dim, 0, core->kv_dtype};
     const size_t block_bytes = cuda_kv_block_bytes(shape);
     /* The decode kernels read 16-byte pieces from every block: an fp8 block (rows of head_dim + 4 bytes) must keep
@@ -87,6 +80,13 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
                          "cuda backend: a KV block of %d positions x %d kv heads is %zu bytes, not a multiple of 16 "
                          "(use an even block size with --kv-cache-dtype fp8)",
                          block_size, c->n_kv_heads, block_bytes);
+    CUDA_CHECK(cudaSetDevice(core->device));
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    KITE_TRY(decode_destroy_graphs(&b->decode));
+    KITE_TRY(batch_destroy_graphs(&b->batch));
+    if (core->kv_cache) CUDA_CHECK(cudaFree(core->kv_cache));
+    core->kv_cache = NULL;
+    core->kv_blocks = core->kv_block_size = 0;
     /* One block more than asked: the scratch block where the batched path's dummy rows write. */
     const size_t layer_bytes = ((size_t)n_blocks + 1) * block_bytes;
     const size_t bytes = layer_bytes * (size_t)c->n_layers;

@@ -30,15 +30,16 @@ constexpr int32_t FP8_VIEW_MIN_POSITIONS = 8192;
 
 /* The bf16 view of `blocks` blocks of an fp8 layer. */
 kite_status ensure_fp8_view(cuda_core *core, prefill_state *p, int32_t blocks) {
-    if (blocks <= p->fp8_view_blocks) return KITE_OK;
     const cuda_kv_layer shape = {NULL, core->kv_block_size, core->config.n_kv_heads, core->config.head_dim, 0,
                                  KITE_KV_CACHE_BF16};
+    const size_t bytes = (size_t)blocks * cuda_kv_block_bytes(shape);
+    if (bytes <= p->fp8_view_bytes) return KITE_OK;
     CUDA_CHECK(cudaStreamSynchronize(core->stream));
     if (p->fp8_view) CUDA_CHECK(cudaFree(p->fp8_view));
     p->fp8_view = NULL;
-    p->fp8_view_blocks = 0;
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&p->fp8_view), (size_t)blocks * cuda_kv_block_bytes(shape)));
-    p->fp8_view_blocks = blocks;
+    p->fp8_view_bytes = 0;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&p->fp8_view), bytes));
+    p->fp8_view_bytes = bytes;
     return KITE_OK;
 }
 
