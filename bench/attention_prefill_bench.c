@@ -119,7 +119,7 @@ static int run(int heads, int kv_heads, int block_size, int reps, int L) {
     void *d_q = upload(p.q, q_elems * 2), *d_out = upload(NULL, q_elems * 2);
     void *d_cache = upload(p.cache, cache_elems * 2), *d_table = upload(p.table, (size_t)n_blocks * 4);
     int32_t *d_meta = upload(meta, sizeof meta);
-    const cuda_kv_layer kv = {d_cache, block_size, kv_heads, HEAD_DIM, n_blocks};
+    const cuda_kv_layer kv = {d_cache, block_size, kv_heads, HEAD_DIM, n_blocks, KITE_KV_CACHE_BF16};
     const cuda_seq_meta seqs = {d_meta, d_meta + 2, d_meta + 3, d_table, 1, L};
     const float scale = 1.0f / sqrtf((float)HEAD_DIM);
 

@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "model/dummy.h"
+#include "quality_stats.h"
 #include "util/error.h"
 
 enum { CHUNK = 128, BLOCK = 16 };
@@ -62,41 +63,6 @@ static void run_free(run_state *r) {
     free(r->logits);
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static double log_sum_exp(const float *x, int32_t n, double max) {
-    double sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)x[i] - max);
-    return max + log(sum);
-}
-
-/* KL(p || q) of the softmaxes of logits p and q. */
-static double kl_divergence(const float *p, const float *q, int32_t n) {
-    const double lp = log_sum_exp(p, n, p[argmax(p, n)]), lq = log_sum_exp(q, n, q[argmax(q, n)]);
-    double kl = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const double log_p = (double)p[i] - lp, log_q = (double)q[i] - lq;
-        kl += exp(log_p) * (log_p - log_q);
-    }
-    return kl;
-}
-
-static int compare_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The q-quantile of sorted[n] (nearest rank). */
-static double quantile(const double *sorted, int32_t n, double q) {
-    int32_t i = (int32_t)ceil(q * n) - 1;
-    return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
-}
-
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 4) {
         fprintf(stderr, "usage: fp8_quality SHAPE [POSITIONS=2048] [SEED=1]\n");
@@ -126,8 +92,8 @@ int main(int argc, char **argv) {
     }
     const int32_t vocab = c.vocab_size, blocks = (n + BLOCK - 1) / BLOCK;
     int32_t *tokens = malloc((size_t)n * sizeof(int32_t)), *table = malloc((size_t)blocks * sizeof(int32_t));
-    double *rel_l2 = malloc((size_t)n * sizeof(double)), *kl = malloc((size_t)n * sizeof(double));
-    if (!tokens || !table || !rel_l2 || !kl) {
+    quality_stats stats;
+    if (!tokens || !table || quality_stats_init(&stats, n) != 0) {
         fprintf(stderr, "fp8_quality: out of memory\n");
         return 1;
     }
@@ -141,22 +107,12 @@ int main(int argc, char **argv) {
     run_state bf16 = {0}, fp8 = {0};
     kite_status status = run_create(&c, dummy_model_weights(m), KITE_WEIGHTS_BF16, n, &bf16);
     if (status == KITE_OK) status = run_create(&c, dummy_model_weights(m), KITE_WEIGHTS_FP8, n, &fp8);
-    int32_t agree = 0;
     for (int32_t first = 0; status == KITE_OK && first < n; first += CHUNK) {
         const int32_t rows = n - first < CHUNK ? n - first : CHUNK;
         status = run_chunk(&bf16, tokens, table, first, rows);
         if (status == KITE_OK) status = run_chunk(&fp8, tokens, table, first, rows);
-        for (int32_t r = 0; status == KITE_OK && r < rows; r++) {
-            const float *p = bf16.logits + (size_t)r * vocab, *q = fp8.logits + (size_t)r * vocab;
-            double diff = 0, norm = 0;
-            for (int32_t i = 0; i < vocab; i++) {
-                diff += ((double)q[i] - p[i]) * ((double)q[i] - p[i]);
-                norm += (double)p[i] * p[i];
-            }
-            rel_l2[first + r] = sqrt(diff / norm);
-            kl[first + r] = kl_divergence(p, q, vocab);
-            agree += argmax(p, vocab) == argmax(q, vocab);
-        }
+        for (int32_t r = 0; status == KITE_OK && r < rows; r++)
+            quality_stats_add(&stats, bf16.logits + (size_t)r * vocab, fp8.logits + (size_t)r * vocab, vocab);
     }
     run_free(&bf16);
     run_free(&fp8);
@@ -164,23 +120,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fp8_quality: %s\n", kite_last_error());
         return 1;
     }
-    double rel_sum = 0, kl_sum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        rel_sum += rel_l2[i];
-        kl_sum += kl[i];
-    }
-    qsort(rel_l2, (size_t)n, sizeof(double), compare_double);
-    qsort(kl, (size_t)n, sizeof(double), compare_double);
     printf("{\"test\": \"fp8_quality\", \"model\": \"%s\", \"positions\": %d, \"seed\": %llu, \"weights\": \"fp8\", "
-           "\"against\": \"bf16\", \"scheme\": \"E4M3 weights per 128x128 block, float32 activations\", "
-           "\"rel_l2_mean\": %.5f, \"rel_l2_p50\": %.5f, \"rel_l2_p99\": %.5f, \"rel_l2_max\": %.5f, "
-           "\"top1_agreement\": %.4f, \"kl_mean\": %.3e, \"kl_p50\": %.3e, \"kl_p99\": %.3e, \"kl_max\": %.3e}\n",
-           argv[1], n, seed, rel_sum / n, quantile(rel_l2, n, 0.5), quantile(rel_l2, n, 0.99), rel_l2[n - 1],
-           (double)agree / n, kl_sum / n, quantile(kl, n, 0.5), quantile(kl, n, 0.99), kl[n - 1]);
+           "\"against\": \"bf16\", \"scheme\": \"E4M3 weights per 128x128 block, float32 activations\", ",
+           argv[1], n, seed);
+    quality_stats_print(&stats, stdout);
+    printf("}\n");
     free(tokens);
     free(table);
-    free(rel_l2);
-    free(kl);
+    quality_stats_free(&stats);
     dummy_model_free(m);
     return 0;
 }

@@ -207,7 +207,7 @@ static void check_qk_norm_rope(int io_f32, int n_heads, int n_kv, int n_tokens) 
     float *d_qn = device_buffer(sizeof qn, qn), *d_kn = device_buffer(sizeof kn, kn);
     float *d_cos = device_buffer((size_t)positions * half * 4, cos_t), *d_sin = device_buffer((size_t)positions * half * 4, sin_t);
     void *d_cache = device_buffer(cache_n * 2, NULL);
-    cuda_kv_layer kv = {d_cache, bs, n_kv, D, 0};
+    cuda_kv_layer kv = {d_cache, bs, n_kv, D, 0, KITE_KV_CACHE_BF16};
     DEVICE_CHECK(cuda_qk_norm_rope_kv(d_qkv, d_q, io_f32, d_pos, d_slots, d_qn, d_kn, d_cos, d_sin, kv, n_tokens, n_heads,
                                       1e-6f, NULL, 0));
     float *q_out = xmalloc(q_n * 4);
@@ -373,7 +373,7 @@ static void check_attention_prefill(int n_heads, int n_kv, int bs, int n_seqs, c
     int32_t *d_ts = device_buffer(sizeof token_start, token_start), *d_ctx = device_buffer(sizeof ctx32, ctx32);
     int32_t *d_tstart = device_buffer(sizeof table_start, table_start);
     int32_t *d_tables = device_buffer((size_t)n_seqs * per_seq * 4, tables);
-    cuda_kv_layer kv = {c.device, bs, n_kv, D, c.n_blocks};
+    cuda_kv_layer kv = {c.device, bs, n_kv, D, c.n_blocks, KITE_KV_CACHE_BF16};
     cuda_seq_meta meta = {d_ts, d_ctx, d_tstart, d_tables, n_seqs, max_new};
     DEVICE_CHECK(cuda_attention_prefill(d_q, d_out, kv, meta, n_heads, 1.0f / sqrtf((float)D), NULL));
     DEVICE_CHECK(kite_cuda_copy_to_host(out_bits, d_out, qn * 2));
@@ -479,7 +479,7 @@ static void check_attention_decode_gain(int n_heads, int n_kv, int bs, int ctx, 
     void *d_ws = device_buffer(ws_bytes, NULL);
     unsigned *d_counters = device_buffer((size_t)n_heads * 4, NULL);
     DEVICE_CHECK(kite_cuda_memset(d_counters, 0, (size_t)n_heads * 4));
-    cuda_kv_layer kv = {c.device, bs, n_kv, D, c.n_blocks};
+    cuda_kv_layer kv = {c.device, bs, n_kv, D, c.n_blocks, KITE_KV_CACHE_BF16};
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, qn * 4));
         if (cluster)
@@ -563,7 +563,7 @@ static void test_attention_decode(void) {
  * tile per block, across the shared-memory stages (more tiles than stages), groups of 1, 2 and 4 query heads;
  * both cluster sizes where the device runs them. */
 static void test_attention_decode_bulk(void) {
-    const cuda_kv_layer shape = {NULL, 16, 8, 128, 0};
+    const cuda_kv_layer shape = {NULL, 16, 8, 128, 0, KITE_KV_CACHE_BF16};
     const int largest = cuda_attention_decode_bulk_size(16, shape);
     CHECK_MSG(largest == 8 || largest == 16, "cluster size %d for 16/8 heads", largest);
     for (int cluster = 8; cluster <= largest; cluster *= 2) {
@@ -830,7 +830,7 @@ static void check_attention_decode_rows(int n_heads, int n_kv, int bs, int n_seq
     const size_t n_counters = (size_t)n_seqs * n_heads;
     unsigned *d_counters = device_buffer(n_counters * 4, NULL);
     DEVICE_CHECK(kite_cuda_memset(d_counters, 0, n_counters * 4));
-    cuda_kv_layer kv = {c.device, bs, n_kv, D, c.n_blocks};
+    cuda_kv_layer kv = {c.device, bs, n_kv, D, c.n_blocks, KITE_KV_CACHE_BF16};
     for (int run = 0; run < 2; run++) { /* twice: the counters must come back to zero */
         DEVICE_CHECK(kite_cuda_memset(d_out, POISON, out_bytes));
         if (bulk_cluster)
@@ -913,7 +913,7 @@ static void test_attention_decode_bulk_rows(void) {
     for (int s = 0; s < 33; s++) ctx_c[s] = 1 + (int)(rng_next() % 2500);
     check_attention_decode_rows(16, 8, 16, 33, ctx_c, 0, 1, 1);
     check_attention_decode_rows(16, 8, 16, 33, ctx_c, 0, 1, 2);
-    const cuda_kv_layer shape = {NULL, 16, 8, 128, 0};
+    const cuda_kv_layer shape = {NULL, 16, 8, 128, 0, KITE_KV_CACHE_BF16};
     const int size8 = cuda_attention_decode_bulk_rows_size(16, shape, 8);
     CHECK_MSG(size8 >= 1 && size8 <= 16 && (size8 & (size8 - 1)) == 0, "bulk rows cluster size for 8 sequences: %d", size8);
     CHECK_MSG(cuda_attention_decode_bulk_rows_size(16, shape, 16) <= size8, "more sequences, larger clusters");

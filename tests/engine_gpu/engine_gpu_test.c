@@ -4,7 +4,9 @@
  * preemption; every KV block comes back. Runs on a dummy Qwen3-0.6B and on the tiny checkpoint. Sampled
  * requests read through the device's reduced rows equal those read through whole rows; greedy requests give
  * the same tokens with the overlapped decode on and off; requests sharing a prefix give the same tokens with the
- * prefix cache on and off (near-tie rule), taking cached blocks. */
+ * prefix cache on and off (near-tie rule), taking cached blocks. With the fp8 KV cache (--kv-cache-dtype fp8), batch
+ * invariance under forced preemption and the prefix cache with preemption again: the dtype changes only a block's
+ * bytes, so sharing, preemption and freeing must behave as with bf16. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,9 +60,13 @@ static kite_request request_for(const int32_t *prompt, int length, token_record 
 
 static kite_request make_request(int i, token_record *c) { return request_for(prompts[i], prompt_lengths[i], c); }
 
+/* The KV cache dtype of the models load() loads (the fp8 cases set it for their run). */
+static kite_kv_cache_dtype load_kv_dtype = KITE_KV_CACHE_BF16;
+
 static kite_model *load(const char *what) {
     kite_load_params p = kite_load_params_default();
     p.backend = KITE_BACKEND_CUDA;
+    p.kv_cache_dtype = load_kv_dtype;
     kite_model *m = NULL;
     kite_status s = strcmp(what, "tiny") == 0 ? kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m)
                                               : kite_model_load_dummy(what, 7, &p, &m);
@@ -334,6 +340,20 @@ static void test_prefix_cache_preemption_dummy_0_6b(void) {
     run_prefix_case((size_t)114688 * 16 * 40, 16, true);
 }
 
+/* The same two preemption cases with the fp8 cache: 59,136 bytes per position (2 x 28 layers x 8 kv heads x 132), so
+ * the same numbers of 16-position blocks as the bf16 cases. */
+static void test_preemption_fp8_dummy_0_6b(void) {
+    load_kv_dtype = KITE_KV_CACHE_FP8;
+    run_case("qwen3-0.6b-base", (size_t)59136 * 16 * 30, 16, true);
+    load_kv_dtype = KITE_KV_CACHE_BF16;
+}
+
+static void test_prefix_cache_preemption_fp8_dummy_0_6b(void) {
+    load_kv_dtype = KITE_KV_CACHE_FP8;
+    run_prefix_case((size_t)59136 * 16 * 40, 16, true);
+    load_kv_dtype = KITE_KV_CACHE_BF16;
+}
+
 int main(void) {
     char reason[256];
     if (!cuda_backend_available(reason, sizeof reason)) test_skip(reason);
@@ -344,5 +364,7 @@ int main(void) {
     TEST_RUN(test_overlapped_decode);
     TEST_RUN(test_prefix_cache_dummy_0_6b);
     TEST_RUN(test_prefix_cache_preemption_dummy_0_6b);
+    TEST_RUN(test_preemption_fp8_dummy_0_6b);
+    TEST_RUN(test_prefix_cache_preemption_fp8_dummy_0_6b);
     return test_finish();
 }

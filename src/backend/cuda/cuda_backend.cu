@@ -76,6 +76,15 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
     const qwen3_config *c = &core->config;
     if (n_blocks <= 0 || block_size <= 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: kv_reserve(%d blocks, block size %d)", n_blocks, block_size);
+    const cuda_kv_layer shape = {NULL, block_size, c->n_kv_heads, c->head_dim, 0, core->kv_dtype};
+    const size_t block_bytes = cuda_kv_block_bytes(shape);
+    /* The decode kernels read 16-byte pieces from every block: an fp8 block (rows of head_dim + 4 bytes) must keep
+     * that alignment. */
+    if (block_bytes % 16 != 0)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda backend: a KV block of %d positions x %d kv heads is %zu bytes, not a multiple of 16 "
+                         "(use an even block size with --kv-cache-dtype fp8)",
+                         block_size, c->n_kv_heads, block_bytes);
     CUDA_CHECK(cudaSetDevice(core->device));
     CUDA_CHECK(cudaStreamSynchronize(core->stream));
     KITE_TRY(decode_destroy_graphs(&b->decode));
@@ -84,9 +93,9 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
     core->kv_cache = NULL;
     core->kv_blocks = core->kv_block_size = 0;
     /* One block more than asked: the scratch block where the batched path's dummy rows write. */
-    const size_t layer_elements = ((size_t)n_blocks + 1) * 2 * (size_t)qwen3_kv_dim(c) * (size_t)block_size;
-    const size_t bytes = layer_elements * (size_t)c->n_layers * sizeof(bf16);
-    const cudaError_t e = cudaMalloc(&core->kv_cache, bytes);
+    const size_t layer_bytes = ((size_t)n_blocks + 1) * block_bytes;
+    const size_t bytes = layer_bytes * (size_t)c->n_layers;
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&core->kv_cache), bytes);
     if (e != cudaSuccess) {
         core->kv_cache = NULL;
         cudaGetLastError();
@@ -95,11 +104,11 @@ kite_status cuda_kv_reserve(backend *self, int32_t n_blocks, int32_t block_size)
                          n_blocks, block_size, bytes, cudaGetErrorName(e));
     }
     /* Attention reads whole 128-position pieces of a block and masks the positions past the context: those must
-     * hold finite values (zeros until written). */
+     * hold finite values (zeros until written; an fp8 row of zero codes and scale 0 is zeros). */
     CUDA_CHECK(cudaMemsetAsync(core->kv_cache, 0, bytes, core->stream));
     CUDA_CHECK(cudaStreamSynchronize(core->stream));
     KITE_TRY(decode_reserve_step(&b->decode, n_blocks));
-    core->kv_layer_elements = layer_elements;
+    core->kv_layer_bytes = layer_bytes;
     core->kv_blocks = n_blocks;
     core->kv_block_size = block_size;
     return KITE_OK;
@@ -226,7 +235,9 @@ const char *cuda_decode_path(backend *self) {
     if (d->attention_bulk > 0 && d->bulk_max_context > 0)
         at += (size_t)snprintf(attention + at, sizeof attention - at, "bulk-fed cluster of %d up to %d, ",
                                d->attention_bulk, (int)d->bulk_max_context);
-    if (at < sizeof attention) snprintf(attention + at, sizeof attention - at, "split-K beyond");
+    if (at < sizeof attention)
+        snprintf(attention + at, sizeof attention - at, "%s",
+                 core->kv_dtype == KITE_KV_CACHE_FP8 ? "split-K over the fp8 KV cache" : "split-K beyond");
     snprintf(single, sizeof single, "%s; attention: %s; greedy lm_head: %s",
              core->use_graph ? (core->use_pdl ? "graph+pdl" : "graph") : (core->use_pdl ? "pdl, no graph" : "no graph"),
              attention, d->lm_head_screen ? "int8 screen, bf16 candidates" : "bf16");
@@ -281,10 +292,9 @@ kite_status check_create(const qwen3_config *c, const backend_params *params) {
                          "cuda backend: --weights fp8 needs hidden_size (%d) and intermediate_size (%d) to be "
                          "multiples of 16",
                          c->hidden_size, c->intermediate_size);
-    if (params && params->kv_cache_dtype != KITE_KV_CACHE_BF16)
-        return kite_fail(KITE_ERROR_UNSUPPORTED,
-                         "cuda backend: --kv-cache-dtype fp8 needs the fp8 KV write and attention kernels, which are "
-                         "not implemented yet; use --kv-cache-dtype bf16 or --backend cpu");
+    const kite_kv_cache_dtype kv_dtype = params ? params->kv_cache_dtype : KITE_KV_CACHE_BF16;
+    if (kv_dtype != KITE_KV_CACHE_BF16 && kv_dtype != KITE_KV_CACHE_FP8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda backend: KV cache dtype %d is not bf16 or fp8", (int)kv_dtype);
     KITE_TRY(check_device(params ? params->device : 0, NULL, 0));
     if (c->head_dim != 128)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda backend: head_dim %d (only 128 is implemented)", c->head_dim);
@@ -380,7 +390,7 @@ kite_status finish_create(cuda_backend *b, const runtime_options *options) {
     core->head_groups = group_heads / decode_group_size(group_heads);
     /* One wave of split-K blocks, by the kernel's occupancy: 4 per SM at GROUP 2 (128 registers), 5 at GROUP 1 (91),
      * 2 at GROUP 4 (209; Qwen3-4B at depth 16,384: 3.74 ms per token with 33 splits against 3.92 with 66). */
-    STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, &core->split_blocks_per_sm));
+    STEP(cuda_attention_decode_blocks_per_sm(c->n_heads, c->n_kv_heads, core->kv_dtype, &core->split_blocks_per_sm));
     d->n_splits = attention_splits(core, 1); /* at least 1 */
     STEP(decode_alloc_buffers(core, d));
     /* The lm_head's int8 screen for greedy single-stream decode (lm_head_screen.cu): half the lm_head's bytes of
@@ -396,8 +406,10 @@ kite_status finish_create(cuda_backend *b, const runtime_options *options) {
             d->lm_head_screen = NULL;
         }
     }
+    /* The bulk-fed cluster kernels read bf16 caches only: with an fp8 cache their sizes are 0 and every decode
+     * step takes the split-K kernel. */
     if (status == KITE_OK && options->cuda_attention_cluster) {
-        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0};
+        const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0, core->kv_dtype};
         d->attention_bulk = cuda_attention_decode_bulk_size(c->n_heads, shape);
         for (int i = 0; i < N_BUCKETS; i++)
             bp->bulk_cluster[i] = cuda_attention_decode_bulk_rows_size(c->n_heads, shape, BUCKETS[i]);
@@ -418,6 +430,8 @@ kite_status create_with(const qwen3_config *config, const backend_params *params
     cuda_backend *b = NULL;
     KITE_TRY(create_without_weights(config, params ? params->device : 0, &options, &b));
     b->core.weights = params ? params->weights : KITE_WEIGHTS_BF16;
+    b->core.kv_dtype = params ? params->kv_cache_dtype : KITE_KV_CACHE_BF16;
+    b->base.kv_cache_dtype = b->core.kv_dtype; /* the engine sizes its pool by it (backend_kv_bytes_per_position) */
     kite_status status = place_and_fill(&b->core);
     if (status == KITE_OK) status = finish_create(b, &options);
     if (status != KITE_OK) {
@@ -512,7 +526,7 @@ extern "C" kite_status cuda_backend_set_batch_split(backend *self, int slices, i
 extern "C" const char *cuda_backend_cluster_report(backend *self, char *buffer, size_t capacity) {
     const cuda_backend *b = as_cuda(self);
     const qwen3_config *c = &b->core.config;
-    const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0};
+    const cuda_kv_layer shape = {NULL, 16, c->n_kv_heads, c->head_dim, 0, b->core.kv_dtype};
     const int needed = c->n_kv_heads * b->core.head_groups;
     size_t at = (size_t)snprintf(buffer, capacity, "cluster capacity (%d clusters needed; size: clusters, blocks per SM):",
                                  needed);
@@ -544,5 +558,23 @@ extern "C" kite_status cuda_backend_set_batched_decode(backend *self, int on) {
 
 extern "C" kite_status cuda_backend_synchronize(backend *self) {
     CUDA_CHECK(cudaStreamSynchronize(as_cuda(self)->core.stream));
+    return KITE_OK;
+}
+
+extern "C" size_t cuda_backend_kv_block_bytes(backend *self) {
+    const cuda_core *core = &as_cuda(self)->core;
+    return core->kv_cache ? cuda_kv_block_bytes(kv_layer(core, 0)) : 0;
+}
+
+extern "C" kite_status cuda_backend_read_kv_block(backend *self, int32_t layer, int32_t block, void *out, size_t bytes) {
+    cuda_core *core = &as_cuda(self)->core;
+    if (!core->kv_cache || layer < 0 || layer >= core->config.n_layers || block < 0 || block > core->kv_blocks ||
+        bytes != cuda_backend_kv_block_bytes(self))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cuda_backend_read_kv_block: layer %d block %d (%zu bytes)", layer,
+                         block, bytes);
+    const cuda_kv_layer kv = kv_layer(core, layer);
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    CUDA_CHECK(cudaMemcpy(out, static_cast<const unsigned char *>(kv.base) + (size_t)block * bytes, bytes,
+                          cudaMemcpyDeviceToHost));
     return KITE_OK;
 }

@@ -45,6 +45,11 @@ kite_status cuda_backend_set_batch_split(backend *self, int slices, int32_t max_
 /* Diagnostics for the bench: what the device holds at once of the bulk-fed cluster attention kernels, sizes 8 and
  * 16 (cudaOccupancyMaxActiveClusters and blocks per SM), written into buffer. */
 const char *cuda_backend_cluster_report(backend *self, char *buffer, size_t capacity);
+/* The KV cache as stored, for the tests: the bytes of one block of one layer (cuda_kv_block_bytes: bf16 rows, or fp8
+ * codes then scales, kernels/cuda_ops.h), and block `block` of layer `layer` copied into out (bytes must be that
+ * size). The copy waits for the backend's queued work. */
+size_t cuda_backend_kv_block_bytes(backend *self);
+kite_status cuda_backend_read_kv_block(backend *self, int32_t layer, int32_t block, void *out, size_t bytes);
 /* Waits for all work queued by the backend (for timing). */
 kite_status cuda_backend_synchronize(backend *self);
 

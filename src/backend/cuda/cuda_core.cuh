@@ -72,19 +72,23 @@ struct cuda_core {
     float *rope_cos, *rope_sin; /* (rope_positions, head_dim / 2) */
     int32_t rope_positions;
 
-    bf16 *kv_cache; /* kv_blocks + 1 blocks per layer: the last one the batched path's scratch block */
+    /* kv_blocks + 1 blocks per layer (the last one the batched path's scratch block), each laid out for kv_dtype
+     * (kernels/cuda_ops.h: bf16 rows, or fp8 codes then scales); kv_layer_bytes apart. */
+    unsigned char *kv_cache;
+    kite_kv_cache_dtype kv_dtype;
     int32_t kv_blocks, kv_block_size;
-    size_t kv_layer_elements;
+    size_t kv_layer_bytes;
 };
 
 /* A layer's view of the paged KV cache. */
 inline cuda_kv_layer kv_layer(const cuda_core *core, int layer) {
     cuda_kv_layer kv;
-    kv.base = core->kv_cache + (size_t)layer * core->kv_layer_elements;
+    kv.base = core->kv_cache + (size_t)layer * core->kv_layer_bytes;
     kv.block_size = core->kv_block_size;
     kv.n_kv_heads = core->config.n_kv_heads;
     kv.head_dim = core->config.head_dim;
     kv.n_blocks = core->kv_blocks + 1; /* with the scratch block */
+    kv.dtype = core->kv_dtype;
     return kv;
 }
 

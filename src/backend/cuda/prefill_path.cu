@@ -7,6 +7,13 @@
  *   rmsnorm and the lm_head GEMM.
  * With --weights fp8 each layer's four matrices are dequantized to bf16 one layer ahead, on a side stream, into the
  * other of two scratches (fp8_prefetch.cu), so the memory-bound pass runs under the previous layer's products.
+ * With an fp8 KV cache qk_norm_rope_kv writes codes and scales, and the attention reads a bf16 view: per layer the
+ * blocks of the step's block tables (the current chunk's K/V included) are dequantized into fp8_view, laid out as a
+ * bf16 layer, and the attention kernels run on it unchanged, with block table entry j of the step mapped to view
+ * block j (less its group's first entry). The view is bounded: the sequences go in groups of consecutive sequences
+ * whose blocks fit in max(FP8_VIEW_MIN_POSITIONS, the step's longest context) positions, one dequantization and one
+ * attention launch per group (a single sequence's whole context must be in the view at once, since one attention
+ * launch reads all of it).
  * Bounded by the tensor cores' rate in the GEMMs (long chunks) and by one kernel launch per operation (short ones);
  * no graph: the shapes change with every step. Its buffers grow to the largest step seen.
  */
@@ -16,6 +23,25 @@
 #include <string.h>
 
 namespace {
+
+/* The fp8 view's least size in positions (per layer: 8,192 x 2 x n_kv_heads x head_dim x 2 bytes, 32 MiB for the
+ * 0.6B shape): steps of short sequences share one dequantization and one attention launch. */
+constexpr int32_t FP8_VIEW_MIN_POSITIONS = 8192;
+
+/* The bf16 view of `blocks` blocks of an fp8 layer. */
+kite_status ensure_fp8_view(cuda_core *core, prefill_state *p, int32_t blocks) {
+    const cuda_kv_layer shape = {NULL, core->kv_block_size, core->config.n_kv_heads, core->config.head_dim, 0,
+                                 KITE_KV_CACHE_BF16};
+    const size_t bytes = (size_t)blocks * cuda_kv_block_bytes(shape);
+    if (bytes <= p->fp8_view_bytes) return KITE_OK;
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    if (p->fp8_view) CUDA_CHECK(cudaFree(p->fp8_view));
+    p->fp8_view = NULL;
+    p->fp8_view_bytes = 0;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&p->fp8_view), bytes));
+    p->fp8_view_bytes = bytes;
+    return KITE_OK;
+}
 
 /* Activations for n_tokens tokens. */
 kite_status ensure_tokens(cuda_core *core, prefill_state *p, int32_t n_tokens) {
@@ -87,7 +113,19 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     }
     KITE_TRY(ensure_tokens(core, p, T));
     if (rows > 0) KITE_TRY(ensure_logits(core, p, rows));
-    const size_t n_ints = 3 * (size_t)T + (size_t)(S + 1) + 2 * (size_t)S + table_ints + (size_t)rows;
+    const bool fp8_kv = core->kv_dtype == KITE_KV_CACHE_FP8;
+    /* fp8: the view's size and, after the logit rows, its block tables (entry j -> j less its group's first). */
+    int32_t view_blocks = 0;
+    if (fp8_kv) {
+        view_blocks = KITE_CEIL_DIV(FP8_VIEW_MIN_POSITIONS, bs);
+        for (int32_t s = 0; s < S; s++) {
+            const int32_t n_blocks = KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+            if (n_blocks > view_blocks) view_blocks = n_blocks;
+        }
+        KITE_TRY(ensure_fp8_view(core, p, view_blocks));
+    }
+    const size_t n_ints = 3 * (size_t)T + (size_t)(S + 1) + 2 * (size_t)S + table_ints + (size_t)rows +
+                          (fp8_kv ? table_ints : 0);
     KITE_TRY(ensure_meta(core, p, n_ints));
     CUDA_CHECK(cudaEventSynchronize(p->meta_copied)); /* the previous step's copy has left the host buffer */
 
@@ -117,6 +155,19 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
         if (batch->seq_wants_logits[s]) logit_rows[row++] = start + n_new - 1;
     }
     token_start[S] = batch->seq_token_start[S];
+    if (fp8_kv) { /* the groups as the attention loop below forms them */
+        int32_t *view_tables = logit_rows + rows;
+        size_t entry = 0, group_first = 0, group_entries = 0;
+        for (int32_t s = 0; s < S; s++) {
+            const size_t n_blocks = (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+            if (group_entries > 0 && group_entries + n_blocks > (size_t)view_blocks) {
+                group_first = entry;
+                group_entries = 0;
+            }
+            for (size_t i = 0; i < n_blocks; i++, entry++) view_tables[entry] = (int32_t)(entry - group_first);
+            group_entries += n_blocks;
+        }
+    }
     CUDA_CHECK(cudaMemcpyAsync(p->meta_device, h, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice, core->stream));
     CUDA_CHECK(cudaEventRecord(p->meta_copied, core->stream));
     if (tokens.on_device) /* one token per sequence: the previous step's argmax rows, in order */
@@ -127,6 +178,7 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int32_t *d_ids = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_token_start = d + 3 * T;
     const int32_t *d_ctx = d_token_start + S + 1, *d_table_start = d_ctx + S, *d_tables = d_table_start + S;
     const int32_t *d_logit_rows = d_tables + table_ints;
+    const int32_t *d_view_tables = d_logit_rows + rows;
     cuda_seq_meta seqs;
     seqs.token_start = d_token_start;
     seqs.context_len = d_ctx;
@@ -142,16 +194,39 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     KITE_TRY(cuda_embed(core->embed, d_ids, NULL, p->x, T, hidden, st, 0));
     const bool fp8 = core->weights == KITE_WEIGHTS_FP8;
     if (fp8) KITE_TRY(fp8_prefetch_begin(core));
-    cuda_layer view;
+    cuda_layer dequantized;
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &core->layers[l];
-        if (fp8) KITE_TRY(fp8_prefetch_layer(core, l, &view, &L));
+        if (fp8) KITE_TRY(fp8_prefetch_layer(core, l, &dequantized, &L));
         const cuda_kv_layer kv = kv_layer(core, l);
         KITE_TRY(cuda_rmsnorm(p->x, L->input_norm, p->normed, NULL, T, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->qkv, p->qkv, 0, 0.0f, T, qkv_dim, hidden, st));
         KITE_TRY(cuda_qk_norm_rope_kv(p->qkv, p->q, 0, d_positions, d_slots, L->q_norm, L->k_norm, core->rope_cos,
                                       core->rope_sin, kv, T, c->n_heads, eps, st, 0));
-        KITE_TRY(cuda_attention_prefill(p->q, p->attention, kv, seqs, c->n_heads, scale, st));
+        if (fp8_kv) {
+            /* Groups of consecutive sequences whose blocks fit in the view (the same as view_tables above). */
+            const cuda_kv_layer view = {p->fp8_view, bs, c->n_kv_heads, c->head_dim, view_blocks, KITE_KV_CACHE_BF16};
+            int32_t first_seq = 0, group_first = 0, group_entries = 0, group_new = 0, entry = 0;
+            for (int32_t s = 0; s <= S; s++) {
+                const int32_t n_blocks = s < S ? KITE_CEIL_DIV(batch->seq_context_len[s], bs) : 0;
+                if (s == S || (group_entries > 0 && group_entries + n_blocks > view_blocks)) {
+                    KITE_TRY(cuda_kv_fp8_dequantize_blocks(kv, d_tables, group_first, group_entries, p->fp8_view, st));
+                    cuda_seq_meta group = {d_token_start + first_seq, d_ctx + first_seq, d_table_start + first_seq,
+                                           d_view_tables, s - first_seq, group_new};
+                    KITE_TRY(cuda_attention_prefill(p->q, p->attention, view, group, c->n_heads, scale, st));
+                    first_seq = s;
+                    group_first = entry;
+                    group_entries = group_new = 0;
+                }
+                if (s == S) break;
+                const int32_t n_new = batch->seq_token_start[s + 1] - batch->seq_token_start[s];
+                group_entries += n_blocks;
+                entry += n_blocks;
+                if (n_new > group_new) group_new = n_new;
+            }
+        } else {
+            KITE_TRY(cuda_attention_prefill(p->q, p->attention, kv, seqs, c->n_heads, scale, st));
+        }
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->attention, L->o, p->x, 1, 1.0f, T, hidden, qd, st));
         KITE_TRY(cuda_rmsnorm(p->x, L->post_norm, p->normed, NULL, T, hidden, eps, st));
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->gate_up, p->gate_up, 0, 0.0f, T, 2 * inter, hidden, st));
@@ -172,5 +247,6 @@ void prefill_free(prefill_state *p) {
     cudaFreeHost(p->meta_host);
     cudaFree(p->meta_device);
     cudaFree(p->logits);
+    cudaFree(p->fp8_view);
     if (p->meta_copied) cudaEventDestroy(p->meta_copied);
 }

@@ -15,6 +15,11 @@ struct prefill_state {
     cudaEvent_t meta_copied;
     float *logits; /* (logits_rows, vocab) */
     int32_t logits_rows;
+    /* With an fp8 KV cache: the prefill attention's bf16 view of the blocks it reads (prefill_path.cu), blocks of a
+     * bf16 layer of the cache's block size, grown to the largest step's need (in bytes: kv_reserve may change the
+     * block size). */
+    bf16 *fp8_view;
+    size_t fp8_view_bytes;
 };
 
 /* Any step batch (prefill chunks, decode tokens of several sequences, mixed): its logits rows into *kept. */

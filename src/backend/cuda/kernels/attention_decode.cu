@@ -17,8 +17,12 @@
  * counter, no combine: the latency chain of a short-context step is what costs there). Every block normalises and rotates its own
  * query heads from the QKV projection; the block whose range holds the new position writes the new K and
  * V to the cache before reading it. Before waiting on the previous kernel (PDL) each lane loads its first
- * round of cache rows: they do not depend on that kernel. */
+ * round of cache rows: they do not depend on that kernel.
+ * An fp8 cache (kv.dtype, cuda_ops.h's layout) takes the FP8 instances: each position is one 16-byte load of K codes,
+ * one of V codes and two scales per lane, half the bytes of bf16 (decode_cache<true>); the append quantizes the
+ * new K and V in the warp that computes them (kv_fp8.cuh). */
 #include "backend/cuda/kernels/decode_attention.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 
 namespace {
 
@@ -180,9 +184,112 @@ __device__ __forceinline__ void combine_splits(warp_partials<THREADS / 32, GROUP
     }
 }
 
+/* One kv head's rows of the cache as the kernel reads them, bf16 or fp8 (cuda_ops.h's layouts): `rows(block)` is the
+ * head's first K row in a physical block, `load` takes one position's pieces for lane `sub` of a stream, `fold` adds
+ * them to the stream's softmax state.
+ * bf16: per position two 16-byte pieces of K and of V (stream_dim's dims, 8 bf16 each).
+ * fp8: one 16-byte piece of K codes and one of V codes (16 codes: lane j of a stream holds dims 16 j .. 16 j + 15,
+ * stream_dim_fp8) and the two float32 scales (the same address for the stream's 8 lanes: one broadcast load). The
+ * K scale multiplies the score (the dot product of the query with the codes), the V scale the probability: the
+ * values are code x scale as the CPU oracle reads them, with half the bytes of bf16. */
+template <bool FP8>
+struct decode_cache;
+
+template <>
+struct decode_cache<false> {
+    struct piece {
+        uint4 k[2], v[2];
+    };
+    const unsigned char *head; /* the kv head's K rows in block 0 */
+    size_t block_stride, v_offset;
+    __device__ __forceinline__ decode_cache(const cuda_kv_layer &kv, int kv_head) {
+        block_stride = cuda_kv_block_bytes(kv);
+        v_offset = (size_t)kv.n_kv_heads * kv.block_size * HEAD_DIM * sizeof(bf16);
+        head = static_cast<const unsigned char *>(kv.base) + (size_t)kv_head * kv.block_size * HEAD_DIM * sizeof(bf16);
+    }
+    __device__ __forceinline__ const unsigned char *rows(int32_t block) const {
+        return head + (size_t)block * block_stride;
+    }
+    __device__ __forceinline__ void load(const unsigned char *block_rows, int slot, int sub, piece &p) const {
+        const bf16 *row = reinterpret_cast<const bf16 *>(block_rows) + (size_t)slot * HEAD_DIM;
+        load_row(row, sub, p.k[0], p.k[1]);
+        load_row(reinterpret_cast<const bf16 *>(reinterpret_cast<const unsigned char *>(row) + v_offset), sub, p.v[0],
+                 p.v[1]);
+    }
+    static __device__ __forceinline__ void zero(piece &p) {
+        p.k[0] = p.k[1] = p.v[0] = p.v[1] = make_uint4(0, 0, 0, 0);
+    }
+    static __device__ __forceinline__ int dim(int sub, int i) { return stream_dim(sub, i); }
+    template <int GROUP>
+    static __device__ __forceinline__ void fold(const piece &p, bool valid, const float (&qr)[GROUP][16],
+                                                float (&m)[GROUP], float (&l)[GROUP], float (&acc)[GROUP][16]) {
+        float kf[16], vf[16];
+        bf16x8_to_float(p.k[0], kf);
+        bf16x8_to_float(p.k[1], kf + 8);
+        float s[GROUP];
+        stream_scores<GROUP>(qr, kf, s);
+        if (!valid) {
+#pragma unroll
+            for (int g = 0; g < GROUP; g++) s[g] = -INFINITY; /* adds nothing, moves no max */
+        }
+        bf16x8_to_float(p.v[0], vf);
+        bf16x8_to_float(p.v[1], vf + 8);
+        online_softmax_add_warp<GROUP>(m, l, acc, s, vf);
+    }
+};
+
+template <>
+struct decode_cache<true> {
+    struct piece {
+        uint4 k, v;
+        float k_scale, v_scale;
+    };
+    const unsigned char *head;   /* the kv head's K codes in block 0 */
+    size_t block_stride, v_offset; /* V codes after K codes */
+    size_t scale_offset;         /* from a head's K codes to its K scales (V scales v_scale_offset further) */
+    size_t v_scale_offset;
+    __device__ __forceinline__ decode_cache(const cuda_kv_layer &kv, int kv_head) {
+        const size_t head_codes = (size_t)kv.block_size * HEAD_DIM;
+        block_stride = cuda_kv_block_bytes(kv);
+        v_offset = (size_t)kv.n_kv_heads * head_codes;
+        head = static_cast<const unsigned char *>(kv.base) + (size_t)kv_head * head_codes;
+        scale_offset = 2 * v_offset - (size_t)kv_head * head_codes + (size_t)kv_head * kv.block_size * sizeof(float);
+        v_scale_offset = (size_t)kv.n_kv_heads * kv.block_size * sizeof(float);
+    }
+    __device__ __forceinline__ const unsigned char *rows(int32_t block) const {
+        return head + (size_t)block * block_stride;
+    }
+    __device__ __forceinline__ void load(const unsigned char *block_rows, int slot, int sub, piece &p) const {
+        const unsigned char *row = block_rows + (size_t)slot * HEAD_DIM;
+        p.k = __ldcs(reinterpret_cast<const uint4 *>(row) + sub);
+        p.v = __ldcs(reinterpret_cast<const uint4 *>(row + v_offset) + sub);
+        const float *scales = reinterpret_cast<const float *>(block_rows + scale_offset) + slot;
+        p.k_scale = __ldcs(scales);
+        p.v_scale = __ldcs(reinterpret_cast<const float *>(reinterpret_cast<const unsigned char *>(scales) +
+                                                           v_scale_offset));
+    }
+    static __device__ __forceinline__ void zero(piece &p) {
+        p.k = p.v = make_uint4(0, 0, 0, 0);
+        p.k_scale = p.v_scale = 0.0f;
+    }
+    static __device__ __forceinline__ int dim(int sub, int i) { return stream_dim_fp8(sub, i); }
+    template <int GROUP>
+    static __device__ __forceinline__ void fold(const piece &p, bool valid, const float (&qr)[GROUP][16],
+                                                float (&m)[GROUP], float (&l)[GROUP], float (&acc)[GROUP][16]) {
+        float kf[16], vf[16];
+        kv_fp8x16_to_float(p.k, kf);
+        float s[GROUP];
+        stream_scores<GROUP>(qr, kf, s);
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) s[g] = valid ? s[g] * p.k_scale : -INFINITY;
+        kv_fp8x16_to_float(p.v, vf);
+        online_softmax_add_warp<GROUP>(m, l, acc, s, vf, p.v_scale);
+    }
+};
+
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
  * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
-template <int GROUP, typename OutT>
+template <int GROUP, typename OutT, bool FP8>
 __global__ void __launch_bounds__(THREADS)
     attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
@@ -213,12 +320,11 @@ __global__ void __launch_bounds__(THREADS)
     const int begin = split * chunk;
     const int end = min(ctx, begin + chunk);
     const int position = ctx - 1;
-    const bf16 *cache = static_cast<const bf16 *>(kv.base);
 
     /* Cache layout: per block, K rows of every kv head, then V rows; a head's rows are contiguous. */
-    const size_t block_stride = (size_t)2 * kv.n_kv_heads * kv.block_size * HEAD_DIM;
-    const size_t v_offset = (size_t)kv.n_kv_heads * kv.block_size * HEAD_DIM;
-    const bf16 *head_cache = cache + (size_t)kv_head * kv.block_size * HEAD_DIM;
+    using cache_view = decode_cache<FP8>;
+    using piece = typename cache_view::piece;
+    const cache_view cache(kv, kv_head);
     const int n_rounds = end > begin ? (end - begin + STREAMS - 1) / STREAMS : 0;
     /* Rounds in which every stream has a position: loaded and folded without checks. */
     const int full_rounds = end > begin ? (end - begin) / STREAMS : 0;
@@ -228,8 +334,8 @@ __global__ void __launch_bounds__(THREADS)
      * validity checks in rounds where every stream has a position, cost 3.0% of a 0.6B step at depth 16,384
      * (docs/cuda.md). */
     int block = (begin + stream) / kv.block_size, slot = (begin + stream) % kv.block_size;
-    auto rows_of_block = [&](int logical) { return head_cache + (size_t)block_table[logical] * block_stride; };
-    const bf16 *block_rows = head_cache;
+    auto rows_of_block = [&](int logical) { return cache.rows(block_table[logical]); };
+    const unsigned char *block_rows = cache.rows(0);
     auto step_position = [&]() {
         slot += STREAMS;
         if (slot >= kv.block_size) {
@@ -237,30 +343,21 @@ __global__ void __launch_bounds__(THREADS)
             if (block * kv.block_size < end) block_rows = rows_of_block(block);
         }
     };
-    /* The K and V pieces of the stream's next position (stream_dim's layout). */
-    auto load_position = [&](uint4 (&k)[2], uint4 (&v)[2]) {
-        const bf16 *row = block_rows + (size_t)slot * HEAD_DIM;
-        load_row(row, sub, k[0], k[1]);
-        load_row(row + v_offset, sub, v[0], v[1]);
-    };
-    /* Two positions per stream and round in flight: 8 loads of 16 bytes per lane. */
-    auto load_round = [&](int round, uint4 (&k)[2][2], uint4 (&v)[2][2], bool (&valid)[2]) {
+    /* Two positions per stream and round in flight: 8 loads of 16 bytes per lane (bf16), 4 and 2 scales (fp8). */
+    auto load_round = [&](int round, piece (&kv_pieces)[2], bool (&valid)[2]) {
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int p = begin + (round + j) * STREAMS + stream;
             valid[j] = (round + j) < n_rounds && p < end;
-            if (valid[j]) {
-                load_position(k[j], v[j]);
-            } else {
-                k[j][0] = k[j][1] = v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
-            }
+            if (valid[j]) cache.load(block_rows, slot, sub, kv_pieces[j]);
+            else cache_view::zero(kv_pieces[j]);
             step_position();
         }
     };
-    auto load_full_round = [&](uint4 (&k)[2][2], uint4 (&v)[2][2]) {
+    auto load_full_round = [&](piece (&kv_pieces)[2]) {
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            load_position(k[j], v[j]);
+            cache.load(block_rows, slot, sub, kv_pieces[j]);
             step_position();
         }
     };
@@ -268,9 +365,9 @@ __global__ void __launch_bounds__(THREADS)
      * this block writes the new position in that round (it must write before it reads). */
     const bool early = split < n_used && !(begin <= position && position < begin + 2 * STREAMS);
     if (split < n_used && begin + stream < end) block_rows = rows_of_block(block);
-    uint4 k_first[2][2], v_first[2][2];
+    piece first[2];
     bool valid_first[2];
-    if (early) load_round(0, k_first, v_first, valid_first);
+    if (early) load_round(0, first, valid_first);
     /* Norm weights and this position's angles do not depend on the previous kernel either. */
     const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
     const float qw[4] = {q_norm[d0], q_norm[d0 + 1], q_norm[d1], q_norm[d1 + 1]};
@@ -295,7 +392,6 @@ __global__ void __launch_bounds__(THREADS)
             const int32_t block = block_table[position / kv.block_size], slot = position % kv.block_size;
             const int kind = item - GROUP; /* 0: K, 1: V */
             const float *src = qkv + (size_t)(n_heads + kind * kv.n_kv_heads + kv_head) * HEAD_DIM;
-            bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
             float v[4];
             if (kind == 0) {
                 norm_rope_head(src, kw, rc, rs, eps, lane, v);
@@ -305,8 +401,13 @@ __global__ void __launch_bounds__(THREADS)
                 v[2] = src[HEAD_DIM / 2 + 2 * lane];
                 v[3] = src[HEAD_DIM / 2 + 2 * lane + 1];
             }
-            *reinterpret_cast<uint32_t *>(dst + 2 * lane) = pack_bf16x2(v[0], v[1]);
-            *reinterpret_cast<uint32_t *>(dst + HEAD_DIM / 2 + 2 * lane) = pack_bf16x2(v[2], v[3]);
+            if (FP8) {
+                kv_fp8_store_warp(kv, block, kind, kv_head, slot, v, lane);
+            } else {
+                bf16 *dst = static_cast<bf16 *>(kv.base) + kv_offset(kv, block, kind, kv_head, slot);
+                *reinterpret_cast<uint32_t *>(dst + 2 * lane) = pack_bf16x2(v[0], v[1]);
+                *reinterpret_cast<uint32_t *>(dst + HEAD_DIM / 2 + 2 * lane) = pack_bf16x2(v[2], v[3]);
+            }
         }
     }
     __syncthreads(); /* smem_q ready; the new K/V row is in global memory for this block's reads */
@@ -315,47 +416,34 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int g = 0; g < GROUP; g++)
 #pragma unroll
-        for (int i = 0; i < 16; i++) qr[g][i] = smem_q[g][stream_dim(sub, i)];
+        for (int i = 0; i < 16; i++) qr[g][i] = smem_q[g][cache_view::dim(sub, i)];
     float m[GROUP], l[GROUP], acc[GROUP][16];
     stream_init<GROUP>(m, l, acc);
 
-    auto fold_round = [&](const uint4 (&k)[2][2], const uint4 (&v)[2][2], const bool (&valid)[2]) {
+    auto fold_round = [&](const piece (&kv_pieces)[2], const bool (&valid)[2]) {
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            float kf[16], vf[16];
-            bf16x8_to_float(k[j][0], kf);
-            bf16x8_to_float(k[j][1], kf + 8);
-            float s[GROUP];
-            stream_scores<GROUP>(qr, kf, s);
-            if (!valid[j]) {
-#pragma unroll
-                for (int g = 0; g < GROUP; g++) s[g] = -INFINITY; /* adds nothing, moves no max */
-            }
-            bf16x8_to_float(v[j][0], vf);
-            bf16x8_to_float(v[j][1], vf + 8);
-            online_softmax_add_warp<GROUP>(m, l, acc, s, vf);
-        }
+        for (int j = 0; j < 2; j++) cache_view::template fold<GROUP>(kv_pieces[j], valid[j], qr, m, l, acc);
     };
     int round = 0;
     if (early) {
-        fold_round(k_first, v_first, valid_first);
+        fold_round(first, valid_first);
         round = 2;
     }
     const bool all_valid[2] = {true, true};
     for (; round + 1 < full_rounds; round += 2) {
-        uint4 k[2][2], v[2][2];
-        load_full_round(k, v);
-        fold_round(k, v, all_valid);
+        piece kv_pieces[2];
+        load_full_round(kv_pieces);
+        fold_round(kv_pieces, all_valid);
     }
     for (; round < n_rounds; round += 2) {
-        uint4 k[2][2], v[2][2];
+        piece kv_pieces[2];
         bool valid[2];
-        load_round(round, k, v, valid);
-        fold_round(k, v, valid);
+        load_round(round, kv_pieces, valid);
+        fold_round(kv_pieces, valid);
     }
 
     merge_warp_streams<GROUP>(m, l, acc);
-    partials.template store<GROUP>(warp, lane, m, l, acc);
+    partials.template store<GROUP, FP8>(warp, lane, m, l, acc);
     __syncthreads();
 
     /* This split's partial result per head: thread d owns dim d. */
@@ -385,21 +473,32 @@ __global__ void __launch_bounds__(THREADS)
 
 } // namespace
 
-extern "C" kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int *blocks) {
+extern "C" kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int kv_dtype, int *blocks) {
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: %d heads over %d kv heads", n_heads, n_kv_heads);
     const int group = decode_group_size(n_heads / n_kv_heads);
+    const bool fp8 = kv_dtype == KITE_KV_CACHE_FP8;
     /* The fp32- and bf16-output kernels of a group (single stream, batches) may differ: the fewer counts. */
     int as_f32 = 0, as_bf16 = 0;
+#define OCCUPANCY_DTYPE(G, FP8)                                                                          \
+    do {                                                                                                 \
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_f32, attention_decode_kernel<G, float, FP8>, \
+                                                                 THREADS, 0));                           \
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_bf16, attention_decode_kernel<G, bf16, FP8>, \
+                                                                 THREADS, 0));                           \
+    } while (0)
 #define OCCUPANCY(G)                                                                                     \
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_f32, attention_decode_kernel<G, float>, THREADS, 0)); \
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_bf16, attention_decode_kernel<G, bf16>, THREADS, 0))
+    do {                                                                                                 \
+        if (fp8) OCCUPANCY_DTYPE(G, true);                                                               \
+        else OCCUPANCY_DTYPE(G, false);                                                                  \
+    } while (0)
     switch (group) {
     case 4: OCCUPANCY(4); break;
     case 2: OCCUPANCY(2); break;
     default: OCCUPANCY(1); break;
     }
 #undef OCCUPANCY
+#undef OCCUPANCY_DTYPE
     *blocks = as_f32 < as_bf16 ? as_f32 : as_bf16;
     if (*blocks < 1) *blocks = 1;
     return KITE_OK;
@@ -420,6 +519,8 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
     if (kv.head_dim != HEAD_DIM || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || n_splits <= 0 || n_seqs <= 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: head_dim %d heads %d kv heads %d splits %d seqs %d",
                          kv.head_dim, n_heads, kv.n_kv_heads, n_splits, n_seqs);
+    if (kv.dtype != KITE_KV_CACHE_BF16 && kv.dtype != KITE_KV_CACHE_FP8)
+        return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode: KV cache dtype %d is not bf16 or fp8", kv.dtype);
     const int group_heads = n_heads / kv.n_kv_heads;
     const int group = decode_group_size(group_heads);
     const dim3 grid(kv.n_kv_heads, n_splits, (group_heads / group) * n_seqs);
@@ -428,16 +529,22 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
     const float scale_log2 = scale * 1.4426950408889634f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
-#define LAUNCH(G)                                                                                        \
-    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv,      \
+#define LAUNCH_DTYPE(G, FP8)                                                                             \
+    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT, FP8>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv, \
                              block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
                              n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters))
+#define LAUNCH(G)                                                                                        \
+    do {                                                                                                 \
+        if (kv.dtype == KITE_KV_CACHE_FP8) LAUNCH_DTYPE(G, true);                                        \
+        else LAUNCH_DTYPE(G, false);                                                                     \
+    } while (0)
     switch (group) {
     case 4: LAUNCH(4); break;
     case 2: LAUNCH(2); break;
     default: LAUNCH(1); break;
     }
 #undef LAUNCH
+#undef LAUNCH_DTYPE
     return KITE_OK;
 }
 

@@ -225,7 +225,18 @@ struct kernels {
 
 } // namespace
 
+/* The bulk-fed kernels stage bf16 rows: an fp8 cache takes the split-K kernel (attention_decode.cu), which reads
+ * codes and scales directly; these refuse it by name. */
+static kite_status refuse_fp8(const cuda_kv_layer &kv, const char *name) {
+    if (kv.dtype == KITE_KV_CACHE_BF16) return KITE_OK;
+    return kite_fail(KITE_ERROR_UNSUPPORTED,
+                     "%s: the bulk-fed cluster attention reads a bf16 KV cache only (dtype %d; an fp8 cache takes the "
+                     "split-K kernel, cuda_attention_decode)",
+                     name, kv.dtype);
+}
+
 extern "C" int cuda_attention_decode_bulk_size(int n_heads, cuda_kv_layer kv) {
+    if (kv.dtype != KITE_KV_CACHE_BF16) return 0;
     return decode_cluster_size<kernels<false>, float>(n_heads, kv, 1, 8);
 }
 
@@ -236,6 +247,7 @@ extern "C" kite_status cuda_attention_decode_bulk(const float *qkv, float *out, 
                                                   int cluster_size, void *stream, int use_pdl) {
     if (cluster_size != 8 && cluster_size != 16)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_decode_bulk: cluster size %d", cluster_size);
+    KITE_TRY(refuse_fp8(kv, "cuda_attention_decode_bulk"));
     return run_decode_cluster<kernels<false>>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos,
                                               rope_sin, eps, n_heads, scale, 1, cluster_size, stream, use_pdl);
 }
@@ -250,6 +262,7 @@ extern "C" void cuda_attention_decode_bulk_capacity(int n_heads, cuda_kv_layer k
 }
 
 extern "C" int cuda_attention_decode_bulk_rows_size(int n_heads, cuda_kv_layer kv, int n_seqs) {
+    if (kv.dtype != KITE_KV_CACHE_BF16) return 0;
     return decode_cluster_size<kernels<true>, bf16>(n_heads, kv, n_seqs, 1);
 }
 
@@ -259,6 +272,7 @@ extern "C" kite_status cuda_attention_decode_bulk_rows(const float *qkv, void *o
                                                        const float *k_norm, const float *rope_cos,
                                                        const float *rope_sin, float eps, int n_heads, float scale,
                                                        int n_seqs, int cluster_size, void *stream, int use_pdl) {
+    KITE_TRY(refuse_fp8(kv, "cuda_attention_decode_bulk_rows"));
     if (out_bf16)
         return run_decode_cluster<kernels<true>>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start,
                                                  context_lens, q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale,

@@ -227,6 +227,11 @@ extern "C" kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_
     if (kv.head_dim != HEAD_DIM || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
         return kite_fail(KITE_ERROR_UNSUPPORTED, "cuda_attention_prefill: head_dim %d heads %d kv heads %d",
                          kv.head_dim, n_heads, kv.n_kv_heads);
+    if (kv.dtype != KITE_KV_CACHE_BF16)
+        return kite_fail(KITE_ERROR_UNSUPPORTED,
+                         "cuda_attention_prefill: KV cache dtype %d (bf16 only: an fp8 cache is read through its bf16 "
+                         "view, cuda_kv_fp8_dequantize_blocks)",
+                         kv.dtype);
     if (seqs.n_seqs <= 0 || seqs.max_new_tokens <= 0) return KITE_OK;
     const float scale_log2 = scale * 1.4426950408889634f;
     if (attention_prefill_wgmma_fits(kv))

@@ -7,7 +7,8 @@
  *   rmsnorm.cu               RMSNorm, residual add + RMSNorm      cuda_rmsnorm, cuda_residual_rmsnorm
  *   swiglu.cu                SwiGLU of gate/up                    cuda_swiglu
  *   qk_norm_rope.cu          Q/K norm, RoPE, KV append (prefill)  cuda_qk_norm_rope_kv
- *   kv_fp8.cu                the fp8 KV cache's quantization      cuda_kv_fp8_quantize (kv_fp8.cuh: the warp's part)
+ *   kv_fp8.cu                the fp8 KV cache: quantization, the  cuda_kv_fp8_quantize, cuda_kv_fp8_dequantize_blocks
+ *                            prefill's bf16 view                  (kv_fp8.cuh: the warp's part, the cache's offsets)
  *   attention_prefill.cu     flash attention over the paged cache cuda_attention_prefill
  *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows)
  *   attention_decode_bulk.cu cluster decode attention, bulk-fed   cuda_attention_decode_bulk(_rows)
@@ -54,15 +55,30 @@ kite_status kite_cuda_timer_start(void **timer);
 kite_status kite_cuda_timer_stop(void *timer, float *milliseconds);
 
 /* ---- the KV cache of one layer -------------------------------------------------------------------
- * Blocks of block_size positions. Inside a block: [K | V][kv_head][slot][head_dim] bf16. Block b of the
- * layer starts at base + b * 2 * n_kv_heads * block_size * head_dim elements. */
+ * Blocks of block_size positions, each block holding K and V of every kv head (so prefix sharing, preemption and
+ * freeing move whole blocks whatever the dtype):
+ *   bf16: [K | V][kv_head][slot][head_dim] bf16; cuda_kv_block_bytes = 2 n_kv_heads block_size head_dim 2.
+ *   fp8:  codes [K | V][kv_head][slot][head_dim] E4M3 (1 byte), then scales [K | V][kv_head][slot] float32
+ *         (quant/fp8_kv.h: one per (token, kv head), value = code x scale); cuda_kv_block_bytes =
+ *         2 n_kv_heads block_size (head_dim + 4).
+ * Block b of the layer starts at base + b * cuda_kv_block_bytes(kv) bytes. */
 typedef struct cuda_kv_layer {
     void *base;
     int32_t block_size;
     int32_t n_kv_heads;
     int32_t head_dim;
     int32_t n_blocks; /* blocks in the layer's cache (the extent of the prefill attention's tensor map); 0: unknown */
+    int32_t dtype;    /* kite_kv_cache_dtype: KITE_KV_CACHE_BF16 (0, the default of a zeroed struct) or _FP8 */
 } cuda_kv_layer;
+
+/* Bytes of one block of a layer's cache in kv's dtype (above); for the host and, in the kernels, the device. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t cuda_kv_block_bytes(cuda_kv_layer kv) {
+    const size_t rows = 2 * (size_t)kv.n_kv_heads * (size_t)kv.block_size;
+    return kv.dtype == KITE_KV_CACHE_FP8 ? rows * ((size_t)kv.head_dim + 4) : rows * (size_t)kv.head_dim * 2;
+}
 
 /* The sequences of a step batch, on the device (see backend.h step_batch). */
 typedef struct cuda_seq_meta {
@@ -97,7 +113,8 @@ kite_status cuda_swiglu(const void *gate_up, void *out, int n_tokens, int interm
  * slots[t] (= block * block_size + slot) receives K = rope(rmsnorm(k) * k_norm) and V = v.
  * qkv: (n_tokens, (n_heads + 2 n_kv_heads) * head_dim), q then k then v; fp32 when io_f32 else bf16.
  * q_out: (n_tokens, n_heads, head_dim), same dtype as qkv. rope_cos / rope_sin: (positions, head_dim / 2)
- * fp32, rotate-half convention. head_dim == 128. */
+ * fp32, rotate-half convention. head_dim == 128. An fp8 layer (kv.dtype) receives each K and V vector as codes and
+ * a scale (quant/fp8_kv.h, of the vector rounded to bf16). */
 kite_status cuda_qk_norm_rope_kv(const void *qkv, void *q_out, int io_f32, const int32_t *positions,
                                  const int32_t *slots, const float *q_norm, const float *k_norm,
                                  const float *rope_cos, const float *rope_sin, cuda_kv_layer kv, int n_tokens,
@@ -107,10 +124,16 @@ kite_status cuda_qk_norm_rope_kv(const void *qkv, void *q_out, int io_f32, const
  * (n_vectors, head_dim) E4M3 and scales (n_vectors) float32. head_dim == 128. */
 kite_status cuda_kv_fp8_quantize(const void *x, uint8_t *codes, float *scales, int n_vectors, int head_dim,
                                  void *stream);
+/* The prefill attention's view of an fp8 layer (kv_fp8.cu): block table entries [first_entry, first_entry +
+ * n_entries) of `tables` (blocks of the fp8 layer `kv`), each block whole, dequantized (bf16(code x scale)) into
+ * block entry - first_entry of `out`, a bf16 layer of the same block_size and kv heads. head_dim == 128. */
+kite_status cuda_kv_fp8_dequantize_blocks(cuda_kv_layer kv, const int32_t *tables, int first_entry, int n_entries,
+                                          void *out, void *stream);
 
 /* Causal attention of each sequence's new tokens over its whole context in the paged cache (the new
  * keys already appended). q, out: bf16 (n_tokens, n_heads, head_dim); head_dim == 128; GQA with
- * n_heads % n_kv_heads == 0. fp32 softmax; tensor cores. */
+ * n_heads % n_kv_heads == 0. fp32 softmax; tensor cores. A bf16 cache only: the prefill path hands it an fp8
+ * cache's bf16 view (cuda_kv_fp8_dequantize_blocks). */
 kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_layer kv, cuda_seq_meta seqs, int n_heads,
                                    float scale, void *stream);
 
@@ -120,12 +143,13 @@ kite_status cuda_attention_prefill(const void *q, void *out, cuda_kv_layer kv, c
  * n_splits blocks per kv head (a fixed grid for any context length; splits of at least 32 positions)
  * and combined in the last block to finish. qkv: fp32 ((n_heads + 2 n_kv_heads) * head_dim), q then k
  * then v; out: fp32 (n_heads, head_dim). workspace: cuda_attention_decode_workspace() bytes; counters:
- * n_heads unsigned ints, zero before the first call (each call leaves them zero). */
+ * n_heads unsigned ints, zero before the first call (each call leaves them zero). The cache may be bf16 or fp8
+ * (kv.dtype: the fp8 one is read as codes and scales directly, and the new K / V appended quantized). */
 size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int n_splits);
 /* How many blocks of the split-K attention (cuda_attention_decode, cuda_attention_decode_rows) an SM holds for
- * n_heads query heads over n_kv_heads (the occupancy of the kernel that runs them): size n_splits so that
- * n_kv_heads x head groups x sequences x n_splits blocks are one wave. */
-kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int *blocks);
+ * n_heads query heads over n_kv_heads and a cache of kv_dtype (the occupancy of the kernel that runs them): size
+ * n_splits so that n_kv_heads x head groups x sequences x n_splits blocks are one wave. */
+kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv_heads, int kv_dtype, int *blocks);
 kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
                                   const int32_t *context_len, const float *q_norm, const float *k_norm,
                                   const float *rope_cos, const float *rope_sin, float eps, int n_heads, float scale,
@@ -136,7 +160,7 @@ kite_status cuda_attention_decode(const float *qkv, float *out, cuda_kv_layer kv
  * from a producer warp (attention_decode_bulk.cu): faster than the split-K kernel at short context, slower at long.
  * Same inputs and output as cuda_attention_decode, no workspace. cuda_attention_decode_bulk_size() gives the
  * cluster size the device can run for this shape with all clusters resident at once (16, else 8), or 0 where it
- * cannot. */
+ * cannot. bf16 caches only: for an fp8 one the sizes are 0 and the launchers refuse it (KITE_ERROR_UNSUPPORTED). */
 int cuda_attention_decode_bulk_size(int n_heads, cuda_kv_layer kv);
 kite_status cuda_attention_decode_bulk(const float *qkv, float *out, cuda_kv_layer kv, const int32_t *block_table,
                                        const int32_t *context_len, const float *q_norm, const float *k_norm,

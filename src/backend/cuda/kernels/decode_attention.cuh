@@ -17,6 +17,10 @@ __host__ __device__ __forceinline__ int stream_dim(int lane_in_stream, int i) {
     return i < 8 ? 8 * lane_in_stream + i : DECODE_HEAD_DIM / 2 + 8 * lane_in_stream + (i - 8);
 }
 
+/* The fp8 cache's lane layout (attention_decode.cu): lane j of a stream holds dims 16 j .. 16 j + 15, one 16-byte
+ * load of codes, so that the 8 lanes of a stream read a row's 128 contiguous bytes. */
+__host__ __device__ __forceinline__ int stream_dim_fp8(int lane_in_stream, int i) { return 16 * lane_in_stream + i; }
+
 /* Query heads per attention block: the largest of 4, 2, 1 dividing the heads that share a kv head (each K/V row
  * a block reads serves that many heads). */
 static inline int decode_group_size(int group_heads) {
@@ -89,7 +93,8 @@ __device__ __forceinline__ void online_softmax_add(float m[GROUP], float l[GROUP
     }
 }
 
-/* online_softmax_add for a whole converged warp (every lane calls it), with the rescale deferred: a stream's
+/* online_softmax_add for a whole converged warp (every lane calls it), the values vf times v_scale (an fp8 row's
+ * scale; 1 for bf16), with the rescale deferred: a stream's
  * running max m moves only when some lane's score exceeds its m by more than DECODE_RESCALE_MARGIN (base 2), a
  * warp-uniform branch, so most positions skip the accumulator's multiply by the correction. The terms
  * p = exp2(s - m) may then reach 2^DECODE_RESCALE_MARGIN, harmless in fp32; the result is the same, since the
@@ -97,7 +102,8 @@ __device__ __forceinline__ void online_softmax_add(float m[GROUP], float l[GROUP
 constexpr float DECODE_RESCALE_MARGIN = 8.0f;
 template <int GROUP>
 __device__ __forceinline__ void online_softmax_add_warp(float m[GROUP], float l[GROUP], float acc[GROUP][16],
-                                                        const float s[GROUP], const float vf[16]) {
+                                                        const float s[GROUP], const float vf[16],
+                                                        float v_scale = 1.0f) {
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
         if (__any_sync(0xffffffffu, s[g] > m[g] + DECODE_RESCALE_MARGIN)) {
@@ -108,10 +114,10 @@ __device__ __forceinline__ void online_softmax_add_warp(float m[GROUP], float l[
 #pragma unroll
             for (int i = 0; i < 16; i++) acc[g][i] *= correction;
         }
-        const float p = exp2f(s[g] - m[g]);
+        const float p = exp2f(s[g] - m[g]), pv = p * v_scale;
         l[g] += p;
 #pragma unroll
-        for (int i = 0; i < 16; i++) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+        for (int i = 0; i < 16; i++) acc[g][i] = fmaf(pv, vf[i], acc[g][i]);
     }
 }
 
@@ -144,14 +150,16 @@ struct __align__(16) warp_partials {
     float acc[WARPS][GROUP_CAP][DECODE_HEAD_DIM];
     float m[WARPS][GROUP_CAP], l[WARPS][GROUP_CAP];
 
-    template <int GROUP>
+    /* FP8: the lanes hold stream_dim_fp8's dims, else stream_dim's. */
+    template <int GROUP, bool FP8 = false>
     __device__ __forceinline__ void store(int warp, int lane, const float m_[GROUP], const float l_[GROUP],
                                           const float acc_[GROUP][16]) {
         if (lane >= 8) return;
 #pragma unroll
         for (int g = 0; g < GROUP; g++) {
 #pragma unroll
-            for (int i = 0; i < 16; i++) acc[warp][g][stream_dim(lane, i)] = acc_[g][i];
+            for (int i = 0; i < 16; i++)
+                acc[warp][g][FP8 ? stream_dim_fp8(lane, i) : stream_dim(lane, i)] = acc_[g][i];
             if (lane == 0) {
                 m[warp][g] = m_[g];
                 l[warp][g] = l_[g];

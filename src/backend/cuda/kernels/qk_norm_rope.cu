@@ -1,7 +1,9 @@
 /* Qwen3's per-head Q/K RMSNorm, RoPE (rotate-half, angles from a table computed in double on the host)
  * and the KV-cache append, fused: one warp per (token, head), the head's 128 values in registers (lane l
- * holds dims 2l, 2l+1 and their rotation partners 64 + 2l, 65 + 2l). */
+ * holds dims 2l, 2l+1 and their rotation partners 64 + 2l, 65 + 2l). An fp8 layer receives each K and V vector
+ * quantized by its warp (kv_fp8.cuh). */
 #include "backend/cuda/kernels/cuda_common.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 
 namespace {
 
@@ -38,6 +40,11 @@ __global__ void qk_norm_rope_kv_kernel(const T *__restrict__ qkv, T *q_out, cons
     const int32_t block = slot_global / kv.block_size, slot = slot_global % kv.block_size;
 
     if (head >= n_heads + n_kv) { /* V: stored as is */
+        if (kv.dtype == KITE_KV_CACHE_FP8) {
+            const float v[4] = {lo.x, lo.y, hi.x, hi.y};
+            kv_fp8_store_warp(kv, block, 1, head - n_heads - n_kv, slot, v, lane);
+            return;
+        }
         bf16 *dst = cache + kv_offset(kv, block, 1, head - n_heads - n_kv, slot);
         store_pair(dst + d0, lo.x, lo.y);
         store_pair(dst + d1, hi.x, hi.y);
@@ -61,6 +68,9 @@ __global__ void qk_norm_rope_kv_kernel(const T *__restrict__ qkv, T *q_out, cons
         T *dst = q_out + (token * (size_t)n_heads + (size_t)head) * HEAD_DIM;
         store_pair(dst + d0, out_lo_x, out_lo_y);
         store_pair(dst + d1, out_hi_x, out_hi_y);
+    } else if (kv.dtype == KITE_KV_CACHE_FP8) {
+        const float v[4] = {out_lo_x, out_lo_y, out_hi_x, out_hi_y};
+        kv_fp8_store_warp(kv, block, 0, head - n_heads, slot, v, lane);
     } else {
         bf16 *dst = cache + kv_offset(kv, block, 0, head - n_heads, slot);
         store_pair(dst + d0, out_lo_x, out_lo_y);
