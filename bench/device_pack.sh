@@ -3,7 +3,7 @@
 # receives only the checkout and the ignored paths named in the call's `carry` (64 MiB in all).
 #   bash bench/device_pack.sh TAG NAME=BUILD_DIR[:binary,binary...] [NAME=BUILD_DIR...]
 # Default binaries: cuda_ops_test cuda_e2e_test engine_gpu_test cuda_soak_test bench_gpu_test cuda_forward_bench kite-serve-bench kite (those a
-# build has). Writes .device_in/TAG/NAME/*.gz (stripped, gzip -9) and .device_in/TAG/unpack.sh; carry
+# build has). Writes .device_in/TAG/NAME/*.xz (stripped, xz -9e) and .device_in/TAG/unpack.sh; carry
 # .device_in/TAG, and on the device start the command with `source .device_in/TAG/unpack.sh`: it unpacks NAME's
 # binaries to /tmp/f/NAME/ and links /work/main and each build's source tree to the checkout (the tests find
 # tests/data through the absolute path they were built with). Then, e.g.:
@@ -38,7 +38,9 @@ for spec in "$@"; do
   for rel in "${wanted[@]}"; do
     [ -f "$dir/$rel" ] || continue
     strip -o "$dest/$name/.stripped" "$dir/$rel"
-    gzip -9c "$dest/$name/.stripped" >"$dest/$name/$(basename "$rel").gz"
+    # xz: half gzip's size, and a call's carry is bounded; the GPU machine unpacks with Python's lzma (no xz there
+    # is assumed).
+    xz -9e -T2 -c "$dest/$name/.stripped" >"$dest/$name/$(basename "$rel").xz"
     rm -f "$dest/$name/.stripped"
   done
   # The source tree the build was configured from (its tests embed tests/data paths under it).
@@ -52,7 +54,7 @@ mkdir -p /work
 for l in $links; do [ -e "\$l" ] || { mkdir -p "\$(dirname "\$l")" && ln -s "\$root" "\$l"; }; done
 for d in "\$root/.device_in/$tag"/*/; do
   n=\$(basename "\$d"); mkdir -p /tmp/f/\$n
-  for f in "\$d"*.gz; do b=\$(basename "\$f" .gz); gunzip -c "\$f" >/tmp/f/\$n/\$b && chmod +x /tmp/f/\$n/\$b; done
+  for f in "\$d"*.xz; do b=\$(basename "\$f" .xz); python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "\$f" /tmp/f/\$n/\$b && chmod +x /tmp/f/\$n/\$b; done
 done
 EOF
 du -sh "$dest" | sed 's/^/device_pack: /'
