@@ -310,6 +310,7 @@ typedef int64_t kite_request_id;
 #define KITE_MAX_LOGPROBS 20 /* the most top log-probabilities a request can ask for per token */
 #define KITE_MAX_STOP_IDS 16  /* the most stop ids a request can give */
 #define KITE_MAX_LOGIT_BIAS 300 /* the most logit_bias entries a request can give */
+#define KITE_MAX_INSERT_IDS 64 /* the most ids a request's insertion can hold */
 
 /* One entry of a request's logit_bias (OpenAI's map from token id to bias). */
 typedef struct kite_logit_bias {
@@ -333,6 +334,9 @@ typedef struct kite_token_event {
     kite_finish_reason finish;  /* non-zero on the request's last event */
     const char *error;          /* KITE_FINISH_ERROR: one line saying what the row held ("logits[17] is NaN ...");
                                    NULL otherwise */
+    const int32_t *inserted_ids; /* the request's insertion (kite_request.insert_ids), when `token` triggered it: */
+    int32_t n_inserted;         /* these ids follow `token` in the sequence and their text follows its text in
+                                   `text`; they were not sampled and have no logprobs. 0 on every other event */
 } kite_token_event;
 
 typedef void (*kite_token_callback)(const kite_token_event *event, void *user_data);
@@ -355,6 +359,16 @@ typedef struct kite_request {
     const kite_logit_bias *logit_bias; /* added to the logits before sampling; at most KITE_MAX_LOGIT_BIAS entries, */
     int32_t n_logit_bias;              /* each token once; copied at submit */
     int32_t n_logprobs;        /* top log-probabilities reported per token (0..KITE_MAX_LOGPROBS), raw as `logprob` */
+    /* An insertion (none when n_insert_ids is 0): the first time the request generates insert_after, and does not
+     * end with it (a stop id, eos, a stop string, max_tokens), insert_ids are appended after it as forced tokens.
+     * They are computed in the next step(s) as prompt tokens are (chunked prefill, prefix cache; a preempted
+     * request recomputes them), are not sampled (no logprobs, not counted by max_tokens or min_tokens) and come in
+     * that token's event (kite_token_event.inserted_ids, their text in its text). The sampler sees them as prompt
+     * tokens (repetition_penalty counts them, presence and frequency penalties do not). When they would leave no
+     * room in the context for one more token, the request ends there with KITE_FINISH_LENGTH instead. */
+    int32_t insert_after;      /* a token id in [0, vocab_size) */
+    const int32_t *insert_ids; /* at most KITE_MAX_INSERT_IDS ids in [0, vocab_size); copied at submit */
+    int32_t n_insert_ids;
     kite_token_callback on_token;
     void *user_data;
 } kite_request;
