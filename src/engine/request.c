@@ -94,8 +94,9 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
                          desc->insert_after, vocab_size);
     for (int32_t i = 0; i < desc->n_insert_ids; i++)
         if (desc->insert_ids[i] < 0 || desc->insert_ids[i] >= vocab_size)
-            return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: insert_ids[%d] is %d, outside the vocabulary [0, %d)",
-                             i, desc->insert_ids[i], vocab_size);
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "request: insert_ids[%d] is %d, outside the vocabulary [0, %d)", i, desc->insert_ids[i],
+                             vocab_size);
     if (desc->sampling.fresh_seed && desc->sampling.seed != 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: sampling.seed %llu and fresh_seed together (a fresh "
                          "seed replaces it: give one or the other)", (unsigned long long)desc->sampling.seed);

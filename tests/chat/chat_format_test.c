@@ -261,7 +261,9 @@ static void test_forced_tool_choice(void) {
            "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\", \"chat_template_kwargs\": "
            "{\"enable_thinking\": true}}",
            KITE_OK, NULL, &q);
-    CHECK(q.length == p.length && memcmp(q.text, p.text, p.length) == 0 && q.thinking && q.n_insert_ids == p.n_insert_ids);
+    CHECK(q.length == p.length && memcmp(q.text, p.text, p.length) == 0 && q.thinking);
+    CHECK(q.n_insert_ids == p.n_insert_ids &&
+          memcmp(q.insert_ids, p.insert_ids, p.n_insert_ids * sizeof(int32_t)) == 0);
     kite_chat_prompt_free(&q);
     kite_chat_prompt_free(&p);
 
