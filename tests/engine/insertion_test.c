@@ -1,8 +1,9 @@
 /* A request's insertion (kite_request.insert_after / insert_ids) on the CPU backend with the tiny checkpoint: after
  * its trigger the request produces exactly the tokens of a plain request whose prompt already holds the trigger
  * and the inserted ids, whether the insertion is read in one step or in chunks, shared through the prefix cache,
- * or recomputed after a preemption; the inserted ids come in the trigger's event (ids and text), max_tokens counts
- * sampled tokens only, and nothing is inserted when the request ends at or before its trigger. */
+ * or recomputed after a preemption, greedy or sampled; the inserted ids come in the trigger's event (ids and text),
+ * max_tokens counts sampled tokens only, a stop string in the inserted text ends the request, and nothing is
+ * inserted when the request ends at or before its trigger. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +203,60 @@ static void test_insertion_equals_a_longer_prompt(void) {
     kite_model_free(m);
 }
 
+/* Sampled rows take the same route: top_k 1 samples the greedy tokens through the sampler, not the argmax. */
+static void test_insertion_in_a_sampled_request(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    const int32_t max_tokens = 20;
+    record plain, after, got;
+    int32_t first = 0;
+    const int32_t trigger = plain_answer(m, max_tokens, &plain, &first);
+    expected_after(m, &plain, first, max_tokens, &after);
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    kite_request r = inserting_request(trigger, max_tokens, &got);
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 1;
+    r.sampling.seed = 3;
+    run_one(e, &r);
+    check_inserted(m, &got, &plain, first, &after, max_tokens, "sampled");
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
+/* A stop string inside the inserted text ends the request there, as one in sampled text does: the text stops
+ * before it, the ids up to it were inserted, and nothing is sampled after them. */
+static void test_a_stop_string_in_the_insertion(void) {
+    kite_model *m = load_tiny();
+    if (!m) return;
+    const int32_t max_tokens = 16;
+    record plain, got;
+    int32_t first = 0;
+    const int32_t trigger = plain_answer(m, max_tokens, &plain, &first);
+    kite_engine *e = NULL;
+    CHECK(kite_engine_create(m, NULL, &e) == KITE_OK);
+    kite_request r = inserting_request(trigger, max_tokens, &got);
+    const char *stop = "<tool_call>";
+    r.stop_strings = &stop;
+    r.n_stop_strings = 1;
+    run_one(e, &r);
+    CHECK_MSG(got.finish == KITE_FINISH_STOP && got.finals == 1 && got.n == first + 1, "finish %d, %d tokens",
+              got.finish, got.n);
+    CHECK_MSG(got.insertion_events == 1 && got.n_inserted == 2, "%d insertion events of %d ids", got.insertion_events,
+              got.n_inserted); /* "\n\n" and <tool_call> */
+    char *text = NULL;
+    size_t length = 0;
+    int32_t ids[MAX_TOKENS + 1];
+    memcpy(ids, plain.tokens, (size_t)(first + 1) * sizeof(int32_t));
+    ids[first + 1] = insertion[0];
+    CHECK(kite_detokenize(m, ids, (size_t)first + 2, &text, &length) == KITE_OK);
+    CHECK_MSG(length == got.text_length && memcmp(text, got.text, length) == 0, "the text is not cut before the stop");
+    kite_free(text);
+    CHECK(kite_engine_get_stats(e).kv_blocks_free == kite_engine_get_stats(e).kv_blocks_total);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
 /* Two requests with the insertion in a KV cache that holds one of them: the later one is preempted and
  * recomputes its tokens, the inserted ones included, and both still produce the same tokens. */
 static void test_insertion_survives_preemption(void) {
@@ -294,6 +349,8 @@ static void test_no_insertion(void) {
 int main(void) {
     TEST_RUN(test_insertion_equals_a_longer_prompt);
     TEST_RUN(test_insertion_survives_preemption);
+    TEST_RUN(test_insertion_in_a_sampled_request);
+    TEST_RUN(test_a_stop_string_in_the_insertion);
     TEST_RUN(test_no_insertion);
     return test_finish();
 }
