@@ -337,6 +337,65 @@ static void test_forced_tool_choice(void) {
     remove_dir();
 }
 
+/* Writes `length` bytes of `text` to DIR/name. */
+static void write_file(const char *folder, const char *name, const char *text, size_t length) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", folder, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(text, 1, length, f) == length);
+    CHECK(fclose(f) == 0);
+}
+
+/* With a tokenizer that has no single </think> token there is nothing to insert after: a template that opens
+ * <think> itself is refused with a forced choice, and Qwen3's falls back to the opening at the prompt's end. */
+static void test_forced_without_a_think_token(void) {
+    size_t length = 0;
+    char *json = test_read_file(KITE_TEST_DATA_DIR "/tokenizer/tokenizer.json", &length);
+    CHECK(json != NULL);
+    if (!json) return;
+    char *added = strstr(json, "\"content\": \"</think>\"");
+    CHECK(added != NULL);
+    if (added) memcpy(added + strlen("\"content\": \"</th"), "o", 1); /* </thonk>: </think> is BPE text now */
+    char folder[64];
+    snprintf(folder, sizeof folder, "/tmp/kite-tok-XXXXXX");
+    CHECK(mkdtemp(folder) != NULL);
+    write_file(folder, "tokenizer.json", json, length);
+    free(json);
+    tokenizer *plain = NULL;
+    CHECK_MSG(tokenizer_load(folder, &plain) == KITE_OK, "%s", kite_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "%s/tokenizer.json", folder);
+    CHECK(unlink(path) == 0);
+    CHECK(rmdir(folder) == 0);
+    if (!plain) return;
+
+    const char *files[] = {"tokenizer_config.json",
+                           "{\"chat_template\": \"{{ '<|im_start|>assistant\\n<think>\\n' }}\"}", NULL};
+    make_dir(files);
+    chat_format *f = NULL;
+    CHECK(chat_format_load(dir, plain, &f) == KITE_OK && f);
+    kite_chat_prompt p;
+    if (f)
+        render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_ERROR_UNSUPPORTED,
+               "no single </think> token", &p);
+    chat_format_free(f);
+    remove_dir();
+
+    f = NULL;
+    CHECK(chat_format_load(KITE_TEST_DATA_DIR "/tiny", plain, &f) == KITE_OK && f);
+    if (f) {
+        static const char opened[] = "</think>\n\n<tool_call>\n{\"name\": \"";
+        render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_OK, NULL, &p);
+        CHECK_MSG(strcmp(p.text + p.length - strlen(opened), opened) == 0, "%s", p.text);
+        CHECK(!p.thinking && p.n_insert_ids == 0 && !p.insert_ids);
+        kite_chat_prompt_free(&p);
+    }
+    chat_format_free(f);
+    tokenizer_free(plain);
+}
+
 /* chat_template.jinja wins over tokenizer_config.json's chat_template; a named list gives "default" and, for
  * requests with tools, "tool_use"; a prompt that leaves <think> open starts the answer as reasoning;
  * generation_config.json's sampling and eos ids are read; a directory without a template has no format. */
@@ -452,6 +511,7 @@ int main(void) {
     TEST_RUN(test_malformed_requests);
     TEST_RUN(test_template_sources);
     TEST_RUN(test_forced_tool_choice);
+    TEST_RUN(test_forced_without_a_think_token);
     TEST_RUN(test_bad_files_refused);
     TEST_RUN(test_raise_exception);
     tokenizer_free(tok);
