@@ -310,6 +310,7 @@ typedef int64_t kite_request_id;
 #define KITE_MAX_LOGPROBS 20 /* the most top log-probabilities a request can ask for per token */
 #define KITE_MAX_STOP_IDS 16  /* the most stop ids a request can give */
 #define KITE_MAX_LOGIT_BIAS 300 /* the most logit_bias entries a request can give */
+#define KITE_MAX_INSERT_IDS 64 /* the most ids a request's insertion can hold */
 
 /* One entry of a request's logit_bias (OpenAI's map from token id to bias). */
 typedef struct kite_logit_bias {
@@ -333,6 +334,9 @@ typedef struct kite_token_event {
     kite_finish_reason finish;  /* non-zero on the request's last event */
     const char *error;          /* KITE_FINISH_ERROR: one line saying what the row held ("logits[17] is NaN ...");
                                    NULL otherwise */
+    const int32_t *inserted_ids; /* the request's insertion (kite_request.insert_ids), when `token` triggered it: */
+    int32_t n_inserted;         /* these ids follow `token` in the sequence and their text follows its text in
+                                   `text`; they were not sampled and have no logprobs. 0 on every other event */
 } kite_token_event;
 
 typedef void (*kite_token_callback)(const kite_token_event *event, void *user_data);
@@ -355,6 +359,16 @@ typedef struct kite_request {
     const kite_logit_bias *logit_bias; /* added to the logits before sampling; at most KITE_MAX_LOGIT_BIAS entries, */
     int32_t n_logit_bias;              /* each token once; copied at submit */
     int32_t n_logprobs;        /* top log-probabilities reported per token (0..KITE_MAX_LOGPROBS), raw as `logprob` */
+    /* An insertion (none when n_insert_ids is 0): the first time the request generates insert_after, and does not
+     * end with it (a stop id, eos, a stop string, max_tokens), insert_ids are appended after it as forced tokens.
+     * They are computed in the next step(s) as prompt tokens are (chunked prefill, prefix cache; a preempted
+     * request recomputes them), are not sampled (no logprobs, not counted by max_tokens or min_tokens) and come in
+     * that token's event (kite_token_event.inserted_ids, their text in its text). The sampler sees them as prompt
+     * tokens (repetition_penalty counts them, presence and frequency penalties do not). When they would leave no
+     * room in the context for one more token, the request ends there with KITE_FINISH_LENGTH instead. */
+    int32_t insert_after;      /* a token id in [0, vocab_size) */
+    const int32_t *insert_ids; /* at most KITE_MAX_INSERT_IDS ids in [0, vocab_size); copied at submit */
+    int32_t n_insert_ids;
     kite_token_callback on_token;
     void *user_data;
 } kite_request;
@@ -460,20 +474,28 @@ typedef enum kite_tool_choice {
 } kite_tool_choice;
 
 typedef struct kite_chat_prompt {
-    char *text;               /* the rendered prompt, NUL-terminated; ends with `forced` */
+    char *text;               /* the rendered prompt, NUL-terminated; ends with `forced` unless it is inserted */
     size_t length;
     int32_t *ids;             /* text encoded with the tokenizer (special tokens recognised) */
     size_t n_ids;
-    bool thinking;            /* enable_thinking is not false (a forced tool choice renders it false) */
+    bool thinking;            /* the model may think: enable_thinking is not false (for a forced tool choice: and
+                                 the template thinks, or the template opens <think> whatever it says) */
     bool starts_in_reasoning; /* the prompt leaves a <think> open: the answer starts as reasoning */
     bool has_tools;           /* tools are offered and tool_choice lets the model call them */
     kite_tool_choice tool_choice;
-    /* REQUIRED and NAMED: the opening of the answer's first tool call, written by kite instead of the model at
-     * the end of `text` (and so of `ids`): '<tool_call>\n{"name": "' for REQUIRED, '<tool_call>\n{"name": "N",
-     * "arguments":' for NAMED. kite_chat_submit parses it as the answer's first bytes; its tokens are the prompt's
-     * and carry no logprobs. NULL (forced_length 0) otherwise. */
+    /* REQUIRED and NAMED: the opening of the answer's first tool call, written by kite instead of the model:
+     * '<tool_call>\n{"name": "' for REQUIRED, '<tool_call>\n{"name": "N", "arguments":' for NAMED. Without
+     * thinking it ends `text` (and so `ids`): kite_chat_submit parses it as the answer's first bytes, its tokens
+     * are the prompt's. With thinking it is the insertion below. NULL (forced_length 0) otherwise. */
     char *forced;
     size_t forced_length;
+    /* With thinking, REQUIRED and NAMED: the engine's insertion (kite_request.insert_after / insert_ids) that
+     * kite_chat_submit gives the request: after the model's first </think> (insert_after, its id), "\n\n" and
+     * `forced`, tokenized as the template writes them. The answer is reasoning, then the call. n_insert_ids 0
+     * (insert_ids NULL) otherwise. */
+    int32_t insert_after;
+    int32_t *insert_ids;
+    size_t n_insert_ids;
     /* REQUIRED: the tools' names; NAMED: N alone. A parsed call naming anything else is malformed (chat_output.h,
      * T4). NULL (n_call_names 0) otherwise: any name is a call. */
     char **call_names;
@@ -483,10 +505,12 @@ typedef struct kite_chat_prompt {
 /* Renders a /v1/chat/completions request body (messages, tools, tool_choice, add_generation_prompt (default
  * true), chat_template_kwargs such as {"enable_thinking": false}) with the chat template. Messages are prepared
  * as vLLM prepares them: null content as "", text parts joined with "\n", a tool call's arguments string parsed
- * into its object. tool_choice "required" or a named function (needs tools; the name must be one of them) renders
- * the turn as enable_thinking false does (the template's empty think block: kite has no way to let the model
- * think first and write the call's opening after its </think>) and ends the prompt with the call's opening
- * (kite_chat_prompt.forced); with a template that opens <think> itself it is KITE_ERROR_UNSUPPORTED.
+ * into its object. tool_choice "required" or a named function (needs tools; the name must be one of them) forces
+ * the answer's first call (kite_chat_prompt.forced): with thinking (enable_thinking not false, and a template
+ * whose prompt changes with it, or one that opens <think> itself) the turn renders as asked and the call's
+ * opening is inserted after the model's </think> (kite_chat_prompt.insert_ids); otherwise the prompt ends with
+ * the opening. A template that opens <think> with a tokenizer that has no single </think> token is
+ * KITE_ERROR_UNSUPPORTED.
  * A malformed request, or an error the template raises, is KITE_ERROR_INVALID_INPUT naming the field or
  * quoting the template. */
 kite_status kite_chat_render(const kite_chat *chat, const char *request_json, size_t length, kite_chat_prompt *out);
@@ -528,10 +552,12 @@ typedef struct kite_chat_event {
 typedef void (*kite_chat_callback)(const kite_chat_event *event, void *user_data);
 
 /* Queues a chat answer to a rendered prompt: `request` gives max_tokens, sampling, stop strings and logprobs
- * (its prompt, stop ids and callback are replaced: the prompt's ids, the chat's stop ids and the parser).
- * Events come from kite_engine_step like a plain request's. Tool calls are parsed when the prompt has_tools;
- * their ids are drawn from request->sampling.seed. A prompt's forced opening is parsed before the first token
- * (it must open a tool call: KITE_ERROR_INVALID_ARGUMENT otherwise) and only calls to its call_names count. */
+ * (its prompt, stop ids, insertion and callback are replaced: the prompt's ids and insertion, the chat's stop ids
+ * and the parser). Events come from kite_engine_step like a plain request's. Tool calls are parsed when the
+ * prompt has_tools; their ids are drawn from request->sampling.seed. A prompt's forced opening at its end is
+ * parsed before the first token (it must open a tool call: KITE_ERROR_INVALID_ARGUMENT otherwise); one inserted
+ * after the reasoning is parsed where it comes, the "\n\n" before it dropped. Only calls to its call_names
+ * count. */
 kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const kite_chat_prompt *prompt,
                              const kite_request *request, kite_chat_callback on_event, void *user_data,
                              kite_request_id *id);

@@ -63,6 +63,7 @@ void kite_chat_prompt_free(kite_chat_prompt *p) {
     free(p->text);
     free(p->ids);
     free(p->forced);
+    free(p->insert_ids);
     for (size_t i = 0; p->call_names && i < p->n_call_names; i++) free(p->call_names[i]);
     free(p->call_names);
     *p = (kite_chat_prompt){0};

@@ -62,7 +62,8 @@ class _TokenEvent(ctypes.Structure):
     _fields_ = [("request", c_int64), ("token", c_int32), ("text", ctypes.POINTER(ctypes.c_char)),
                 ("text_length", c_size_t), ("logprob", ctypes.c_float), ("n_top", c_int32),
                 ("top_ids", ctypes.POINTER(c_int32)), ("top_logprobs", ctypes.POINTER(ctypes.c_float)),
-                ("finish", ctypes.c_int), ("error", ctypes.c_char_p)]
+                ("finish", ctypes.c_int), ("error", ctypes.c_char_p),
+                ("inserted_ids", ctypes.POINTER(c_int32)), ("n_inserted", c_int32)]
 
 
 _TokenCallback = ctypes.CFUNCTYPE(None, ctypes.POINTER(_TokenEvent), ctypes.c_void_p)
@@ -75,6 +76,7 @@ class _Request(ctypes.Structure):
                 ("n_stop_strings", c_int32), ("stop_ids", ctypes.POINTER(c_int32)), ("n_stop_ids", c_int32),
                 ("ignore_eos", ctypes.c_bool), ("min_tokens", c_int32),
                 ("logit_bias", ctypes.POINTER(_LogitBias)), ("n_logit_bias", c_int32), ("n_logprobs", c_int32),
+                ("insert_after", c_int32), ("insert_ids", ctypes.POINTER(c_int32)), ("n_insert_ids", c_int32),
                 ("on_token", _TokenCallback), ("user_data", ctypes.c_void_p)]
 
 
@@ -83,6 +85,7 @@ class _ChatPrompt(ctypes.Structure):
                 ("n_ids", c_size_t), ("thinking", ctypes.c_bool), ("starts_in_reasoning", ctypes.c_bool),
                 ("has_tools", ctypes.c_bool), ("tool_choice", ctypes.c_int),
                 ("forced", ctypes.POINTER(ctypes.c_char)), ("forced_length", c_size_t),
+                ("insert_after", c_int32), ("insert_ids", ctypes.POINTER(c_int32)), ("n_insert_ids", c_size_t),
                 ("call_names", ctypes.POINTER(ctypes.c_char_p)), ("n_call_names", c_size_t)]
 
 

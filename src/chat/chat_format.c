@@ -497,13 +497,12 @@ static kite_status read_request(const json_value *root, request_view *r) {
             return kite_fail(KITE_ERROR_INVALID_INPUT, "chat_template_kwargs.%s: set by the request itself", m->key);
         if (strcmp(m->key, "enable_thinking") == 0 && m->value.type == JSON_TYPE_FALSE) r->thinking = false;
     }
-    /* A forced call's opening follows the template's empty think block (chat_tool_choice.h). */
-    if (chat_tool_choice_forces(&r->choice)) r->thinking = false;
     return KITE_OK;
 }
 
-/* The variables object the template renders with (see chat_format.h). */
-static kite_status write_variables(const chat_format *f, const request_view *r, text_builder *b) {
+/* The variables object the template renders with (see chat_format.h); with thinking_off, enable_thinking is
+ * false whatever the request says. */
+static kite_status write_variables(const chat_format *f, const request_view *r, bool thinking_off, text_builder *b) {
     text_builder_puts(b, "{\"messages\": ");
     KITE_TRY(write_messages(b, r->messages));
     text_builder_puts(b, ", \"tools\": ");
@@ -517,7 +516,7 @@ static kite_status write_variables(const chat_format *f, const request_view *r, 
         text_builder_puts(b, ", ");
         text_builder_puts(b, f->special_variables);
     }
-    const bool forced = chat_tool_choice_forces(&r->choice);
+    const bool forced = thinking_off;
     for (size_t i = 0; r->kwargs && i < r->kwargs->length; i++) {
         const json_member *m = &r->kwargs->as.members[i];
         if (forced && strcmp(m->key, "enable_thinking") == 0) continue; /* written below */
@@ -538,18 +537,97 @@ static bool ends_inside_think(const char *text) {
     return open && !strstr(open, "</think>");
 }
 
-/* The forced opening at the end of the rendered text. A template that leaves <think> open would need the opening
- * after the model's own </think>, which kite cannot place. */
+/* The forced opening at the end of the rendered text (a prompt that leaves no <think> open). */
 static kite_status append_forced(kite_chat_prompt *out) {
-    if (ends_inside_think(out->text))
-        return kite_fail(KITE_ERROR_UNSUPPORTED, "tool_choice: this chat template opens <think> for the answer; a "
-                                                 "forced tool call after the model's reasoning is not implemented");
     char *text = realloc(out->text, out->length + out->forced_length + 1);
     if (!text) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "chat: out of memory for the prompt");
     memcpy(text + out->length, out->forced, out->forced_length + 1);
     out->text = text;
     out->length += out->forced_length;
     return KITE_OK;
+}
+
+/* The forced opening as an insertion after the model's </think> (kite_chat_prompt.insert_ids):
+ * CHAT_THINK_SEPARATOR and the opening, tokenized alone. The ids are those of the template's own rendering of
+ * such a turn, since </think> and <tool_call> are added tokens the tokenizer splits at (chat_format_test checks
+ * it). *ok false when the tokenizer has no single </think> token to wait for. */
+static kite_status prepare_insertion(const chat_format *f, kite_chat_prompt *out, bool *ok) {
+    *ok = false;
+    int32_t *end_ids = NULL;
+    size_t n_end = 0;
+    KITE_TRY(tokenizer_encode(f->tokenizer, "</think>", strlen("</think>"), &end_ids, &n_end));
+    const int32_t end_id = n_end == 1 ? end_ids[0] : -1;
+    free(end_ids);
+    if (end_id < 0) return KITE_OK;
+    text_builder b = {0};
+    text_builder_puts(&b, CHAT_THINK_SEPARATOR);
+    text_builder_append(&b, out->forced, out->forced_length);
+    if (b.failed) {
+        text_builder_free(&b);
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "chat: out of memory");
+    }
+    kite_status status = tokenizer_encode(f->tokenizer, b.data, b.length, &out->insert_ids, &out->n_insert_ids);
+    text_builder_free(&b);
+    KITE_TRY(status);
+    if (out->n_insert_ids > KITE_MAX_INSERT_IDS)
+        return kite_fail(KITE_ERROR_INVALID_INPUT, "tool_choice: the forced call's opening is %zu tokens, at most %d",
+                         out->n_insert_ids, KITE_MAX_INSERT_IDS);
+    out->insert_after = end_id;
+    *ok = true;
+    return KITE_OK;
+}
+
+static kite_status render_text(const chat_format *f, const request_view *r, bool thinking_off, char **text,
+                               size_t *length) {
+    *text = NULL;
+    *length = 0;
+    text_builder variables = {0};
+    kite_status status = write_variables(f, r, thinking_off, &variables);
+    json_document *vars = NULL;
+    if (status == KITE_OK) {
+        json_error error;
+        vars = json_parse(variables.data, variables.length, &error);
+        if (!vars) status = kite_fail(KITE_ERROR_INVALID_INPUT, "chat request: %s", error.message);
+    }
+    text_builder_free(&variables);
+    const jinja_template *t = r->tools && f->template_tools ? f->template_tools : f->template_default;
+    if (status == KITE_OK) status = jinja_render(t, json_root(vars), text, length);
+    json_free(vars);
+    return status;
+}
+
+/* A forced tool choice's place (chat_tool_choice.h). The model thinks first when the request lets it and the
+ * template thinks: it leaves <think> open (QwQ's, whatever enable_thinking says), or its prompt changes with
+ * enable_thinking false (Qwen3's empty think block); the opening is then inserted after the model's </think>.
+ * Otherwise the prompt is the one enable_thinking false renders and ends with the opening. */
+static kite_status place_forced(const chat_format *f, const request_view *r, kite_chat_prompt *out, bool *thinking) {
+    bool insert = ends_inside_think(out->text);
+    if (!insert && r->thinking) {
+        char *plain = NULL;
+        size_t plain_length = 0;
+        KITE_TRY(render_text(f, r, true, &plain, &plain_length));
+        insert = plain_length != out->length || memcmp(plain, out->text, plain_length) != 0;
+        free(plain);
+    }
+    if (insert) {
+        bool ok = false;
+        KITE_TRY(prepare_insertion(f, out, &ok));
+        if (ok) {
+            *thinking = true;
+            return KITE_OK;
+        }
+        if (ends_inside_think(out->text))
+            return kite_fail(KITE_ERROR_UNSUPPORTED, "tool_choice: this chat template opens <think> for the answer and "
+                                                     "the tokenizer has no single </think> token to place the forced "
+                                                     "tool call after");
+    }
+    *thinking = false;
+    if (r->thinking) { /* the prompt without thinking: the template's empty think block before the opening */
+        free(out->text);
+        out->text = NULL;
+        KITE_TRY(render_text(f, r, true, &out->text, &out->length));
+    }
+    return append_forced(out);
 }
 
 kite_status chat_format_render(const chat_format *f, const char *request_json, size_t length, kite_chat_prompt *out) {
@@ -565,28 +643,19 @@ kite_status chat_format_render(const chat_format *f, const char *request_json, s
     if (!doc)
         return kite_fail(KITE_ERROR_INVALID_INPUT, "chat request:%d:%d: %s", error.line, error.column, error.message);
     request_view r;
-    text_builder variables = {0};
     kite_status status = read_request(json_root(doc), &r);
-    if (status == KITE_OK) status = write_variables(f, &r, &variables);
-    json_document *vars = NULL;
-    if (status == KITE_OK) {
-        vars = json_parse(variables.data, variables.length, &error);
-        if (!vars) status = kite_fail(KITE_ERROR_INVALID_INPUT, "chat request: %s", error.message);
-    }
-    text_builder_free(&variables);
-    const jinja_template *t = r.tools && f->template_tools ? f->template_tools : f->template_default;
-    if (status == KITE_OK) status = jinja_render(t, json_root(vars), &out->text, &out->length);
-    json_free(vars);
+    bool thinking = r.thinking;
+    if (status == KITE_OK) status = render_text(f, &r, false, &out->text, &out->length);
     if (status == KITE_OK) status = chat_tool_choice_prepare(&r.choice, r.tools, out);
+    if (status == KITE_OK && out->forced) status = place_forced(f, &r, out, &thinking);
     json_free(doc); /* r's values live in it until here */
-    if (status == KITE_OK && out->forced) status = append_forced(out);
     if (status == KITE_OK) status = tokenizer_encode(f->tokenizer, out->text, out->length, &out->ids, &out->n_ids);
     if (status != KITE_OK) {
         kite_chat_prompt_free(out);
         return status;
     }
-    out->thinking = r.thinking;
-    out->starts_in_reasoning = !out->forced && ends_inside_think(out->text);
+    out->thinking = thinking;
+    out->starts_in_reasoning = ends_inside_think(out->text);
     out->has_tools = r.tools_called;
     return KITE_OK;
 }

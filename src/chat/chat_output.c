@@ -18,6 +18,7 @@ static const char CALL_END[] = "</tool_call>";
 typedef enum parse_state {
     PARSE_STATE_START,      /* reasoning on, nothing decided: a leading <think> may come (R2) */
     PARSE_STATE_REASONING,  /* reasoning until </think> (R3) */
+    PARSE_STATE_SEPARATOR,  /* right after </think>: params.separator is dropped if it comes (R5) */
     PARSE_STATE_CONTENT,    /* content; with tools, until the first <tool_call> (T1) */
     PARSE_STATE_CALL,       /* inside a tool call's body, held until </tool_call> or the end (T1, T5) */
     PARSE_STATE_AFTER_CALL, /* after a valid call: text dropped until the next <tool_call> (T3) */
@@ -229,13 +230,21 @@ static kite_status drain(chat_output_parser *p, bool at_end) {
                 stream_emit(&p->reasoning, rest, at);
                 stream_flush(&p->reasoning);
                 pos += at + TAG_LENGTH(THINK_END);
-                p->state = PARSE_STATE_CONTENT;
+                p->state = p->params.separator_length > 0 ? PARSE_STATE_SEPARATOR : PARSE_STATE_CONTENT;
                 break;
             }
             const size_t keep = at_end ? 0 : partial_tag_length(rest, n, THINK_END, TAG_LENGTH(THINK_END));
             stream_emit(&p->reasoning, rest, n - keep);
             pos += n - keep;
             goto done;
+        }
+        case PARSE_STATE_SEPARATOR: {
+            const size_t want = p->params.separator_length, k = n < want ? n : want;
+            const bool matches = memcmp(rest, p->params.separator, k) == 0;
+            if (matches && k < want && !at_end) goto done; /* a prefix of it so far */
+            if (matches && k == want) pos += want;
+            p->state = PARSE_STATE_CONTENT;
+            break;
         }
         case PARSE_STATE_CONTENT: {
             if (!p->params.tools) {
@@ -361,6 +370,9 @@ kite_status chat_output_create(const chat_output_params *params, chat_output_par
     if (params->starts_in_reasoning && !params->reasoning)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                          "chat_output_create: starts_in_reasoning needs reasoning (the prompt opened <think>)");
+    if (params->separator_length > 0 && (!params->reasoning || !params->separator))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "chat_output_create: a separator needs reasoning and its bytes (it follows </think>)");
     if (params->tools && params->max_call_bytes == 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
                          "chat_output_create: tools needs max_call_bytes > 0 (the most an open call may hold)");

@@ -25,6 +25,10 @@
  *      text as content when `<think>` was absent; kite's R2 keeps that case, without starts_in_reasoning.)
  *      `<tool_call>` inside reasoning is reasoning text: vLLM ends reasoning at a `<tool_call>` only when
  *      `<function=` follows it, Qwen3.5's XML call format, which this parser does not read.
+ *  R5. With params.separator (a forced tool call after the reasoning: the engine inserts "\n\n" and the call's
+ *      opening after the model's `</think>`, chat_tool_choice.h), the content drops those bytes when it begins
+ *      with them, so a forced call's content is empty as it is without thinking (vLLM's forced calls have
+ *      content ""). Content that begins otherwise is kept whole.
  *
  * Tool calls (params.tools: the request has tools and tool_choice is not "none"),
  * in the content only, as vLLM's hermes parser:
@@ -83,6 +87,8 @@ typedef struct chat_output_params {
     uint64_t id_seed;         /* seeds the tool call ids; callers pass a random value, tests a fixed one */
     const char *const *call_names; /* with tools: the only names a call may have (T6); NULL: any name */
     size_t n_call_names;
+    const char *separator;    /* with reasoning: bytes dropped where they begin the content (R5); borrowed, */
+    size_t separator_length;  /* must outlive the parser; NULL (0) for none */
 } chat_output_params;
 
 typedef struct chat_tool_call {

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "chat/chat_output.h"
+#include "chat/chat_tool_choice.h"
 #include "kite.h"
 #include "util/error.h"
 #include "util/text_builder.h"
@@ -142,12 +143,14 @@ static void on_token(const kite_token_event *token, void *user_data) {
     run_free(run);
 }
 
-/* The forced opening (kite_chat_prompt.forced) is the answer's first bytes for the parser. It opens a tool
- * call, which the parser holds until the call is complete, so it adds nothing to the first event. */
+/* The forced opening at the prompt's end (kite_chat_prompt.forced) is the answer's first bytes for the parser. It
+ * opens a tool call, which the parser holds until the call is complete, so it adds nothing to the first event. An
+ * opening inserted after the reasoning reaches the parser in the engine's text instead. */
 static kite_status feed_forced(chat_output_parser *parser, const kite_chat_prompt *prompt) {
     if (prompt->forced_length == 0) return KITE_OK;
     if (!prompt->forced || !prompt->has_tools)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "kite_chat_submit: a forced opening needs its text and tools");
+    if (prompt->n_insert_ids > 0) return KITE_OK; /* it comes after the reasoning, in the engine's text */
     chat_output_delta d;
     KITE_TRY(chat_output_feed(parser, prompt->forced, prompt->forced_length, &d));
     if (d.reasoning_length || d.content_length || d.n_calls)
@@ -177,13 +180,25 @@ kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const k
      * after the forced opening. */
     const size_t max_call_bytes =
         (request->max_tokens > 0 ? (size_t)request->max_tokens * 64 : (size_t)1 << 24) + prompt->forced_length;
+    /* An insertion is the forced call after the model's </think> (kite_chat_prompt.insert_ids): it needs the
+     * reasoning split, and the "\n\n" the engine inserts before the opening is no content of the answer. */
+    const bool inserts = prompt->n_insert_ids > 0;
+    if (inserts && (!prompt->insert_ids || !prompt->thinking || !prompt->forced || !prompt->has_tools ||
+                    prompt->n_insert_ids > KITE_MAX_INSERT_IDS)) {
+        run_free(run);
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "kite_chat_submit: an insertion needs its ids (at most %d), thinking and a forced opening",
+                         KITE_MAX_INSERT_IDS);
+    }
     const chat_output_params params = {.reasoning = prompt->thinking,
                                        .starts_in_reasoning = prompt->thinking && prompt->starts_in_reasoning,
                                        .tools = prompt->has_tools,
                                        .max_call_bytes = max_call_bytes,
                                        .id_seed = id_seed ^ 0x7001ca11ull,
                                        .call_names = (const char *const *)prompt->call_names,
-                                       .n_call_names = prompt->n_call_names};
+                                       .n_call_names = prompt->n_call_names,
+                                       .separator = inserts ? CHAT_THINK_SEPARATOR : NULL,
+                                       .separator_length = inserts ? strlen(CHAT_THINK_SEPARATOR) : 0};
     kite_status status = chat_output_create(&params, &run->parser);
     if (status == KITE_OK) status = feed_forced(run->parser, prompt);
     if (status != KITE_OK) {
@@ -207,6 +222,9 @@ kite_status kite_chat_submit(kite_engine *engine, const kite_chat *chat, const k
     r.prompt_text_length = 0;
     r.stop_ids = stop_ids;
     r.n_stop_ids = n_stop;
+    r.insert_after = prompt->insert_after;
+    r.insert_ids = prompt->insert_ids;
+    r.n_insert_ids = (int32_t)prompt->n_insert_ids;
     r.on_token = on_token;
     r.user_data = run;
     status = kite_engine_submit(engine, &r, id);

@@ -2,10 +2,12 @@
  * "function": {"name": N}}), read against the request's tools, and what a forced choice adds to the prompt.
  *
  * kite has no grammar engine to constrain decoding (vLLM and llama.cpp force these choices with one), so a
- * forced choice is kept by writing the first call's opening for the model: the prompt ends with the bytes
- * Qwen3's template writes for an assistant tool call, '<tool_call>\n{"name": "' for "required" (the model
- * must name a tool) and '<tool_call>\n{"name": "N", "arguments":' for a named function (the model writes the
- * arguments). The named opening stops before the space the template writes after the colon: Qwen's
+ * forced choice is kept by writing the first call's opening for the model: the bytes Qwen3's template writes
+ * for an assistant tool call, '<tool_call>\n{"name": "' for "required" (the model must name a tool) and
+ * '<tool_call>\n{"name": "N", "arguments":' for a named function (the model writes the arguments). Without
+ * thinking the prompt ends with them; with thinking the engine inserts CHAT_THINK_SEPARATOR and them after
+ * the model's own </think> (kite_request.insert_ids), so the model reasons first, as vLLM lets it before its
+ * grammar takes over. The named opening stops before the space the template writes after the colon: Qwen's
  * pre-tokenizer joins that space to the "{" that follows (' {"'), so a prompt ending in the space would end
  * in a token the model never writes; ending at the colon, the model's own next token is ' {"'. The output
  * parser reads the opening as the answer's first bytes and accepts only calls whose name is allowed (the
@@ -18,6 +20,10 @@
 
 #include "kite.h"
 #include "util/json.h"
+
+/* What Qwen3's template writes between an assistant turn's </think> and its content, and what the models write
+ * after their own </think>: the insertion's first bytes, which the output parser drops again (chat_output.h, R5). */
+#define CHAT_THINK_SEPARATOR "\n\n"
 
 typedef struct chat_tool_choice {
     kite_tool_choice choice;

@@ -13,12 +13,17 @@
  * One backend forward then serves the whole step; sequences whose prompt is complete get a token sampled.
  *
  * Overlapped greedy decode: while the same greedy requests keep decoding (nothing waiting, no prompt being
- * read, no length limit at the next token), a step enqueues the next one before it reads its own ids, the
- * next step's tokens taken on the device from this step's argmax (step_batch.tokens_from_argmax). The host's
+ * read, no length limit at the next token, no insertion awaiting its trigger), a step enqueues the next one
+ * before it reads its own ids, the next step's tokens taken on the device from this step's argmax
+ * (step_batch.tokens_from_argmax). The host's
  * round trip between steps (the ids' copy, the wait, the next step's setup and launch: 20-28 us per step on
  * the H200) then overlaps the device's work. The step in flight is
  * resolved at the next kite_engine_step; a row whose request finished or was cancelled meanwhile is dropped.
  * KITE_ENGINE_OVERLAP=0 turns it off.
+ *
+ * An insertion (kite_request.insert_ids): the step that samples its trigger appends the ids after it
+ * (request_append_token), so the request has more than one token to compute and is scheduled as a prompt being
+ * read: in chunks, registered in the prefix cache, recomputed when preempted, with logits only at its end.
  *
  * Greedy steps (every row greedy, no logprobs) ask the backend for ids only (step_batch.ids_only): the rows are read by
  * argmax alone, and the CUDA backend then screens the lm_head instead of writing every logit (lm_head_screen.cu).
@@ -275,10 +280,13 @@ static void emit_event(engine_request *r, int32_t token, float logprob, int32_t 
     size_t length;
     request_take_text(r, &text, &length);
     if (r->finish != KITE_FINISH_NONE) r->finish_reported = true;
+    const int32_t n_inserted = r->n_just_inserted; /* the insertion this token brought, reported once */
+    r->n_just_inserted = 0;
     if (!r->on_token) return;
     kite_token_event event = {.request = r->id, .token = token, .text = text, .text_length = length,
                               .logprob = logprob, .n_top = n_top, .top_ids = top_ids,
-                              .top_logprobs = top_logprobs, .finish = r->finish, .error = error};
+                              .top_logprobs = top_logprobs, .finish = r->finish, .error = error,
+                              .inserted_ids = n_inserted > 0 ? r->insert_ids : NULL, .n_inserted = n_inserted};
     r->on_token(&event, r->user_data);
 }
 
@@ -665,8 +673,10 @@ static kite_status accept_greedy_ids(kite_engine *e, kite_status status, int32_t
 
 /* Whether the step after the one whose ids are coming (rows `row_requests`, enqueued or in flight) may be
  * enqueued before those ids are read: every request still active is one of these greedy rows (nothing waiting,
- * no prompt being read), and none meets a length limit at the coming token (it would end there, whatever the
- * token). Gives each row the block for its next position; false when the pool is short. */
+ * no prompt being read), none meets a length limit at the coming token (it would end there, whatever the
+ * token), and none waits for its insertion's trigger (the coming token may be it, and then the next position
+ * holds the insertion, not that token's successor). Gives each row the block for its next position; false when
+ * the pool is short. */
 static kite_status can_run_ahead(kite_engine *e, engine_request *const *row_requests, int32_t rows, bool *ok) {
     *ok = false;
     if (!e->overlap || e->hold_decode || rows <= 0) return KITE_OK;
@@ -678,6 +688,7 @@ static kite_status can_run_ahead(kite_engine *e, engine_request *const *row_requ
         if (r->state != REQUEST_RUNNING || !r->greedy || r->n_logprobs > 0) return KITE_OK;
         if (r->max_tokens > 0 && r->n_generated + 1 >= r->max_tokens) return KITE_OK;
         if (r->n_tokens + 1 >= (size_t)e->max_context) return KITE_OK;
+        if (r->n_insert_ids > 0 && !r->inserted) return KITE_OK;
     }
     for (int32_t row = 0; row < rows; row++) {
         bool got = false;

@@ -85,6 +85,18 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
         (desc->n_logit_bias > 0 && !desc->logit_bias))
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: logit_bias has %d entries, at most %d",
                          desc->n_logit_bias, KITE_MAX_LOGIT_BIAS);
+    if (desc->n_insert_ids < 0 || desc->n_insert_ids > KITE_MAX_INSERT_IDS ||
+        (desc->n_insert_ids > 0 && !desc->insert_ids))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: the insertion has %d ids, at most %d",
+                         desc->n_insert_ids, KITE_MAX_INSERT_IDS);
+    if (desc->n_insert_ids > 0 && (desc->insert_after < 0 || desc->insert_after >= vocab_size))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: insert_after %d is outside the vocabulary [0, %d)",
+                         desc->insert_after, vocab_size);
+    for (int32_t i = 0; i < desc->n_insert_ids; i++)
+        if (desc->insert_ids[i] < 0 || desc->insert_ids[i] >= vocab_size)
+            return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                             "request: insert_ids[%d] is %d, outside the vocabulary [0, %d)", i, desc->insert_ids[i],
+                             vocab_size);
     if (desc->sampling.fresh_seed && desc->sampling.seed != 0)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "request: sampling.seed %llu and fresh_seed together (a fresh "
                          "seed replaces it: give one or the other)", (unsigned long long)desc->sampling.seed);
@@ -104,6 +116,10 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
     if (desc->n_stop_ids > 0) memcpy(r->stop_ids, desc->stop_ids, (size_t)desc->n_stop_ids * sizeof(int32_t));
     r->n_stop_ids = desc->n_stop_ids;
     r->n_logprobs = desc->n_logprobs;
+    r->insert_after = desc->insert_after;
+    if (desc->n_insert_ids > 0)
+        memcpy(r->insert_ids, desc->insert_ids, (size_t)desc->n_insert_ids * sizeof(int32_t));
+    r->n_insert_ids = desc->n_insert_ids;
     r->on_token = desc->on_token;
     r->user_data = desc->user_data;
 
@@ -184,8 +200,7 @@ static bool apply_stop_strings(engine_request *r, size_t new_text_start) {
     return true;
 }
 
-kite_status request_append_token(engine_request *r, int32_t token, const int32_t *eos_ids, int32_t n_eos_ids,
-                                 size_t max_context) {
+static kite_status push_token(engine_request *r, int32_t token) {
     if (r->n_tokens == r->tokens_capacity) {
         size_t grown = r->tokens_capacity * 2;
         int32_t *p = realloc(r->tokens, grown * sizeof(int32_t));
@@ -194,7 +209,52 @@ kite_status request_append_token(engine_request *r, int32_t token, const int32_t
         r->tokens_capacity = grown;
     }
     r->tokens[r->n_tokens++] = token;
+    return KITE_OK;
+}
+
+/* Adds a token's text and looks for stop strings in it; a stop string ends the request (*stop_string_hit). */
+static kite_status append_text(engine_request *r, int32_t token, bool *stop_string_hit) {
+    /* Ids past the tokenizer's vocabulary (config.json's vocab_size pads the lm_head, 151,936 rows against
+     * 151,669 tokens) decode to nothing, as Hugging Face's decode skips ids it does not know. */
+    if (!r->detokenizer || token >= r->text_vocab_size) return KITE_OK;
+    const char *piece;
+    size_t piece_length;
+    KITE_TRY(detokenizer_push(r->detokenizer, token, &piece, &piece_length));
+    size_t start = r->text_length;
+    if (!reserve_bytes(&r->text, &r->text_capacity, r->text_length + piece_length + 1))
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
+    memcpy(r->text + r->text_length, piece, piece_length);
+    r->text_length += piece_length;
+    /* Stop strings count from the token after min_tokens, as vLLM's detokenizer looks for them. */
+    if (r->n_generated > r->min_tokens && apply_stop_strings(r, start)) {
+        r->finish = KITE_FINISH_STOP;
+        *stop_string_hit = true;
+    }
+    return KITE_OK;
+}
+
+/* The insertion after its trigger: its ids join the sequence as prompt tokens do (the sampler's context, no
+ * generated count) and their text joins the answer, where a stop string may still end it. */
+static kite_status insert_tokens(engine_request *r, size_t max_context, bool *stop_string_hit) {
+    r->inserted = true;
+    if (r->n_tokens + (size_t)r->n_insert_ids >= max_context) {
+        r->finish = KITE_FINISH_LENGTH; /* no room for the insertion and one more token */
+        return KITE_OK;
+    }
+    for (int32_t i = 0; i < r->n_insert_ids && r->finish == KITE_FINISH_NONE; i++) {
+        KITE_TRY(push_token(r, r->insert_ids[i]));
+        sampler_accept_prompt(r->sampler, r->insert_ids[i]);
+        r->n_just_inserted++;
+        KITE_TRY(append_text(r, r->insert_ids[i], stop_string_hit));
+    }
+    return KITE_OK;
+}
+
+kite_status request_append_token(engine_request *r, int32_t token, const int32_t *eos_ids, int32_t n_eos_ids,
+                                 size_t max_context) {
+    KITE_TRY(push_token(r, token));
     r->n_generated++;
+    r->n_just_inserted = 0;
     sampler_accept(r->sampler, token);
 
     bool is_eos = false, stop_string_hit = false;
@@ -204,31 +264,18 @@ kite_status request_append_token(engine_request *r, int32_t token, const int32_t
     /* Before min_tokens, nothing but a length limit ends the request (vLLM's check_stop); the sampler has masked
      * the eos and stop ids meanwhile, so this only decides a token that came anyway. */
     const bool may_stop = r->n_generated >= r->min_tokens;
-    if (may_stop && ((is_eos && !r->ignore_eos) || is_stop_id)) {
+    if (may_stop && ((is_eos && !r->ignore_eos) || is_stop_id))
         r->finish = KITE_FINISH_STOP; /* the eos token's text is not part of the output */
-    } else if (r->detokenizer && token < r->text_vocab_size) {
-        /* Ids past the tokenizer's vocabulary (config.json's vocab_size pads the lm_head, 151,936 rows against
-         * 151,669 tokens) decode to nothing, as Hugging Face's decode skips ids it does not know. */
-        const char *piece;
-        size_t piece_length;
-        KITE_TRY(detokenizer_push(r->detokenizer, token, &piece, &piece_length));
-        size_t start = r->text_length;
-        if (!reserve_bytes(&r->text, &r->text_capacity, r->text_length + piece_length + 1))
-            return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "request: out of memory");
-        memcpy(r->text + r->text_length, piece, piece_length);
-        r->text_length += piece_length;
-        /* Stop strings count from the token after min_tokens, as vLLM's detokenizer looks for them. */
-        if (r->n_generated > r->min_tokens && apply_stop_strings(r, start)) {
-            r->finish = KITE_FINISH_STOP;
-            stop_string_hit = true;
-        }
-    }
+    else
+        KITE_TRY(append_text(r, token, &stop_string_hit));
     if (r->finish == KITE_FINISH_NONE) {
         if (r->max_tokens > 0 && r->n_generated >= r->max_tokens)
             r->finish = KITE_FINISH_LENGTH;
         else if (r->n_tokens >= max_context)
             r->finish = KITE_FINISH_LENGTH;
     }
+    if (r->finish == KITE_FINISH_NONE && r->n_insert_ids > 0 && !r->inserted && token == r->insert_after)
+        KITE_TRY(insert_tokens(r, max_context, &stop_string_hit));
     if (r->finish != KITE_FINISH_NONE && !stop_string_hit && r->detokenizer) {
         /* Whatever incomplete UTF-8 is left becomes U+FFFD, exactly as a full decode would render it. */
         const char *rest;

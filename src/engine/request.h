@@ -46,6 +46,13 @@ typedef struct engine_request {
     int32_t stop_ids[KITE_MAX_STOP_IDS]; /* end the request like eos, ignore_eos or not */
     int32_t n_stop_ids;
     int32_t n_logprobs;
+    /* The insertion (kite_request.insert_after / insert_ids): n_insert_ids 0 when there is none. `inserted` once
+     * it was appended; n_just_inserted is how many ids the last appended token brought (its event reports them). */
+    int32_t insert_after;
+    int32_t insert_ids[KITE_MAX_INSERT_IDS];
+    int32_t n_insert_ids;
+    bool inserted;
+    int32_t n_just_inserted;
     kite_token_callback on_token;
     void *user_data;
 
@@ -70,7 +77,9 @@ kite_status request_create(const kite_request *desc, const int32_t *prompt, size
 void request_free(engine_request *r);
 
 /* Appends a sampled token: updates the sampler context, the text, and the finish reason (eos, stop
- * string, max_tokens, context limit). `eos_ids` are the model's. */
+ * string, max_tokens, context limit). `eos_ids` are the model's. When the token triggers the request's insertion
+ * and does not end it, the insertion's ids follow it (tokens, sampler context as prompt tokens, text) and
+ * n_just_inserted says how many. */
 kite_status request_append_token(engine_request *r, int32_t token, const int32_t *eos_ids, int32_t n_eos_ids,
                                  size_t max_context);
 

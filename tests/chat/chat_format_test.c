@@ -161,7 +161,8 @@ static void test_malformed_requests(void) {
 #define TWO_TOOLS                                                                                                      \
     "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, {\"type\": \"function\", "       \
     "\"function\": {\"name\": \"lookup\"}}]"
-#define QUESTION "\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]"
+#define QUESTION_MESSAGE "\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}"
+#define QUESTION QUESTION_MESSAGE "]"
 
 /* Whether the prompt's ids are the start of the ids of its text followed by `rest` (what the model writes
  * next): the forced opening ends where the tokenizer would split the whole call anyway. */
@@ -178,44 +179,116 @@ static bool ids_begin_the_call(const kite_chat_prompt *p, const char *rest) {
     return ok;
 }
 
-/* tool_choice "required" and a named function: the prompt ends with the call's opening exactly as Qwen3's
- * template writes an assistant call, after the template's empty think block whatever enable_thinking says;
- * the call names are the tools' (required) or the one (named); the opening's tokens are those of the whole
- * call; bad choices are refused naming the field. */
+/* Whether ids[0..n) hold seq[0..n_seq) somewhere. */
+static bool ids_contain(const int32_t *ids, size_t n, const int32_t *seq, size_t n_seq) {
+    for (size_t at = 0; at + n_seq <= n; at++)
+        if (memcmp(ids + at, seq, n_seq * sizeof *seq) == 0) return true;
+    return false;
+}
+
+/* With thinking, a forced call's insertion is "\n\n" and the opening after the </think> id, and those are the
+ * tokens of Qwen3's template rendering an assistant turn that reasoned and then made the call (`call`, the
+ * arguments as the template writes them): the engine's sequence is the one the template would give. */
+static void check_insertion(const chat_format *f, const kite_chat_prompt *p, const char *call) {
+    int32_t *end = NULL;
+    size_t n_end = 0;
+    CHECK(tokenizer_encode(tok, "</think>", 8, &end, &n_end) == KITE_OK && n_end == 1);
+    CHECK(n_end == 1 && p->insert_after == end[0]);
+    free(end);
+    text_builder b = {0};
+    text_builder_puts(&b, "\n\n");
+    text_builder_append(&b, p->forced, p->forced_length);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(!b.failed && tokenizer_encode(tok, b.data, b.length, &ids, &n) == KITE_OK);
+    CHECK(n == p->n_insert_ids && p->insert_ids && memcmp(ids, p->insert_ids, n * sizeof *ids) == 0);
+    free(ids);
+    text_builder_free(&b);
+    /* The template's own rendering of the turn: </think>, then the insertion, then what the model writes. */
+    text_builder request = {0};
+    text_builder_printf(&request,
+                        "{" QUESTION_MESSAGE ", {\"role\": \"assistant\", \"reasoning_content\": \"Let me see.\", "
+                        "\"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\": %s}]}], "
+                        "\"add_generation_prompt\": false, " TWO_TOOLS "}",
+                        call);
+    kite_chat_prompt turn;
+    render(f, request.data, KITE_OK, "Let me see.\n</think>\n\n<tool_call>\n", &turn);
+    int32_t seq[1 + KITE_MAX_INSERT_IDS];
+    seq[0] = p->insert_after;
+    memcpy(seq + 1, p->insert_ids, p->n_insert_ids * sizeof *seq);
+    CHECK_MSG(turn.ids && ids_contain(turn.ids, turn.n_ids, seq, 1 + p->n_insert_ids),
+              "the insertion is not where the template's turn has it: %s", turn.text);
+    kite_chat_prompt_free(&turn);
+    text_builder_free(&request);
+}
+
+/* tool_choice "required" and a named function. With thinking (the default, or enable_thinking true) the turn
+ * renders as asked and the call's opening is the insertion after the model's </think>; with enable_thinking
+ * false the prompt ends with the opening exactly as Qwen3's template writes an assistant call, after its empty
+ * think block. The call names are the tools' (required) or the one (named); the opening's tokens are those of
+ * the whole call either way; bad choices are refused naming the field. */
 static void test_forced_tool_choice(void) {
     chat_format *f = NULL;
     CHECK(chat_format_load(KITE_TEST_DATA_DIR "/tiny", tok, &f) == KITE_OK && f);
     if (!f) return;
     static const char opened[] = "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"";
+    static const char asked[] = "<|im_start|>assistant\n";
     kite_chat_prompt p;
-    render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_OK, NULL, &p);
+    render(f,
+           "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\", \"chat_template_kwargs\": "
+           "{\"enable_thinking\": false}}",
+           KITE_OK, NULL, &p);
     CHECK_MSG(p.length > strlen(opened) && strcmp(p.text + p.length - strlen(opened), opened) == 0, "%s", p.text);
     CHECK(p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"") == 0 && p.forced_length == strlen(p.forced));
     CHECK(p.tool_choice == KITE_TOOL_CHOICE_REQUIRED && p.has_tools && !p.thinking && !p.starts_in_reasoning);
+    CHECK(p.n_insert_ids == 0 && !p.insert_ids);
     CHECK(p.n_call_names == 2 && strcmp(p.call_names[0], "get_weather") == 0 && strcmp(p.call_names[1], "lookup") == 0);
     CHECK(ids_begin_the_call(&p, "get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    kite_chat_prompt_free(&p);
+
     kite_chat_prompt q;
+    render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_OK, NULL, &p);
+    CHECK_MSG(strcmp(p.text + p.length - strlen(asked), asked) == 0, "%s", p.text);
+    CHECK(p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"") == 0);
+    CHECK(p.tool_choice == KITE_TOOL_CHOICE_REQUIRED && p.has_tools && p.thinking && !p.starts_in_reasoning);
+    CHECK(p.n_call_names == 2);
+    check_insertion(f, &p, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}");
+    render(f, "{" QUESTION ", " TWO_TOOLS ", \"chat_template_kwargs\": {\"enable_thinking\": true}}", KITE_OK, NULL,
+           &q);
+    CHECK(q.length == p.length && memcmp(q.text, p.text, p.length) == 0); /* as auto renders it */
+    kite_chat_prompt_free(&q);
     render(f,
            "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\", \"chat_template_kwargs\": "
            "{\"enable_thinking\": true}}",
            KITE_OK, NULL, &q);
-    CHECK(q.length == p.length && memcmp(q.text, p.text, p.length) == 0 && !q.thinking);
+    CHECK(q.length == p.length && memcmp(q.text, p.text, p.length) == 0 && q.thinking);
+    CHECK(q.n_insert_ids == p.n_insert_ids &&
+          memcmp(q.insert_ids, p.insert_ids, p.n_insert_ids * sizeof(int32_t)) == 0);
     kite_chat_prompt_free(&q);
     kite_chat_prompt_free(&p);
 
     render(f,
            "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": {\"type\": \"function\", \"function\": "
-           "{\"name\": \"lookup\"}}}",
+           "{\"name\": \"lookup\"}}, \"chat_template_kwargs\": {\"enable_thinking\": false}}",
            KITE_OK, "</think>\n\n<tool_call>\n{\"name\": \"lookup\", \"arguments\":", &p);
     CHECK(p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"lookup\", \"arguments\":") == 0);
     CHECK(p.length >= p.forced_length && strcmp(p.text + p.length - p.forced_length, p.forced) == 0);
-    CHECK(p.tool_choice == KITE_TOOL_CHOICE_NAMED && p.has_tools && !p.thinking);
+    CHECK(p.tool_choice == KITE_TOOL_CHOICE_NAMED && p.has_tools && !p.thinking && p.n_insert_ids == 0);
     CHECK(p.n_call_names == 1 && strcmp(p.call_names[0], "lookup") == 0);
     CHECK(ids_begin_the_call(&p, " {\"city\": \"Paris\"}}\n</tool_call>"));
+    kite_chat_prompt_free(&p);
+    render(f,
+           "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": {\"type\": \"function\", \"function\": "
+           "{\"name\": \"lookup\"}}}",
+           KITE_OK, NULL, &p);
+    CHECK(strcmp(p.text + p.length - strlen(asked), asked) == 0 && p.thinking && p.n_call_names == 1);
+    CHECK(p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"lookup\", \"arguments\":") == 0);
+    check_insertion(f, &p, "{\"name\": \"lookup\", \"arguments\": {\"city\": \"Paris\"}}");
     kite_chat_prompt_free(&p);
 
     render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"auto\"}", KITE_OK, NULL, &p);
     CHECK(p.tool_choice == KITE_TOOL_CHOICE_AUTO && p.has_tools && p.thinking && !p.forced && !p.call_names);
+    CHECK(p.n_insert_ids == 0);
     kite_chat_prompt_free(&p);
     render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"none\"}", KITE_OK, NULL, &p);
     CHECK(p.tool_choice == KITE_TOOL_CHOICE_NONE && !p.has_tools && !p.forced);
@@ -244,16 +317,83 @@ static void test_forced_tool_choice(void) {
         render(f, bad[i].request, KITE_ERROR_INVALID_INPUT, bad[i].needle, &p);
     chat_format_free(f);
 
-    /* A template that opens <think> for the answer leaves no place kite can write the opening at. */
+    /* A template that opens <think> for the answer (QwQ's) thinks whatever enable_thinking says: the opening is
+     * the insertion after the model's </think>, and the answer starts as reasoning. */
     const char *files[] = {"tokenizer_config.json",
                            "{\"chat_template\": \"{{ '<|im_start|>assistant\\n<think>\\n' }}\"}", NULL};
     make_dir(files);
     f = load(KITE_OK);
-    if (f)
-        render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_ERROR_UNSUPPORTED,
-               "forced tool call after the model's reasoning is not implemented", &p);
+    const char *const requests[] = {
+        "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}",
+        "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\", \"chat_template_kwargs\": "
+        "{\"enable_thinking\": false}}"};
+    for (size_t i = 0; f && i < 2; i++) {
+        render(f, requests[i], KITE_OK, NULL, &p);
+        CHECK(strcmp(p.text, "<|im_start|>assistant\n<think>\n") == 0 && p.thinking && p.starts_in_reasoning);
+        CHECK(p.n_insert_ids > 0 && p.forced && strcmp(p.forced, "<tool_call>\n{\"name\": \"") == 0);
+        kite_chat_prompt_free(&p);
+    }
     chat_format_free(f);
     remove_dir();
+}
+
+/* Writes `length` bytes of `text` to DIR/name. */
+static void write_file(const char *folder, const char *name, const char *text, size_t length) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", folder, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(text, 1, length, f) == length);
+    CHECK(fclose(f) == 0);
+}
+
+/* With a tokenizer that has no single </think> token there is nothing to insert after: a template that opens
+ * <think> itself is refused with a forced choice, and Qwen3's falls back to the opening at the prompt's end. */
+static void test_forced_without_a_think_token(void) {
+    size_t length = 0;
+    char *json = test_read_file(KITE_TEST_DATA_DIR "/tokenizer/tokenizer.json", &length);
+    CHECK(json != NULL);
+    if (!json) return;
+    char *added = strstr(json, "\"content\": \"</think>\"");
+    CHECK(added != NULL);
+    if (added) memcpy(added + strlen("\"content\": \"</th"), "o", 1); /* </thonk>: </think> is BPE text now */
+    char folder[64];
+    snprintf(folder, sizeof folder, "/tmp/kite-tok-XXXXXX");
+    CHECK(mkdtemp(folder) != NULL);
+    write_file(folder, "tokenizer.json", json, length);
+    free(json);
+    tokenizer *plain = NULL;
+    CHECK_MSG(tokenizer_load(folder, &plain) == KITE_OK, "%s", kite_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "%s/tokenizer.json", folder);
+    CHECK(unlink(path) == 0);
+    CHECK(rmdir(folder) == 0);
+    if (!plain) return;
+
+    const char *files[] = {"tokenizer_config.json",
+                           "{\"chat_template\": \"{{ '<|im_start|>assistant\\n<think>\\n' }}\"}", NULL};
+    make_dir(files);
+    chat_format *f = NULL;
+    CHECK(chat_format_load(dir, plain, &f) == KITE_OK && f);
+    kite_chat_prompt p;
+    if (f)
+        render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_ERROR_UNSUPPORTED,
+               "no single </think> token", &p);
+    chat_format_free(f);
+    remove_dir();
+
+    f = NULL;
+    CHECK(chat_format_load(KITE_TEST_DATA_DIR "/tiny", plain, &f) == KITE_OK && f);
+    if (f) {
+        static const char opened[] = "</think>\n\n<tool_call>\n{\"name\": \"";
+        render(f, "{" QUESTION ", " TWO_TOOLS ", \"tool_choice\": \"required\"}", KITE_OK, NULL, &p);
+        CHECK_MSG(strcmp(p.text + p.length - strlen(opened), opened) == 0, "%s", p.text);
+        CHECK(!p.thinking && p.n_insert_ids == 0 && !p.insert_ids);
+        kite_chat_prompt_free(&p);
+    }
+    chat_format_free(f);
+    tokenizer_free(plain);
 }
 
 /* chat_template.jinja wins over tokenizer_config.json's chat_template; a named list gives "default" and, for
@@ -371,6 +511,7 @@ int main(void) {
     TEST_RUN(test_malformed_requests);
     TEST_RUN(test_template_sources);
     TEST_RUN(test_forced_tool_choice);
+    TEST_RUN(test_forced_without_a_think_token);
     TEST_RUN(test_bad_files_refused);
     TEST_RUN(test_raise_exception);
     tokenizer_free(tok);

@@ -47,6 +47,14 @@ static const char *const TWO_TOOLS[] = {"lookup", "get_weather"};
 static const chat_output_params REQUIRED = {.tools = true, .max_call_bytes = DEFAULT_MAX_CALL_BYTES, .id_seed = 1,
                                             .call_names = TWO_TOOLS, .n_call_names = 2};
 
+/* A forced call after the reasoning (R5): the engine inserted "\n\n" and the opening after </think>. */
+static const chat_output_params THINK_REQUIRED = {
+    .reasoning = true, .tools = true, .max_call_bytes = DEFAULT_MAX_CALL_BYTES, .id_seed = 1,
+    .call_names = TWO_TOOLS, .n_call_names = 2, .separator = "\n\n", .separator_length = 2};
+static const chat_output_params OPEN_NAMED = {
+    .reasoning = true, .starts_in_reasoning = true, .tools = true, .max_call_bytes = DEFAULT_MAX_CALL_BYTES,
+    .id_seed = 1, .call_names = NAMED_WEATHER, .n_call_names = 1, .separator = "\n\n", .separator_length = 2};
+
 #define WEATHER_CALL "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
 
 static const output_case CASES[] = {
@@ -167,6 +175,15 @@ static const output_case CASES[] = {
     {"a valid call, then a malformed one", TOOLS,
      "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{bad}</tool_call>\nafter", "",
      "<tool_call>{bad}</tool_call>\nafter", 1, {{"a", "{}"}}},
+    /* R5: the separator the engine inserted before a forced call is no content; other content is kept whole. */
+    {"forced after reasoning: the separator is dropped", THINK_REQUIRED, "<think>\nok\n</think>\n\n" WEATHER_CALL,
+     "\nok\n", "", 1, {{"get_weather", "{\"city\": \"Paris\"}"}}},
+    {"forced after an opened <think>", OPEN_NAMED, "ok</think>\n\n" WEATHER_CALL, "ok", "", 1,
+     {{"get_weather", "{\"city\": \"Paris\"}"}}},
+    {"a separator cut short is content", THINK_REQUIRED, "<think>a</think>\nb", "a", "\nb", 0, {{0}}},
+    {"only the first separator is dropped", THINK_REQUIRED, "<think>a</think>\n\n\n\nb", "a", "\n\nb", 0, {{0}}},
+    {"the end right after </think>", THINK_REQUIRED, "<think>a</think>\n", "a", "\n", 0, {{0}}},
+    {"reasoning that never ends drops nothing", THINK_REQUIRED, "<think>\n\nhmm", "\n\nhmm", "", 0, {{0}}},
     /* T5: the body {"name":"f","arguments":{}} is 27 bytes. */
     {"a body at the limit is read", {.tools = true, .max_call_bytes = 27, .id_seed = 1},
      "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>", "", "", 1, {{"f", "{}"}}},
@@ -426,6 +443,8 @@ static void test_misuse_is_refused(void) {
     chat_output_params params = {.starts_in_reasoning = true};
     CHECK(chat_output_create(&params, &p) == KITE_ERROR_INVALID_ARGUMENT && p == NULL);
     params = (chat_output_params){.tools = true};
+    CHECK(chat_output_create(&params, &p) == KITE_ERROR_INVALID_ARGUMENT && p == NULL);
+    params = (chat_output_params){.separator = "\n\n", .separator_length = 2}; /* a separator needs reasoning */
     CHECK(chat_output_create(&params, &p) == KITE_ERROR_INVALID_ARGUMENT && p == NULL);
     CHECK(chat_output_create(&PLAIN, &p) == KITE_OK);
     if (!p) return;

@@ -184,17 +184,20 @@ const lookup = { type: "function", function: { name: "lookup", parameters: { typ
 
 await test("tool_choice required and a named function", async () => {
   const messages = [{ role: "user", content: "What is the weather in Paris?" }];
+  // Thinking on (the default): the script reasons, then the opening is inserted after its </think>.
   let out = await scripted.chat.completions.create({ model: "scripted", messages, tools: [weather, lookup],
                                                      tool_choice: "required", temperature: 0 });
   assert.equal(out.choices[0].finish_reason, "tool_calls");
   assert.equal(out.choices[0].message.content, null);
+  assert.equal(out.choices[0].message.reasoning_content, "ok");
   assert.equal(out.choices[0].message.tool_calls[0].function.name, "get_weather");
   assert.deepEqual(JSON.parse(out.choices[0].message.tool_calls[0].function.arguments), { city: "Paris" });
-  assert.equal(out.usage.completion_tokens, scriptedTokens.required);
-  // Named: the name is the request's, the arguments the model's; OpenAI's finish_reason for it is "stop".
+  assert.equal(out.usage.completion_tokens, scriptedTokens.thought + scriptedTokens.required);
+  // Named, thinking off: the name is the request's, the arguments the model's; OpenAI's finish_reason for it is
+  // "stop".
   out = await scripted.chat.completions.create({ model: "scripted", messages, tools: [weather, lookup],
                                                  tool_choice: { type: "function", function: { name: "lookup" } },
-                                                 temperature: 0 });
+                                                 temperature: 0, chat_template_kwargs: { enable_thinking: false } });
   assert.equal(out.choices[0].finish_reason, "stop");
   assert.equal(out.choices[0].message.tool_calls.length, 1);
   assert.equal(out.choices[0].message.tool_calls[0].function.name, "lookup");
@@ -203,13 +206,15 @@ await test("tool_choice required and a named function", async () => {
   const stream = await scripted.chat.completions.create({ model: "scripted", messages, tools: [weather],
                                                           tool_choice: "required", temperature: 0, stream: true });
   const calls = [];
-  let finish = null, content = "";
+  let finish = null, content = "", reasoning = "";
   for await (const chunk of stream) {
     content += chunk.choices[0].delta.content ?? "";
+    reasoning += chunk.choices[0].delta.reasoning_content ?? "";
     for (const c of chunk.choices[0].delta.tool_calls ?? []) calls.push(c);
     finish = chunk.choices[0].finish_reason ?? finish;
   }
   assert.equal(content, "");
+  assert.equal(reasoning, "ok");
   assert.equal(calls.length, 1);
   assert.equal(calls[0].function.name, "get_weather");
   assert.equal(finish, "tool_calls");

@@ -9,8 +9,9 @@ on loopback, and runs tests/cli/openai_client_test.mjs against them.
   - a scripted checkpoint (tests/common/scripted_checkpoint.py): the tiny model's shapes with weights that make
     greedy decoding a fixed chain of tokens. After a chat prompt it writes "<think>ok</think>Sure<tool_call>
     {...get_weather...}</tool_call>" and the end of text, and it continues the openings of tool_choice "required"
-    and of a named function with the rest of that call, which is how reasoning_content, tool_calls and forced
-    tool choices are tested end to end with a model that cannot write them by chance.
+    and of a named function with the rest of that call (with thinking on, inserted after its "</think>"), which is
+    how reasoning_content, tool_calls and forced tool choices are tested end to end with a model that cannot write
+    them by chance.
 
 Without node/npm, or when npm cannot install the package (no network), the test is skipped (exit 77) with a line
 saying why; it never passes without running."""
@@ -104,7 +105,9 @@ def main():
                        KITE_REFERENCES=json.dumps(refs),
                        KITE_SCRIPTED_TOKENS=json.dumps({"answer": scripted_checkpoint.ANSWER_TOKENS,
                                                         "required": scripted_checkpoint.REQUIRED_TOKENS,
-                                                        "named": scripted_checkpoint.NAMED_TOKENS}))
+                                                        "named": scripted_checkpoint.NAMED_TOKENS,
+                                                        # <think>, ok, </think> before an inserted opening
+                                                        "thought": 3}))
             p = subprocess.run([node, os.path.join(HERE, "openai_client_test.mjs")], env=env, timeout=300)
             code = p.returncode
             for s in servers:

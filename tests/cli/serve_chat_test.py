@@ -6,7 +6,8 @@
     a forced choice gives the call the script continues the forced opening with, the named function's name
     whatever the model would have called, a call to a tool the request does not offer is text (never a made-up
     call), finish_reason as OpenAI's ("tool_calls" for required, "stop" for a named function), the forced
-    tokens counted as prompt and carrying no logprobs;
+    tokens counted as prompt and carrying no logprobs; with thinking on (the default) the script reasons first
+    ("<think>ok</think>") and the opening is inserted after its </think>: reasoning_content, then the call;
   - on the tiny checkpoint: chat logprobs equal /v1/completions' on the rendered prompt's ids (the same engine
     numbers), the bytes of the tokens add up to the answer's text, and the streamed chunks' logprobs add up to
     the whole answer's, and a client that leaves such a stream is cancelled with nothing left behind;
@@ -103,24 +104,39 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 PARIS = {"city": "Paris"}
 
 
-def check_forced(body, name, finish_reason, generated):
+def tokens_of(text):
+    status, data = post("scripted", "/tokenize", {"prompt": text})
+    assert status == 200, data
+    return json.loads(data)["count"]
+
+
+# What the script writes before a forced opening inserted after its reasoning: <think>, ok, </think>.
+THOUGHT, THOUGHT_TOKENS = "ok", 3
+
+
+def opening(name=None):
+    return '<tool_call>\n{"name": "' + (name + '", "arguments":' if name else "")
+
+
+def check_forced(body, name, finish_reason, generated, reasoning=None, inserted=0):
     """A forced choice's answer, whole and streamed (the same seed gives the same call id): one call to `name`
-    with the script's arguments, no text, no reasoning."""
+    with the script's arguments, no text, and `reasoning` (None: none). `inserted`: the tokens of the opening
+    the engine inserted after the reasoning, which usage counts as prompt."""
     whole = chat("scripted", body)
     choice = whole["choices"][0]
     message = choice["message"]
     assert choice["finish_reason"] == finish_reason, choice
-    assert message["content"] is None and "reasoning_content" not in message, message
+    assert message["content"] is None and message.get("reasoning_content") == reasoning, message
     calls = message["tool_calls"]
     assert len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["function"]["name"] == name, calls
     assert json.loads(calls[0]["function"]["arguments"]) == PARIS, calls
     assert calls[0]["id"].startswith("chatcmpl-tool-") and len(calls[0]["id"]) == 14 + 32, calls
     # The forced opening is prompt: usage counts it there, and only what the model wrote is completion.
     assert whole["usage"]["completion_tokens"] == generated, whole["usage"]
-    assert whole["usage"]["prompt_tokens"] == len(rendered_ids(body)), whole["usage"]
+    assert whole["usage"]["prompt_tokens"] == len(rendered_ids(body)) + inserted, whole["usage"]
     streamed, streamed_finish, _ = joined(chat_stream("scripted", body))
     assert streamed_finish == finish_reason, streamed_finish
-    assert streamed["content"] == "" and streamed["reasoning_content"] == "", streamed
+    assert streamed["content"] == "" and streamed["reasoning_content"] == (reasoning or ""), streamed
     assert streamed["tool_calls"] == [dict(calls[0], index=0)], (streamed["tool_calls"], calls)
     return whole
 
@@ -140,19 +156,30 @@ def auto_lets_the_script_call_its_tool():
 @case
 def required_starts_the_answer_with_a_call():
     body = {"messages": QUESTION, "tools": [WEATHER, LOOKUP], "tool_choice": "required", "temperature": 0, "seed": 5}
-    check_forced(body, "get_weather", "tool_calls", scripted_checkpoint.REQUIRED_TOKENS)
-    # Thinking on (the default) or off: a forced call follows the template's empty think block either way.
-    thinking = rendered_ids(dict(body, chat_template_kwargs={"enable_thinking": True}))
-    assert thinking == rendered_ids(dict(body, chat_template_kwargs={"enable_thinking": False})) == rendered_ids(body)
+    # Thinking off: the prompt ends with the opening, after the template's empty think block.
+    no_thinking = dict(body, chat_template_kwargs={"enable_thinking": False})
+    check_forced(no_thinking, "get_weather", "tool_calls", scripted_checkpoint.REQUIRED_TOKENS)
+    # Thinking on (the default, or asked for): the prompt is auto's, the script reasons, then the call.
+    inserted = tokens_of("\n\n" + opening())
+    for thinking in (body, dict(body, chat_template_kwargs={"enable_thinking": True})):
+        check_forced(thinking, "get_weather", "tool_calls", THOUGHT_TOKENS + scripted_checkpoint.REQUIRED_TOKENS,
+                     THOUGHT, inserted)
+        auto = dict(thinking, tool_choice="auto")
+        assert rendered_ids(thinking) == rendered_ids(auto) != rendered_ids(no_thinking)
 
 
 @case
 def a_named_function_is_called_whatever_the_model_would_call():
     body = {"messages": QUESTION, "tools": [WEATHER, LOOKUP], "tool_choice": named("get_weather"), "temperature": 0,
             "seed": 6}
-    check_forced(body, "get_weather", "stop", scripted_checkpoint.NAMED_TOKENS)
+    no_thinking = dict(body, chat_template_kwargs={"enable_thinking": False})
+    check_forced(no_thinking, "get_weather", "stop", scripted_checkpoint.NAMED_TOKENS)
     # The script would call get_weather; named lookup, the name is kite's and the arguments the model's.
-    check_forced(dict(body, tool_choice=named("lookup")), "lookup", "stop", scripted_checkpoint.NAMED_TOKENS)
+    check_forced(dict(no_thinking, tool_choice=named("lookup")), "lookup", "stop", scripted_checkpoint.NAMED_TOKENS)
+    # With thinking, after the script's reasoning.
+    for name in ("get_weather", "lookup"):
+        check_forced(dict(body, tool_choice=named(name)), name, "stop",
+                     THOUGHT_TOKENS + scripted_checkpoint.NAMED_TOKENS, THOUGHT, tokens_of("\n\n" + opening(name)))
 
 
 @case
@@ -160,13 +187,16 @@ def a_call_to_a_tool_not_offered_is_text():
     """Under "required" the script names get_weather, which this request does not offer: the call is malformed
     (what tool_choice auto gives for one: its text, tags included, as content), never a call."""
     body = {"messages": QUESTION, "tools": [LOOKUP], "tool_choice": "required", "temperature": 0}
-    out = chat("scripted", body)
-    choice = out["choices"][0]
     text = '<tool_call>\n{"name": "get_weather","arguments": {"city":"Paris"}}</tool_call>'
-    assert choice["message"]["content"] == text and "tool_calls" not in choice["message"], choice
-    assert choice["finish_reason"] == "stop", choice
-    streamed, streamed_finish, _ = joined(chat_stream("scripted", body))
-    assert streamed["content"] == text and streamed["tool_calls"] == [] and streamed_finish == "stop", streamed
+    for thinking in (True, False):  # with thinking, the inserted "\n\n" before the opening is not content either
+        request = dict(body, chat_template_kwargs={"enable_thinking": thinking})
+        out = chat("scripted", request)
+        choice = out["choices"][0]
+        assert choice["message"]["content"] == text and "tool_calls" not in choice["message"], choice
+        assert choice["message"].get("reasoning_content") == (THOUGHT if thinking else None), choice
+        assert choice["finish_reason"] == "stop", choice
+        streamed, streamed_finish, _ = joined(chat_stream("scripted", request))
+        assert streamed["content"] == text and streamed["tool_calls"] == [] and streamed_finish == "stop", streamed
 
 
 @case
@@ -189,13 +219,21 @@ def forced_choices_are_checked():
 @case
 def forced_tokens_carry_no_logprobs():
     body = {"messages": QUESTION, "tools": [WEATHER], "tool_choice": "required", "temperature": 0,
-            "logprobs": True, "top_logprobs": 1}
+            "logprobs": True, "top_logprobs": 1, "chat_template_kwargs": {"enable_thinking": False}}
     out = chat("scripted", body)
     content = out["choices"][0]["logprobs"]["content"]
     assert len(content) == out["usage"]["completion_tokens"] == scripted_checkpoint.REQUIRED_TOKENS, content
     assert content[0]["token"] == "get" and content[0]["bytes"] == list(b"get"), content[0]
     _, _, streamed = joined(chat_stream("scripted", body))
     assert streamed == content, (streamed, content)
+    # With thinking the inserted opening has no entries either: the reasoning's tokens, then the model's call.
+    body["chat_template_kwargs"] = {"enable_thinking": True}
+    out = chat("scripted", body)
+    thinking = out["choices"][0]["logprobs"]["content"]
+    assert len(thinking) == out["usage"]["completion_tokens"] == THOUGHT_TOKENS + len(content), thinking
+    assert [t["token"] for t in thinking] == ["<think>", "ok", "</think>"] + [t["token"] for t in content], thinking
+    _, _, streamed = joined(chat_stream("scripted", body))
+    assert streamed == thinking, (streamed, thinking)
 
 
 def logprob_request(**extra):

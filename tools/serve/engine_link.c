@@ -136,6 +136,7 @@ static void on_chat_event(const kite_chat_event *event, void *user_data) {
     if (event->token) {
         keep_logprob_locked(r, event->token);
         note_token_locked(r, event->token->token);
+        r->n_inserted += event->token->n_inserted;
     }
     note_error_locked(r, event->token);
     if (event->finish != KITE_FINISH_NONE)

@@ -55,7 +55,7 @@ static void log_request(router *rt, const serve_request *r, int status) {
         .method = "POST",
         .endpoint = endpoint_path(r),
         .status = status,
-        .prompt_tokens = r->n_prompt,
+        .prompt_tokens = serve_request_prompt_tokens(r),
         .generated_tokens = serve_request_generated(r),
         .ttft_seconds = first_token_seconds(r) > 0 ? first_token_seconds(r) - r->start_seconds : -1,
         .total_seconds = now - r->start_seconds,

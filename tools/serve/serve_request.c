@@ -78,8 +78,15 @@ double serve_now_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+size_t serve_request_prompt_tokens(const serve_request *lead) {
+    size_t n = lead->n_prompt;
+    for (int i = 0; i < lead->n_choices; i++) n += (size_t)lead->choices[i]->n_inserted;
+    return n;
+}
+
 void serve_request_usage_json(text_buffer *b, const serve_request *r) {
     const int32_t generated = serve_request_generated(r->lead);
+    const size_t prompt = serve_request_prompt_tokens(r->lead);
     text_buffer_printf(b, ",\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu}",
-                       r->n_prompt, generated, r->n_prompt + (size_t)generated);
+                       prompt, generated, prompt + (size_t)generated);
 }

@@ -66,6 +66,7 @@ typedef struct serve_request {
     text_buffer calls; /* completed tool calls, each a JSON object followed by '\n' */
     int n_calls;
     int32_t n_generated;
+    int32_t n_inserted; /* chat: the tokens of a forced call's opening the engine inserted after the reasoning */
     serve_logprob *logprobs; /* one per generated token when the request asks for logprobs */
     size_t n_logprobs_kept, logprobs_capacity;
     kite_finish_reason finish;
@@ -122,6 +123,9 @@ void serve_request_discard(serve_request *lead);
 
 /* The completion tokens of every choice of the lead's request. */
 int32_t serve_request_generated(const serve_request *lead);
+/* The prompt tokens of the lead's request: the prompt once, and every choice's inserted tokens (a forced call's
+ * opening after the reasoning is prompt, as it is at the prompt's end without thinking: it was not sampled). */
+size_t serve_request_prompt_tokens(const serve_request *lead);
 /* ,"usage":{"prompt_tokens":P,"completion_tokens":C,"total_tokens":T} for a finished request: the prompt once, the
  * completion tokens of every choice (r may be any choice). */
 void serve_request_usage_json(text_buffer *b, const serve_request *r);
