@@ -214,7 +214,11 @@ def n_is_checked_and_counted_by_admission():
     status, data = request("POST", "/v1/completions", {"prompt": "x", "n": 4, "max_tokens": 1})
     assert status == 503 and json.loads(data)["error"]["code"] == 503, (status, data)
     three = send({"prompt": "x", "n": 3, "max_tokens": 1})
-    time.sleep(0.2)
+    deadline = time.time() + 20
+    while time.time() < deadline and metric("kite_requests_waiting") < 4:
+        time.sleep(0.02)
+    # admitted, not refused: the 3 wait beside the fifth long choice (--max-batch 4 runs the other four)
+    assert metric("kite_requests_waiting") == 4 and metric("kite_requests_running") == 4
     long.close()  # the client leaves: all 5 choices are cancelled, and the 3 run
     answer = b""
     while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
