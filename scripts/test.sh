@@ -39,7 +39,8 @@ python3 scripts/results-table.py --check
 phase "ASan + UBSan build and tests"
 # -O1: the sanitizers catch the same faults; -O0 made the engine and bench tests 2-4x slower under them.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DKITE_SANITIZE=ON -DKITE_CUDA=OFF >/dev/null
-cmake --build build-asan -j"$jobs"
+# The tests and what they start, not the benchmarks and study tools beside them (tests/CMakeLists.txt: kite_tests).
+cmake --build build-asan -j"$jobs" --target kite_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 

@@ -73,6 +73,18 @@ def metric(name):
     return float(m.group(1))
 
 
+def metrics_sum(*names):
+    """The sum of unlabelled series read from one answer of /metrics."""
+    status, data = request("GET", "/metrics")
+    assert status == 200
+    total = 0.0
+    for name in names:
+        m = re.search(r"^%s(?:\{\})? (\S+)$" % re.escape(name), data.decode(), re.M)
+        assert m, (name, data[:2000])
+        total += float(m.group(1))
+    return total
+
+
 SAMPLED = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 1.0, "ignore_eos": True}
 
 
@@ -214,7 +226,14 @@ def n_is_checked_and_counted_by_admission():
     status, data = request("POST", "/v1/completions", {"prompt": "x", "n": 4, "max_tokens": 1})
     assert status == 503 and json.loads(data)["error"]["code"] == 503, (status, data)
     three = send({"prompt": "x", "n": 3, "max_tokens": 1})
-    time.sleep(0.2)
+    # admitted, not refused, before the client leaves: all 8 choices run or wait (one reading of /metrics)
+    deadline = time.time() + 20
+    while True:
+        in_flight = metrics_sum("kite_requests_running", "kite_requests_waiting")
+        if in_flight == 8 or time.time() > deadline:
+            break
+        time.sleep(0.02)
+    assert in_flight == 8, in_flight
     long.close()  # the client leaves: all 5 choices are cancelled, and the 3 run
     answer = b""
     while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):

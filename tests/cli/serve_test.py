@@ -45,6 +45,16 @@ def complete(body):
     return json.loads(data)
 
 
+def wait_for(predicate, seconds, what):
+    """Polls predicate until it holds: a case waits for the state it needs, not for a fixed time."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
 def stream(body):
     c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
     c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)))
@@ -264,7 +274,8 @@ def a_client_that_hangs_up_mid_stream_is_cancelled():
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     s.recv(4096)
     s.close()
-    time.sleep(0.5)
+    # 3000 tokens would keep it running for seconds: it is gone only once the server has cancelled it
+    wait_for(lambda: main_server.metric("kite_requests_running") == 0, 30, "the cancellation of the stream")
     out = complete({"prompt": "Hello", "max_tokens": 4, "ignore_eos": True})  # the server still serves
     assert out["choices"][0]["finish_reason"] == "length"
 
@@ -423,21 +434,12 @@ def include_usage_on_completions():
     assert "stream_options.x" in e["message"], e
 
 
-def wait_for(predicate, seconds, what):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
-
-
 @case
 def a_client_that_hangs_up_before_the_answer_is_cancelled():
     s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
     body = json.dumps({"prompt": "Hangup", "max_tokens": 4000, "ignore_eos": True}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    time.sleep(0.5)
+    wait_for(lambda: main_server.metric("kite_requests_running") == 1, 30, "the request to run")
     s.close()  # not streamed: nothing was written to it, the server notices the hangup itself
 
     def cancelled():
@@ -616,7 +618,8 @@ def max_queue_answers_503_with_retry_after():
             body = json.dumps({"prompt": prompt, "max_tokens": 4000, "ignore_eos": True, "stream": True}).encode()
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             held.append(s)
-        time.sleep(0.5)
+        wait_for(lambda: srv.metric("kite_requests_running") == 1 and srv.metric("kite_requests_waiting") == 1, 30,
+                 "one request running and one waiting")
         status, data, r = request_at(srv, "POST", "/v1/completions", {"prompt": "Three", "max_tokens": 1})
         error_of(status, data, 503)
         assert r.getheader("Retry-After") == "1", r.getheaders()
@@ -673,7 +676,8 @@ def sigterm_drains_then_cancels():
         short.start()
         long.start()
         streamed.start()
-        time.sleep(0.3)
+        # all three admitted (the short one may be done already) before the signal
+        wait_for(lambda: srv.metric("kite_requests_running") + ("short" in results) == 3, 30, "three requests")
         srv.process.send_signal(signal.SIGTERM)
         time.sleep(0.2)
         try:  # no new connections once stopping

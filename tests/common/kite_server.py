@@ -46,6 +46,21 @@ class KiteServer:
             time.sleep(0.05)
         raise AssertionError("the server did not become ready")
 
+    def metric(self, name):
+        """The value of one unlabelled series of /metrics (kite_requests_running, ...)."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            text = r.read().decode()
+        finally:
+            c.close()
+        assert r.status == 200, (r.status, text)
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError("no %s in /metrics: %s" % (name, text))
+
     def access_log(self):
         return [json.loads(l) for l in list(self.lines) if l.startswith('{"log":"access"')]
 

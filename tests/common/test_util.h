@@ -4,6 +4,7 @@
  * `return test_finish();`, which prints "N passed, N failed" and exits non-zero on any failure.
  * A test that cannot run on this machine (no GPU) calls test_skip("why"), which prints the reason
  * and exits 77 (ctest's SKIP_RETURN_CODE).
+ * Each PASS or FAIL line gives the case's wall seconds, so a log shows where an executable's time goes.
  * KITE_TEST_ONLY=case[,case...] runs only the named cases (the function names TEST_RUN prints), e.g. one GPU
  * case on the lent machine; the others print "SKIP"; a filter that matches no case fails the executable.
  */
@@ -13,12 +14,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int test_cases_passed __attribute__((unused));
 static int test_cases_failed __attribute__((unused));
 static int test_current_failures __attribute__((unused));
 static int test_checks_failed __attribute__((unused));          /* every failed check, in a case or not */
 static int test_checks_failed_in_cases __attribute__((unused)); /* those counted by TEST_RUN */
+
+/* Seconds on the monotonic clock (0 where it cannot be read: the printed time is a diagnostic, not a check). */
+static inline double test_seconds_now(void) {
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0.0;
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* Whether KITE_TEST_ONLY (unset or empty: every case) names this case. */
 static inline int test_selected(const char *name) {
@@ -61,14 +70,16 @@ static inline int test_selected(const char *name) {
             break;                                                                                       \
         }                                                                                                \
         test_current_failures = 0;                                                                       \
+        const double test_case_start = test_seconds_now();                                               \
         fn();                                                                                            \
+        const double test_case_seconds = test_seconds_now() - test_case_start;                           \
         test_checks_failed_in_cases += test_current_failures;                                            \
         if (test_current_failures == 0) {                                                                \
             test_cases_passed++;                                                                         \
-            printf("PASS %s\n", #fn);                                                                    \
+            printf("PASS %s (%.2f s)\n", #fn, test_case_seconds);                                        \
         } else {                                                                                         \
             test_cases_failed++;                                                                         \
-            printf("FAIL %s (%d checks)\n", #fn, test_current_failures);                                 \
+            printf("FAIL %s (%d checks, %.2f s)\n", #fn, test_current_failures, test_case_seconds);      \
         }                                                                                                \
         fflush(stdout);                                                                                  \
     } while (0)
