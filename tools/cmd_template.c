@@ -22,7 +22,10 @@ static const cli_option template_options[] = {
      false},
     {TEMPLATE_CHAT_TEMPLATE, "chat-template", 0, "FILE", "a .jinja file to use instead of the checkpoint's template",
      false},
-    {TEMPLATE_JSON, "json", 0, NULL, "print {\"text\": \"...\", \"ids\": [...]}", false},
+    {TEMPLATE_JSON, "json", 0, NULL,
+     "print {\"text\": \"...\", \"ids\": [...]}, with \"insert_after\" and \"insert_ids\"\nwhen a forced tool "
+     "call's opening follows the model's </think>",
+     false},
 };
 
 static const cli_command template_command = {
@@ -70,6 +73,10 @@ int cmd_template(int argc, char **argv) {
         text_buffer_json_string(&out, prompt.text, prompt.length);
         text_buffer_puts(&out, ", \"ids\": ");
         text_buffer_json_int_array(&out, prompt.ids, prompt.n_ids);
+        if (prompt.n_insert_ids > 0) { /* a forced tool call after the model's reasoning: what the engine inserts */
+            text_buffer_printf(&out, ", \"insert_after\": %d, \"insert_ids\": ", (int)prompt.insert_after);
+            text_buffer_json_int_array(&out, prompt.insert_ids, prompt.n_insert_ids);
+        }
         text_buffer_puts(&out, "}\n");
     } else {
         text_buffer_append(&out, prompt.text, prompt.length);

@@ -426,7 +426,22 @@ def template_renders_as_transformers():
         j = json.loads(run("template", "--model", os.path.join(DATA, "tiny"), "--request", request, "--json",
                            check_exit=0).stdout)
         assert j["text"].encode("utf-8") == golden and j["ids"] == ids, name
+        assert "insert_ids" not in j, name
     with tempfile.TemporaryDirectory() as d:
+        # a forced tool choice: with thinking the opening is the engine's insertion after </think>; without, the
+        # prompt's end
+        tools = json.load(open(os.path.join(chat, "conversations", "33-tools-basic.json")))
+        forced = os.path.join(d, "forced.json")
+        json.dump(dict(tools, tool_choice="required"), open(forced, "w"))
+        j = json.loads(run("template", "--model", os.path.join(DATA, "tiny"), "--request", forced, "--json",
+                           check_exit=0).stdout)
+        assert j["insert_ids"] and isinstance(j["insert_after"], int), j.keys()
+        assert not j["text"].endswith('{"name": "'), j["text"][-40:]
+        json.dump(dict(tools, tool_choice="required", chat_template_kwargs={"enable_thinking": False}),
+                  open(forced, "w"))
+        j = json.loads(run("template", "--model", os.path.join(DATA, "tiny"), "--request", forced, "--json",
+                           check_exit=0).stdout)
+        assert "insert_ids" not in j and j["text"].endswith('<tool_call>\n{"name": "'), j["text"][-40:]
         bad = os.path.join(d, "bad.json")
         open(bad, "w").write('{"messages": [{"role": "user"}], "tool_choice": "required"}')
         p = run("template", "--model", os.path.join(DATA, "tiny"), "--request", bad)
