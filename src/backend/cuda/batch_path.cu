@@ -196,28 +196,17 @@ kite_status batch_lm_head(const cuda_core *core, const batch_state *bp, int32_t 
     return cuda_publish_ids(bp->ids, rows, bp->step_device + BATCH_CONTEXT, bp->publish_device, st, pdl);
 }
 
-/* Which linear layer of a cuda_layer a batched product reads. */
-enum batch_linear { BATCH_QKV, BATCH_O, BATCH_GATE_UP, BATCH_DOWN };
-
 /* One gemm_rows product of layer L: bf16, or with --weights fp8 the W8A16 kernel over the codes and block scales
  * (same epilogues and fusions). */
-kite_status batch_rows_product(const cuda_core *core, const cuda_layer *L, batch_linear which, const void *x, int x_bf16,
+kite_status batch_rows_product(const cuda_core *core, const cuda_layer *L, cuda_linear which, const void *x, int x_bf16,
                                const float *norm_weight, float eps, void *y, int y_bf16, int32_t n_rows, int rows,
                                int cols, int epilogue, int pdl) {
     void *st = core->stream;
-    if (core->weights != KITE_WEIGHTS_FP8) {
-        const bf16 *w = which == BATCH_QKV ? L->qkv : which == BATCH_O ? L->o : which == BATCH_GATE_UP ? L->gate_up : L->down;
-        return cuda_gemm_rows(w, x, x_bf16, norm_weight, eps, y, y_bf16, n_rows, rows, cols, epilogue, NULL, NULL, st,
-                              pdl);
-    }
-    const uint8_t *codes = which == BATCH_QKV       ? L->qkv_q
-                           : which == BATCH_O       ? L->o_q
-                           : which == BATCH_GATE_UP ? L->gate_up_q
-                                                    : L->down_q;
-    const float *scales = which == BATCH_QKV       ? L->qkv_scale
-                          : which == BATCH_O       ? L->o_scale
-                          : which == BATCH_GATE_UP ? L->gate_up_scale
-                                                   : L->down_scale;
+    if (core->weights != KITE_WEIGHTS_FP8)
+        return cuda_gemm_rows(cuda_linear_matrix(L, which), x, x_bf16, norm_weight, eps, y, y_bf16, n_rows, rows, cols,
+                              epilogue, NULL, NULL, st, pdl);
+    const uint8_t *codes = cuda_linear_codes(L, which);
+    const float *scales = cuda_linear_scales(L, which);
     return cuda_gemm_rows_fp8(codes, scales, cuda_weight_layout_scale_cols(cols), x, x_bf16, norm_weight, eps, y, y_bf16,
                               n_rows, rows, cols, epilogue, st, pdl);
 }
@@ -240,14 +229,14 @@ kite_status batch_launches(const cuda_core *core, const batch_state *bp, int32_t
         const int pdl = core->use_pdl ? 1 : 0;
         for (int l = 0; l < c->n_layers; l++) {
             const cuda_layer *L = &core->layers[l];
-            KITE_TRY(batch_rows_product(core, L, BATCH_QKV, bp->x, 0, L->input_norm, eps, bp->qkv, 0, rows, qkv_dim,
+            KITE_TRY(batch_rows_product(core, L, LINEAR_QKV, bp->x, 0, L->input_norm, eps, bp->qkv, 0, rows, qkv_dim,
                                         hidden, CUDA_GEMV_STORE, pdl));
             KITE_TRY(batch_attention(core, bp, l, rows, bp->attention16, 1, pdl));
-            KITE_TRY(batch_rows_product(core, L, BATCH_O, bp->attention16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, qd,
+            KITE_TRY(batch_rows_product(core, L, LINEAR_O, bp->attention16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, qd,
                                         CUDA_GEMV_ADD_SETTLED, pdl));
-            KITE_TRY(batch_rows_product(core, L, BATCH_GATE_UP, bp->x, 0, L->post_norm, eps, bp->act16, 1, rows,
+            KITE_TRY(batch_rows_product(core, L, LINEAR_GATE_UP, bp->x, 0, L->post_norm, eps, bp->act16, 1, rows,
                                         2 * inter, hidden, CUDA_GEMV_SWIGLU, pdl));
-            KITE_TRY(batch_rows_product(core, L, BATCH_DOWN, bp->act16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, inter,
+            KITE_TRY(batch_rows_product(core, L, LINEAR_DOWN, bp->act16, 1, NULL, 0.0f, bp->x, 0, rows, hidden, inter,
                                         CUDA_GEMV_ADD_SETTLED, pdl));
         }
         return batch_lm_head(core, bp, rows, pdl, false);

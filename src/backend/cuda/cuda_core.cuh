@@ -36,6 +36,23 @@ struct cuda_layer {
     float *q_norm, *k_norm;        /* (head_dim) */
 };
 
+/* Which of a layer's four linear products (each path's products name them so). */
+enum cuda_linear { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN };
+
+inline const bf16 *cuda_linear_matrix(const cuda_layer *L, cuda_linear which) {
+    return which == LINEAR_QKV ? L->qkv : which == LINEAR_O ? L->o : which == LINEAR_GATE_UP ? L->gate_up : L->down;
+}
+/* --weights fp8: the product's E4M3 codes and its float32 block scales. */
+inline const uint8_t *cuda_linear_codes(const cuda_layer *L, cuda_linear which) {
+    return which == LINEAR_QKV ? L->qkv_q : which == LINEAR_O ? L->o_q : which == LINEAR_GATE_UP ? L->gate_up_q : L->down_q;
+}
+inline const float *cuda_linear_scales(const cuda_layer *L, cuda_linear which) {
+    return which == LINEAR_QKV       ? L->qkv_scale
+           : which == LINEAR_O       ? L->o_scale
+           : which == LINEAR_GATE_UP ? L->gate_up_scale
+                                     : L->down_scale;
+}
+
 /* The prefill path's fp8 layers dequantized one layer ahead on a side stream (fp8_prefetch.cu): the second of two
  * scratches (the first is core->fp8_scratch) and the events that order them. */
 struct fp8_prefetch_state {
@@ -211,6 +228,10 @@ kite_status upload_rope(cuda_core *core);
  * a copy whose four matrices point into core->fp8_scratch, after enqueueing their dequantization on the core's
  * stream (the scratch is reused by every layer: stream order keeps a layer's products before the next fill). */
 kite_status layer_for_gemm(const cuda_core *core, int l, cuda_layer *scratch, const cuda_layer **out);
+/* The two halves of that: core->layers[l] with its four bf16 matrices pointed into dst (one layer's worth, laid out
+ * as the fused pieces), and the dequantization of layer l's codes into such a view, enqueued on `stream`. */
+void fp8_layer_view(const cuda_core *core, int l, bf16 *dst, cuda_layer *view);
+kite_status fp8_layer_dequantize(const cuda_core *core, int l, const cuda_layer *view, cudaStream_t stream);
 
 /* fp8_prefetch.cu, the prefill path's route with fp8 weights: create makes the second scratch (layer_elements bf16)
  * and the side stream; begin, at a prefill's start, enqueues layer 0; layer(l) makes the main stream wait for layer

@@ -223,28 +223,38 @@ kite_status place_weights(cuda_core *core, bool tied) {
     return KITE_OK;
 }
 
-kite_status layer_for_gemm(const cuda_core *core, int l, cuda_layer *scratch, const cuda_layer **out) {
-    const cuda_layer *L = &core->layers[l];
-    if (core->weights != KITE_WEIGHTS_FP8) {
-        *out = L;
-        return KITE_OK;
-    }
+void fp8_layer_view(const cuda_core *core, int l, bf16 *dst, cuda_layer *view) {
+    const qwen3_config *c = &core->config;
+    const size_t hidden = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size;
+    *view = core->layers[l];
+    view->qkv = dst;
+    view->o = view->qkv + (size_t)qwen3_qkv_dim(c) * hidden;
+    view->gate_up = view->o + hidden * (size_t)qwen3_q_dim(c);
+    view->down = view->gate_up + 2 * inter * hidden;
+}
+
+kite_status fp8_layer_dequantize(const cuda_core *core, int l, const cuda_layer *view, cudaStream_t stream) {
     const qwen3_config *c = &core->config;
     const int hidden = c->hidden_size, inter = c->intermediate_size, qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
     const int hidden_scales = cuda_weight_layout_scale_cols(hidden);
-    *scratch = *L;
-    scratch->qkv = core->fp8_scratch;
-    scratch->o = scratch->qkv + (size_t)qkv_dim * hidden;
-    scratch->gate_up = scratch->o + (size_t)hidden * qd;
-    scratch->down = scratch->gate_up + (size_t)2 * inter * hidden;
-    void *st = core->stream;
-    KITE_TRY(cuda_fp8_dequantize_weight(L->qkv_q, L->qkv_scale, hidden_scales, qkv_dim, hidden, scratch->qkv, st));
-    KITE_TRY(cuda_fp8_dequantize_weight(L->o_q, L->o_scale, cuda_weight_layout_scale_cols(qd), hidden, qd, scratch->o,
-                                        st));
+    const cuda_layer *L = &core->layers[l];
+    KITE_TRY(cuda_fp8_dequantize_weight(L->qkv_q, L->qkv_scale, hidden_scales, qkv_dim, hidden, view->qkv, stream));
+    KITE_TRY(cuda_fp8_dequantize_weight(L->o_q, L->o_scale, cuda_weight_layout_scale_cols(qd), hidden, qd, view->o,
+                                        stream));
     KITE_TRY(cuda_fp8_dequantize_weight(L->gate_up_q, L->gate_up_scale, hidden_scales, 2 * inter, hidden,
-                                        scratch->gate_up, st));
-    KITE_TRY(cuda_fp8_dequantize_weight(L->down_q, L->down_scale, cuda_weight_layout_scale_cols(inter), hidden, inter,
-                                        scratch->down, st));
+                                        view->gate_up, stream));
+    KITE_TRY(cuda_fp8_dequantize_weight(L->down_q, L->down_scale, cuda_weight_layout_scale_cols(inter), hidden,
+                                        inter, view->down, stream));
+    return KITE_OK;
+}
+
+kite_status layer_for_gemm(const cuda_core *core, int l, cuda_layer *scratch, const cuda_layer **out) {
+    if (core->weights != KITE_WEIGHTS_FP8) {
+        *out = &core->layers[l];
+        return KITE_OK;
+    }
+    fp8_layer_view(core, l, core->fp8_scratch, scratch);
+    KITE_TRY(fp8_layer_dequantize(core, l, scratch, core->stream));
     *out = scratch;
     return KITE_OK;
 }

@@ -27,30 +27,15 @@ int decode_attention_kernel(const decode_state *d, int32_t context) {
     return DECODE_ATTENTION_SPLIT;
 }
 
-/* Which linear layer of a cuda_layer a decode product reads. */
-enum decode_linear { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN };
-
 /* One decode product of layer L: the bf16 GEMV, or with --weights fp8 the fp8 one over the codes and block scales
  * (same epilogues, so the fused QKV and gate_up products and the task split stay as they are). */
-kite_status linear_gemv(const cuda_core *core, const cuda_layer *L, decode_linear which, const float *x,
+kite_status linear_gemv(const cuda_core *core, const cuda_layer *L, cuda_linear which, const float *x,
                         const float *norm_weight, float eps, float *y, int rows, int cols, int epilogue, int pdl) {
-    if (core->weights != KITE_WEIGHTS_FP8) {
-        const bf16 *w = which == LINEAR_QKV       ? L->qkv
-                        : which == LINEAR_O       ? L->o
-                        : which == LINEAR_GATE_UP ? L->gate_up
-                                                  : L->down;
-        return cuda_gemv(w, x, norm_weight, eps, y, rows, cols, epilogue, NULL, NULL, core->stream, pdl);
-    }
-    const uint8_t *codes = which == LINEAR_QKV       ? L->qkv_q
-                           : which == LINEAR_O       ? L->o_q
-                           : which == LINEAR_GATE_UP ? L->gate_up_q
-                                                     : L->down_q;
-    const float *scales = which == LINEAR_QKV       ? L->qkv_scale
-                          : which == LINEAR_O       ? L->o_scale
-                          : which == LINEAR_GATE_UP ? L->gate_up_scale
-                                                    : L->down_scale;
-    return cuda_gemv_fp8(codes, scales, cuda_weight_layout_scale_cols(cols), x, norm_weight, eps, y, rows, cols,
-                         epilogue, core->stream, pdl);
+    if (core->weights != KITE_WEIGHTS_FP8)
+        return cuda_gemv(cuda_linear_matrix(L, which), x, norm_weight, eps, y, rows, cols, epilogue, NULL, NULL,
+                         core->stream, pdl);
+    return cuda_gemv_fp8(cuda_linear_codes(L, which), cuda_linear_scales(L, which), cuda_weight_layout_scale_cols(cols),
+                         x, norm_weight, eps, y, rows, cols, epilogue, core->stream, pdl);
 }
 
 /* ids_only: the lm_head screened (argmax only, no logits). */

@@ -15,36 +15,8 @@
  * side stream is idle: nothing of it outlives the step. The decode paths are captured in graphs and keep the
  * one-stream route (layer_for_gemm). */
 #include "backend/cuda/cuda_core.cuh"
-#include "backend/cuda_weight_layout.h"
 
 namespace {
-
-/* core->layers[l] with its four bf16 matrices pointed into dst (one layer's worth, laid out as the fused pieces). */
-void view_layer(const cuda_core *core, int l, bf16 *dst, cuda_layer *view) {
-    const qwen3_config *c = &core->config;
-    const size_t hidden = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size;
-    *view = core->layers[l];
-    view->qkv = dst;
-    view->o = view->qkv + (size_t)qwen3_qkv_dim(c) * hidden;
-    view->gate_up = view->o + hidden * (size_t)qwen3_q_dim(c);
-    view->down = view->gate_up + 2 * inter * hidden;
-}
-
-/* Enqueues on `stream` the dequantization of layer l's codes into the matrices of `view` (view_layer's). */
-kite_status dequantize_layer(const cuda_core *core, int l, const cuda_layer *view, cudaStream_t stream) {
-    const qwen3_config *c = &core->config;
-    const int hidden = c->hidden_size, inter = c->intermediate_size, qd = qwen3_q_dim(c), qkv_dim = qwen3_qkv_dim(c);
-    const int hidden_scales = cuda_weight_layout_scale_cols(hidden);
-    const cuda_layer *L = &core->layers[l];
-    KITE_TRY(cuda_fp8_dequantize_weight(L->qkv_q, L->qkv_scale, hidden_scales, qkv_dim, hidden, view->qkv, stream));
-    KITE_TRY(cuda_fp8_dequantize_weight(L->o_q, L->o_scale, cuda_weight_layout_scale_cols(qd), hidden, qd, view->o,
-                                        stream));
-    KITE_TRY(cuda_fp8_dequantize_weight(L->gate_up_q, L->gate_up_scale, hidden_scales, 2 * inter, hidden,
-                                        view->gate_up, stream));
-    KITE_TRY(cuda_fp8_dequantize_weight(L->down_q, L->down_scale, cuda_weight_layout_scale_cols(inter), hidden,
-                                        inter, view->down, stream));
-    return KITE_OK;
-}
 
 bf16 *buffer(const cuda_core *core, int l) { return l % 2 == 0 ? core->fp8_scratch : core->fp8_prefetch.second; }
 
@@ -52,9 +24,9 @@ bf16 *buffer(const cuda_core *core, int l) { return l % 2 == 0 ? core->fp8_scrat
 kite_status enqueue_layer(const cuda_core *core, int l) {
     const fp8_prefetch_state *f = &core->fp8_prefetch;
     cuda_layer view;
-    view_layer(core, l, buffer(core, l), &view);
+    fp8_layer_view(core, l, buffer(core, l), &view);
     CUDA_CHECK(cudaStreamWaitEvent(f->side, f->consumed[l % 2], 0));
-    KITE_TRY(dequantize_layer(core, l, &view, f->side));
+    KITE_TRY(fp8_layer_dequantize(core, l, &view, f->side));
     CUDA_CHECK(cudaEventRecord(f->ready[l % 2], f->side));
     return KITE_OK;
 }
@@ -97,7 +69,7 @@ kite_status fp8_prefetch_layer(const cuda_core *core, int l, cuda_layer *view, c
     const fp8_prefetch_state *f = &core->fp8_prefetch;
     CUDA_CHECK(cudaStreamWaitEvent(core->stream, f->ready[l % 2], 0));
     if (l + 1 < core->config.n_layers) KITE_TRY(enqueue_layer(core, l + 1));
-    view_layer(core, l, buffer(core, l), view); /* its dequantization is enqueued already */
+    fp8_layer_view(core, l, buffer(core, l), view); /* its dequantization is enqueued already */
     *out = view;
     return KITE_OK;
 }
