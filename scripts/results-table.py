@@ -134,6 +134,8 @@ def latest_kite(rows, workload):
             continue
         if row.get("weights", "bf16") != "bf16":  # the table compares bf16 weights, as its peers run
             continue
+        if row.get("kv_cache_dtype", "bf16") != "bf16":  # and a bf16 KV cache
+            continue
         if not str(row.get("command", "")).startswith("kite bench"):
             continue
         if not matches(row, workload["key"]):
