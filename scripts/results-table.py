@@ -8,7 +8,7 @@
 
 Provenance lives in the rows (commit, date, command, GPU); the table shows each cell's commit and date, and
 nothing in it is typed by hand. Which kite row a cell shows: among the rows of bench/results/kite.jsonl for that
-workload whose correctness gate passed, on the default paths (a command that starts with an environment
+workload whose correctness gate passed, with bf16 weights and KV cache, on the default paths (a command that starts with an environment
 assignment, VAR=value kite bench ..., ran under a switch and is left out), the one with the latest date, and of
 rows with the same date the later line in the file. The smaller table below it (time to first token, the
 tokenizer) gives the range over the repeated rows that share the latest matching row's commit.
@@ -132,9 +132,8 @@ def latest_kite(rows, workload):
     for line, row in enumerate(rows):
         if row.get("backend") != "cuda" or row.get("gate") != "pass" or row.get("tok_s") is None:
             continue
-        if row.get("weights", "bf16") != "bf16":  # the table compares bf16 weights, as its peers run
-            continue
-        if row.get("kv_cache_dtype", "bf16") != "bf16":  # and a bf16 KV cache
+        # The table compares bf16 weights and a bf16 KV cache, as its peers run.
+        if row.get("weights", "bf16") != "bf16" or row.get("kv_cache_dtype", "bf16") != "bf16":
             continue
         if not str(row.get("command", "")).startswith("kite bench"):
             continue
