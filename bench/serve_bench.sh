@@ -8,7 +8,8 @@
 # build/). MODEL: the checkpoint kite serves (default: a random-weight qwen3-0.6b-base in the hub's layout, made by
 # tests/data/tools/make_checkpoint.py as bench/device_run.sh does); its tokenizer cuts the prompts. llama-server
 # runs GGUF (the same checkpoint converted) with LLAMA_ARGS (default: -np 128, flash attention, all layers on the
-# GPU, a context of 128 x 2,304 tokens: every slot holds the longest request). KITE_ARGS are added to kite serve's.
+# GPU, a context of 128 x 2,304 tokens: every slot holds the longest request). KITE_ARGS are added to kite serve's;
+# KITE_LABEL names kite's rows (default "kite serve"; say there what KITE_ARGS change, e.g. "kite serve (fp8 KV)").
 # Rows are appended to ${RESULTS:-$OUT/serve.jsonl}; logs go under ${OUT:-/tmp/kite-out}. QUICK=1 runs each workload
 # with few requests (a check of the script, not a measurement). Exit 1 when any server or workload failed.
 set -uo pipefail
@@ -128,7 +129,7 @@ for s in "${servers[@]}"; do
     $kite serve --model "$model" --port "$port" ${KITE_ARGS:-} >"$out/kite_serve.out" 2>"$out/kite_serve.err" &
     pid=$!
     if wait_health $pid "$port"; then
-      run_workloads "kite serve" "$port" "${extra[@]}"
+      run_workloads "${KITE_LABEL:-kite serve}" "$port" "${extra[@]}"
     else
       echo "serve_bench: kite serve did not become healthy (see $out/kite_serve.err)" >&2
       failed=1
