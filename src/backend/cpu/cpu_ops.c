@@ -86,7 +86,8 @@ CPU_ALWAYS_INLINE void tile_body(float *out, const float *x, const float *w, int
 #include <immintrin.h>
 
 typedef float v16f __attribute__((vector_size(64)));
-typedef float v16f_unaligned __attribute__((vector_size(64), aligned(4), may_alias)); /* as LOAD_V8F */
+typedef float v16f_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+#define LOAD_V16F(p) (*(const v16f_unaligned *)(p)) /* as LOAD_V8F */
 
 /* tile_body for n_pairs pairs of tokens with 512-bit registers: each holds one row's eight lanes for two
  * tokens side by side, so every lane does the same multiply and add as in tile_body, twice as many per
@@ -107,7 +108,7 @@ CPU_AVX512_TARGET CPU_ALWAYS_INLINE void tile_pairs_body(float *out, const float
             vw[r] = (v16f)_mm512_broadcast_f32x8(_mm256_loadu_ps(w + (size_t)r * (size_t)n_cols + k));
         }
         for (int32_t p = 0; p < n_pairs; p++) {
-            v16f vx = *(const v16f_unaligned *)(pairs + (size_t)p * 2 * (size_t)n_vector + 2 * (size_t)k);
+            v16f vx = LOAD_V16F(pairs + (size_t)p * 2 * (size_t)n_vector + 2 * (size_t)k);
             for (int32_t r = 0; r < CPU_TILE_ROWS; r++) acc[r][p] += vw[r] * vx;
         }
     }
