@@ -189,6 +189,18 @@ def streamed_logprobs_concatenate_to_the_whole_ones():
 
 
 @case
+def a_stream_sends_chunks_for_tokens_without_text():
+    # Token 151900 is past the tokenizer's ids (the embedding's padding), so it has no text; random weights pick
+    # such ids. The stream still sends a chunk as tokens arrive (as vLLM's), not one chunk at the end: clients time
+    # the first token and the gaps between tokens by chunks. 32 steps of the CPU backend cannot all land in one
+    # delivery of the loop thread.
+    chunks = stream({"prompt": [1, 2], "max_tokens": 32, "ignore_eos": True, "logit_bias": {"151900": 100}})
+    assert len(chunks) >= 2, chunks
+    assert all(len(c["choices"]) == 1 and c["choices"][0]["text"] == "" for c in chunks), chunks
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length", chunks
+
+
+@case
 def chat_completions_take_n():
     body = {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 6, "temperature": 1.0,
             "seed": 3, "n": 2}

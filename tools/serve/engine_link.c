@@ -494,9 +494,18 @@ static bool take_new_logprobs_locked(serve_request *r) {
     return true;
 }
 
+/* The tokens generated since the last take (under the mutex). */
+static int32_t take_new_tokens_locked(serve_request *r) {
+    const int32_t n = r->n_generated - r->generated_taken;
+    r->generated_taken = r->n_generated;
+    return n;
+}
+
 bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *text, text_buffer *reasoning,
-                             text_buffer *calls) {
+                             text_buffer *calls, int32_t *n_new_tokens) {
     pthread_mutex_lock(&link->mutex);
+    const int32_t n_new = take_new_tokens_locked(r);
+    if (n_new_tokens) *n_new_tokens = n_new;
     /* Logprobs that cannot be copied mark the text incomplete: the caller answers out of memory, as for text. */
     if (r->stream && text && !take_new_logprobs_locked(r)) text->failed = true;
     take_new(&r->text, &r->text_taken, text);
@@ -508,11 +517,14 @@ bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *t
 }
 
 bool engine_link_take_output_logprobs(engine_link *link, serve_request *r, text_buffer *text,
-                                      serve_logprob **logprobs, size_t *n_logprobs, bool *logprobs_failed) {
+                                      serve_logprob **logprobs, size_t *n_logprobs, bool *logprobs_failed,
+                                      int32_t *n_new_tokens) {
     *logprobs = NULL;
     *n_logprobs = 0;
     *logprobs_failed = false;
     pthread_mutex_lock(&link->mutex);
+    const int32_t n_new = take_new_tokens_locked(r);
+    if (n_new_tokens) *n_new_tokens = n_new;
     take_new(&r->text, &r->text_taken, text);
     const size_t n = r->n_logprobs_kept - r->logprobs_taken;
     if (n > 0) {

@@ -88,15 +88,17 @@ serve_request *engine_link_take_outbox(engine_link *link);
 /* Takes `r` off the outbox (output arriving from now on puts it back on) and returns the next one. Call it
  * before taking r's output, so that nothing the engine adds is missed. */
 serve_request *engine_link_outbox_next(engine_link *link, serve_request *r);
-/* Appends what the engine produced since the last call to the three buffers (any may be NULL to drop it) and
- * returns whether the request is done. A streamed chat request's new logprobs go to r->stream_logprobs (with
- * `text` given; text->failed when they cannot). engine_link_take_output_logprobs takes the text alone and, with
+/* Appends what the engine produced since the last call to the three buffers (any may be NULL to drop it), sets
+ * *n_new_tokens (when not NULL) to the tokens generated since the last call, and returns whether the request is
+ * done. A streamed chat request's new logprobs go to r->stream_logprobs (with `text` given; text->failed when
+ * they cannot). engine_link_take_output_logprobs takes the text alone and, with
  * it under one lock, the logprobs kept since the last call (a malloc'd copy in *logprobs, *n_logprobs of them;
  * NULL when none, and *logprobs_failed when out of memory): the completions stream's. */
 bool engine_link_take_output(engine_link *link, serve_request *r, text_buffer *text, text_buffer *reasoning,
-                             text_buffer *calls);
+                             text_buffer *calls, int32_t *n_new_tokens);
 bool engine_link_take_output_logprobs(engine_link *link, serve_request *r, text_buffer *text,
-                                      serve_logprob **logprobs, size_t *n_logprobs, bool *logprobs_failed);
+                                      serve_logprob **logprobs, size_t *n_logprobs, bool *logprobs_failed,
+                                      int32_t *n_new_tokens);
 /* Gives back one reference; the last one frees the request. */
 void engine_link_release(engine_link *link, serve_request *r);
 

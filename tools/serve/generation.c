@@ -143,13 +143,14 @@ static void cancel_choices(router *rt, serve_request *lead) {
 /* Takes a choice's new output (into the buffers, or dropped where NULL; with its logprobs for a stream that
  * reports them); true when the choice is done, which is counted on the lead once. */
 static bool take_choice_output(router *rt, serve_request *c, text_buffer *text, text_buffer *reasoning,
-                               text_buffer *calls, serve_logprob **logprobs, size_t *n_logprobs, bool *failed) {
+                               text_buffer *calls, serve_logprob **logprobs, size_t *n_logprobs, bool *failed,
+                               int32_t *n_new_tokens) {
     bool done;
     *failed = false;
     if (logprobs) {
-        done = engine_link_take_output_logprobs(rt->link, c, text, logprobs, n_logprobs, failed);
+        done = engine_link_take_output_logprobs(rt->link, c, text, logprobs, n_logprobs, failed, n_new_tokens);
     } else {
-        done = engine_link_take_output(rt->link, c, text, reasoning, calls);
+        done = engine_link_take_output(rt->link, c, text, reasoning, calls, n_new_tokens);
     }
     if (done && !c->done_seen) {
         c->done_seen = true;
@@ -229,9 +230,11 @@ static void abandon(router *rt, serve_request *lead, int status) {
 }
 
 /* The chunks for what arrived for choice `c` (the usage and [DONE] after the last choice's end); false when the
- * client was dropped. */
+ * client was dropped. A completions stream sends a chunk for every step that made a token, also when its text is
+ * empty (a character still incomplete, or a token with no text), as vLLM's does: clients time tokens by chunks. */
 static bool send_chunks(router *rt, serve_request *c, const text_buffer *text, const text_buffer *reasoning,
-                        const text_buffer *calls, const serve_logprob *logprobs, size_t n_logprobs, bool done) {
+                        const text_buffer *calls, const serve_logprob *logprobs, size_t n_logprobs,
+                        int32_t n_new_tokens, bool done) {
     const char *name = rt->options.model_name;
     text_buffer chunk = {0};
     bool alive = true;
@@ -241,7 +244,7 @@ static bool send_chunks(router *rt, serve_request *c, const text_buffer *text, c
             c->first_chunk_out = true;
             alive = send_event(rt, c->lead, &chunk);
         }
-    } else if (text->length || n_logprobs || done) {
+    } else if (text->length || n_logprobs || n_new_tokens > 0 || done) {
         completions_chunk_json(&chunk, rt->link->model, name, c, text->data, text->length, logprobs, n_logprobs, done);
         alive = send_event(rt, c->lead, &chunk);
     }
@@ -274,8 +277,9 @@ static void deliver_stream(router *rt, serve_request *c) {
     size_t n_logprobs = 0;
     bool logprobs_failed = false;
     const bool with_logprobs = c->endpoint == SERVE_ENDPOINT_COMPLETIONS && c->request.n_logprobs > 0;
+    int32_t n_new_tokens = 0;
     const bool done = take_choice_output(rt, c, &text, &reasoning, &calls, with_logprobs ? &logprobs : NULL,
-                                         &n_logprobs, &logprobs_failed);
+                                         &n_logprobs, &logprobs_failed, &n_new_tokens);
     const bool cancelled = done && !c->failed && c->finish == KITE_FINISH_CANCELLED;
     int status = 0;
     const char *message = NULL;
@@ -291,7 +295,7 @@ static void deliver_stream(router *rt, serve_request *c) {
         /* Generation had begun: its failure is an event of the stream (as vLLM's), after the text made before the
          * row that allowed no token. */
         if (!lead->reply_started) start_stream(lead);
-        alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, false);
+        alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, n_new_tokens, false);
     }
     if (status && !alive) {
         abandon(rt, lead, 499);
@@ -305,7 +309,7 @@ static void deliver_stream(router *rt, serve_request *c) {
         abandon(rt, lead, status);
     } else {
         if (!lead->reply_started) start_stream(lead);
-        alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, done);
+        alive = send_chunks(rt, c, &text, &reasoning, &calls, logprobs, n_logprobs, n_new_tokens, done);
         /* A client dropped for not reading was cancelled by the hangup handler; deliver_nowhere takes the rest. */
         if (all_choices_done(lead)) end_stream(rt, lead, alive ? 200 : 499);
     }
@@ -320,7 +324,7 @@ static void deliver_stream(router *rt, serve_request *c) {
 static void deliver_whole(router *rt, serve_request *c) {
     serve_request *lead = c->lead;
     bool unused;
-    if (!take_choice_output(rt, c, &c->whole_text, &c->whole_reasoning, &c->whole_calls, NULL, NULL, &unused)) return;
+    if (!take_choice_output(rt, c, &c->whole_text, &c->whole_reasoning, &c->whole_calls, NULL, NULL, &unused, NULL)) return;
     int status = 200;
     if (c->failed) {
         status = failure_status(c);
@@ -356,7 +360,7 @@ static void deliver_whole(router *rt, serve_request *c) {
 static void deliver_nowhere(router *rt, serve_request *c) {
     serve_request *r = c->lead;
     bool unused;
-    if (!take_choice_output(rt, c, NULL, NULL, NULL, NULL, NULL, &unused) || !all_choices_done(r)) return;
+    if (!take_choice_output(rt, c, NULL, NULL, NULL, NULL, NULL, &unused, NULL) || !all_choices_done(r)) return;
     if (r->http) {
         if (r->reply_started)
             evhttp_send_reply_end(r->http);
@@ -380,7 +384,7 @@ static void answer_prompt_alone(router *rt, serve_request *lead) {
         start_stream(lead);
         bool alive = true;
         for (int i = 0; i < lead->n_choices && alive; i++)
-            alive = send_chunks(rt, lead->choices[i], &none, &none, &none, NULL, 0, true);
+            alive = send_chunks(rt, lead->choices[i], &none, &none, &none, NULL, 0, 0, true);
         end_stream(rt, lead, alive ? 200 : 499);
         return;
     }

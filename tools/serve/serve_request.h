@@ -95,6 +95,7 @@ typedef struct serve_request {
     struct evhttp_request *http;   /* NULL once the connection freed it */
     struct serve_connection *connection;
     size_t text_taken, reasoning_taken, calls_taken;
+    int32_t generated_taken; /* of n_generated: a stream sends a chunk for each step that made a token */
     size_t logprobs_taken; /* of `logprobs`, those taken for a stream (chat: into stream_logprobs) */
     serve_logprob *stream_logprobs; /* a stream's logprobs not yet sent in a chunk */
     size_t n_stream_logprobs, stream_logprobs_capacity;
