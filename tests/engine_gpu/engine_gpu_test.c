@@ -6,7 +6,9 @@
  * the same tokens with the overlapped decode on and off; requests sharing a prefix give the same tokens with the
  * prefix cache on and off (near-tie rule), taking cached blocks. With the fp8 KV cache (--kv-cache-dtype fp8), batch
  * invariance under forced preemption and the prefix cache with preemption again: the dtype changes only a block's
- * bytes, so sharing, preemption and freeing must behave as with bf16. */
+ * bytes, so sharing, preemption and freeing must behave as with bf16. A request's insertion (insert_after /
+ * insert_ids) continues as a plain request whose prompt already holds the trigger and the inserted ids (near-tie
+ * rule), with the inserted ids read in one step and in chunks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -354,6 +356,113 @@ static void test_prefix_cache_preemption_fp8_dummy_0_6b(void) {
     load_kv_dtype = KITE_KV_CACHE_BF16;
 }
 
+/* The insertion case's record: the sampled tokens, and after which of them the inserted ids came. */
+typedef struct insertion_record {
+    token_record tokens;
+    int32_t inserted_after; /* index in tokens.tokens of the trigger; -1: no insertion */
+    int32_t n_inserted;
+} insertion_record;
+
+static void insertion_collect(const kite_token_event *event, void *user_data) {
+    insertion_record *r = (insertion_record *)user_data;
+    if (event->n_inserted > 0) {
+        CHECK_MSG(r->inserted_after < 0, "a second insertion at token %d", r->tokens.n);
+        r->inserted_after = r->tokens.n;
+        r->n_inserted = event->n_inserted;
+    }
+    token_record_collect(event, &r->tokens);
+}
+
+/* Tokens [0, n) of a against b's under the near-tie rule; false (with a line saying where) at a near tie. */
+static bool same_until_tie(const token_record *a, int a_first, const token_record *b, int b_first, int n,
+                           const char *what) {
+    for (int i = 0; i < n; i++) {
+        int32_t x = a->tokens[a_first + i], y = b->tokens[b_first + i];
+        if (x == y) continue;
+        CHECK_MSG(in_top5(a->top[a_first + i], y) && in_top5(b->top[b_first + i], x),
+                  "%s step %d: %d against %d, not a near tie", what, i, x, y);
+        printf("  %s: near tie at step %d (%d vs %d); the rest is not compared\n", what, i, x, y);
+        return false;
+    }
+    return true;
+}
+
+/* max_step_tokens: the engine's step budget (0: its default); below the number of inserted ids they are read in
+ * chunks. */
+static void run_insertion_case(int32_t max_step_tokens) {
+    kite_model *m = load("qwen3-0.6b-base");
+    if (!m) return;
+    int32_t vocab = kite_model_get_info(m).vocab_size;
+    enum { PROMPT = 40, INSERTED = 24 };
+    int32_t prompt[PROMPT], inserted[INSERTED], extended[PROMPT + N_STEPS + INSERTED];
+    uint64_t state = 4242;
+    for (int i = 0; i < PROMPT + INSERTED; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t id = (int32_t)((state >> 33) % (uint64_t)vocab);
+        if (i < PROMPT) prompt[i] = id;
+        else inserted[i - PROMPT] = id;
+    }
+    kite_engine_params params = kite_engine_params_default();
+    if (max_step_tokens > 0) params.max_step_tokens = max_step_tokens;
+    params.prefix_cache = false; /* each request computes its own prompt */
+    kite_engine *e = NULL;
+    kite_status s = kite_engine_create(m, &params, &e);
+    CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
+    if (s != KITE_OK) {
+        kite_model_free(m);
+        return;
+    }
+    /* The plain request's tokens pick the trigger: the first token from step 1 on that it had not produced before,
+     * else the first token (a random-weight model's greedy tokens repeat a few ids: on the H200 none was new from
+     * step 4 on). */
+    token_record plain = {0};
+    kite_request r = request_for(prompt, PROMPT, &plain);
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK && kite_engine_run(e) == KITE_OK);
+    int trigger = -1;
+    for (int i = 1; i < N_STEPS / 2 && trigger < 0; i++) {
+        bool seen = false;
+        for (int k = 0; k < i; k++) seen |= plain.tokens[k] == plain.tokens[i];
+        if (!seen) trigger = i;
+    }
+    if (trigger < 0) trigger = 0;
+    CHECK_MSG(plain.n == N_STEPS && trigger >= 0, "plain request: %d tokens, no trigger", plain.n);
+    if (trigger < 0) goto done;
+
+    insertion_record with = {.inserted_after = -1};
+    r = request_for(prompt, PROMPT, NULL);
+    r.on_token = insertion_collect;
+    r.user_data = &with;
+    r.insert_after = plain.tokens[trigger];
+    r.insert_ids = inserted;
+    r.n_insert_ids = INSERTED;
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK && kite_engine_run(e) == KITE_OK);
+    CHECK_MSG(with.tokens.n == N_STEPS, "insertion: %d sampled tokens, max_tokens %d", with.tokens.n, N_STEPS);
+    if (!same_until_tie(&plain, 0, &with.tokens, 0, trigger + 1, "before the trigger")) goto done;
+    CHECK_MSG(with.inserted_after == trigger && with.n_inserted == INSERTED, "inserted %d ids after token %d, want %d after %d",
+              with.n_inserted, with.inserted_after, INSERTED, trigger);
+
+    /* The reference: the prompt, the tokens through the trigger and the inserted ids as one prompt. */
+    int n_extended = 0;
+    for (int i = 0; i < PROMPT; i++) extended[n_extended++] = prompt[i];
+    for (int i = 0; i <= trigger; i++) extended[n_extended++] = plain.tokens[i];
+    for (int i = 0; i < INSERTED; i++) extended[n_extended++] = inserted[i];
+    token_record reference = {0};
+    r = request_for(extended, n_extended, &reference);
+    r.max_tokens = N_STEPS - (trigger + 1);
+    CHECK(kite_engine_submit(e, &r, NULL) == KITE_OK && kite_engine_run(e) == KITE_OK);
+    CHECK_MSG(reference.n == N_STEPS - (trigger + 1), "reference: %d tokens", reference.n);
+    if (same_until_tie(&with.tokens, trigger + 1, &reference, 0, reference.n, "after the insertion"))
+        printf("  step budget %d: %d ids inserted after token %d, the %d tokens after them equal the reference's\n",
+               max_step_tokens, INSERTED, trigger, reference.n);
+done:
+    CHECK(kite_engine_get_stats(e).kv_blocks_free == kite_engine_get_stats(e).kv_blocks_total);
+    kite_engine_free(e);
+    kite_model_free(m);
+}
+
+static void test_insertion_dummy_0_6b(void) { run_insertion_case(0); }
+static void test_insertion_chunked_dummy_0_6b(void) { run_insertion_case(8); }
+
 int main(void) {
     char reason[256];
     if (!cuda_backend_available(reason, sizeof reason)) test_skip(reason);
@@ -366,5 +475,7 @@ int main(void) {
     TEST_RUN(test_prefix_cache_preemption_dummy_0_6b);
     TEST_RUN(test_preemption_fp8_dummy_0_6b);
     TEST_RUN(test_prefix_cache_preemption_fp8_dummy_0_6b);
+    TEST_RUN(test_insertion_dummy_0_6b);
+    TEST_RUN(test_insertion_chunked_dummy_0_6b);
     return test_finish();
 }
