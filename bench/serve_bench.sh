@@ -11,7 +11,9 @@
 # GPU, a context of 128 x 2,304 tokens: every slot holds the longest request). KITE_ARGS are added to kite serve's;
 # KITE_LABEL names kite's rows (default "kite serve"; say there what KITE_ARGS change, e.g. "kite serve (fp8 KV)").
 # Rows are appended to ${RESULTS:-$OUT/serve.jsonl}; logs go under ${OUT:-/tmp/kite-out}. QUICK=1 runs each workload
-# with few requests (a check of the script, not a measurement). Exit 1 when any server or workload failed.
+# with few requests (a check of the script, not a measurement). CONCURRENCY (default "1 16 64 128") picks the random
+# workloads' concurrencies and SHARED_PREFIX=0 leaves the shared-prefix one out, for a call that has rows already.
+# Exit 1 when any server or workload failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -65,7 +67,7 @@ run_workloads() {
   local common=(--tokenizer "$model" --text "$text" --port "$port" --output-len 128 --server "$label" --gpu "$gpu"
                 --commit "$commit" --wait 10 --timeout "$request_timeout" --out "$results")
   local c n
-  for c in 1 16 64 128; do
+  for c in ${CONCURRENCY:-1 16 64 128}; do
     n=$((c * 4 > 32 ? c * 4 : 32))
     [ "$quick" = 1 ] && n=$c
     echo "== $label: random 256/128, concurrency $c, $n requests" | tee -a "$out/serve_bench.log"
@@ -74,6 +76,7 @@ run_workloads() {
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
     set -- # the reference (when given) is checked once, with the first workload
   done
+  [ "${SHARED_PREFIX:-1}" = 1 ] || return 0
   n=256
   [ "$quick" = 1 ] && n=32
   echo "== $label: shared-prefix 2048 + 64 / 128, concurrency 32, $n requests" | tee -a "$out/serve_bench.log"
