@@ -138,7 +138,7 @@ for s in "${servers[@]}"; do
       failed=1
     fi
     stop $pid "kite serve" 1
-    grep -h "stopped; KV blocks free" "$out/kite_serve.err" | tail -1
+    grep -h "stopped; KV blocks free\|engine steps:" "$out/kite_serve.err" | tail -2
   else
     port=${LLAMA_PORT:-8090}
     # shellcheck disable=SC2086

@@ -440,10 +440,13 @@ kite_engine_stats kite_engine_get_stats(const kite_engine *engine);
 
 /* Timings of the finished work since the engine was created or the last reset. */
 typedef struct kite_engine_timings {
-    double prefill_seconds;
-    int64_t prefill_tokens;
-    double decode_seconds;
+    double prefill_seconds;          /* the steps that read prompt tokens, alone or beside generating rows */
+    int64_t prefill_tokens;          /* the prompt tokens they read */
+    int64_t prefill_steps;
+    int64_t prefill_step_generated;  /* the tokens they generated for requests that were already generating */
+    double decode_seconds;           /* the steps of generating rows only */
     int64_t decode_tokens;
+    int64_t decode_steps;
 } kite_engine_timings;
 
 kite_engine_timings kite_engine_get_timings(const kite_engine *engine);

@@ -233,7 +233,16 @@ done:
     engine_link_stop(&link);
     if (code == 0) {
         const kite_engine_stats stats = link.stats;
+        const kite_engine_timings t = link.timings;
         fprintf(stderr, "kite serve: stopped; KV blocks free %d of %d\n", stats.kv_blocks_free, stats.kv_blocks_total);
+        /* Where the engine's time went: steps that read prompt tokens (beside the generating rows) run the general
+         * path, decode-only steps the batched one. */
+        fprintf(stderr,
+                "kite serve: engine steps: %lld reading prompts (%.3f s; %lld prompt tokens, %lld generated beside "
+                "them), %lld decode only (%.3f s; %lld tokens)\n",
+                (long long)t.prefill_steps, t.prefill_seconds, (long long)t.prefill_tokens,
+                (long long)t.prefill_step_generated, (long long)t.decode_steps, t.decode_seconds,
+                (long long)t.decode_tokens);
     }
     if (rt.drain_timer) event_free(rt.drain_timer);
     if (rt.flush_timer) event_free(rt.flush_timer);

@@ -746,6 +746,7 @@ static kite_status step_ahead(kite_engine *e) {
     e->steps++;
     e->timings.decode_seconds += now_seconds() - start;
     e->timings.decode_tokens += taken;
+    e->timings.decode_steps++;
     return KITE_OK;
 }
 
@@ -782,7 +783,7 @@ static kite_status engine_step(kite_engine *e) {
         return KITE_OK;
     }
     double start = now_seconds();
-    int32_t total = 0, rows = 0, prefill_tokens = 0;
+    int32_t total = 0, rows = 0, prefill_tokens = 0, generating_rows = 0;
     bool all_greedy = true;
     for (int32_t s = 0; s < n; s++) {
         engine_request *r = e->step_requests[s];
@@ -798,7 +799,10 @@ static kite_status engine_step(kite_engine *e) {
             rows++;
             all_greedy &= r->greedy && r->n_logprobs == 0;
         }
-        if (!(completes && chunk == 1 && r->n_generated > 0)) prefill_tokens += chunk;
+        if (completes && chunk == 1 && r->n_generated > 0)
+            generating_rows++;
+        else
+            prefill_tokens += chunk;
     }
     e->seq_token_start[n] = total;
     step_batch batch = {.n_seqs = n, .n_tokens = total, .token_ids = e->token_ids,
@@ -838,9 +842,12 @@ static kite_status engine_step(kite_engine *e) {
     if (prefill_tokens > 0) {
         e->timings.prefill_seconds += elapsed;
         e->timings.prefill_tokens += prefill_tokens;
+        e->timings.prefill_steps++;
+        e->timings.prefill_step_generated += generating_rows;
     } else {
         e->timings.decode_seconds += elapsed;
         e->timings.decode_tokens += rows;
+        e->timings.decode_steps++;
     }
     return KITE_OK;
 }

@@ -323,6 +323,7 @@ static void test_long_prompt_does_not_stall_decoding(void) {
     kite_model *m = load_tiny();
     if (!m) return;
     kite_engine_params params = kite_engine_params_default();
+    params.max_sequences = 4;    /* the step budget is at least max_sequences tokens */
     params.max_step_tokens = 32; /* the 143-token prompt takes 5 steps */
     kite_engine *e = NULL;
     CHECK(kite_engine_create(m, &params, &e) == KITE_OK);
@@ -340,6 +341,14 @@ static void test_long_prompt_does_not_stall_decoding(void) {
     CHECK(a.n == 30 && b.n == 4);
     for (int k = 0; k < a.n; k++) CHECK(a.tokens[k] == prompts[0].greedy[k]);
     for (int k = 0; k < b.n; k++) CHECK(b.tokens[k] == prompts[4].greedy[k]);
+    /* The timings split the steps: b's chunks ran beside a's decoding rows; each prompt's last chunk made its
+     * first token, every other token came from a decode row. */
+    const kite_engine_timings t = kite_engine_get_timings(e);
+    CHECK(t.prefill_steps + t.decode_steps == kite_engine_get_stats(e).steps);
+    CHECK(t.prefill_tokens == prompts[0].n_ids + prompts[4].n_ids);
+    CHECK_MSG(t.prefill_steps >= 6 && t.prefill_step_generated >= 5, "%lld steps read prompts, %lld tokens beside",
+              (long long)t.prefill_steps, (long long)t.prefill_step_generated);
+    CHECK(t.prefill_step_generated + t.decode_tokens + 2 == a.n + b.n);
     kite_engine_free(e);
     kite_model_free(m);
 }

@@ -345,8 +345,10 @@ bool engine_link_work(engine_link *link, bool wait) {
     if (usable && link->state == ENGINE_LINK_READY) release_held(link);
     if (usable) {
         const kite_engine_stats stats = kite_engine_get_stats(link->engine);
+        const kite_engine_timings timings = kite_engine_get_timings(link->engine);
         pthread_mutex_lock(&link->mutex);
         link->stats = stats;
+        link->timings = timings;
         pthread_mutex_unlock(&link->mutex);
     }
     wake_loop_if_needed(link);

@@ -47,6 +47,7 @@ typedef struct engine_link {
     bool cancel_everything; /* the drain timed out: cancel what runs */
     bool quit;
     kite_engine_stats stats; /* the engine's, refreshed after every step */
+    kite_engine_timings timings; /* the engine's, refreshed with stats */
     int n_before_engine;     /* requests handed to the link and not yet to the engine: in the inbox, or held */
 
     serve_request *live; /* the engine thread's: submitted and not finished */
