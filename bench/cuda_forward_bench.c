@@ -11,7 +11,11 @@
  *                           [--queued]     (decode also with the steps enqueued back to back, no host wait for
  *                                           each step's ids: the host round trip's cost, as a difference)
  *                           [--identity-table] (block tables in cache order, as a fresh engine allocates them,
- *                                           instead of the default reversed order) */
+ *                                           instead of the default reversed order)
+ *                           [--mixed 256]  (after each --batch B at a depth: steps of those B decode rows plus one
+ *                                           more sequence reading a P-token prompt chunk, the step a server runs
+ *                                           when a request arrives while others generate: the general path)
+ *                           [--kv-cache-dtype bf16|fp8] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,13 +115,57 @@ static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int 
     return median(samples + 1, reps) / n_gen;
 }
 
+/* Median seconds per mixed step: n_seqs decode rows at `depth` + g (as decode_seconds) and sequence n_seqs reading
+ * the P-token chunk tokens[0 .. P) at positions 0 .. P - 1 (the same chunk every step: its K/V rows are rewritten
+ * in place), every sequence wanting logits; n_gen steps, the first repeat warm-up. */
+static double mixed_seconds(backend *b, const int32_t *tokens, int n_seqs, int depth, int chunk, int n_gen, int reps,
+                            double *samples) {
+    const int S = n_seqs + 1, T = n_seqs + chunk;
+    int32_t *ids = malloc((size_t)T * sizeof *ids), *start = malloc((size_t)(S + 1) * sizeof *start);
+    int32_t *ctx = malloc((size_t)S * sizeof *ctx), *next = malloc((size_t)S * sizeof *next);
+    const int32_t **tables = malloc((size_t)S * sizeof *tables);
+    uint8_t *wants = malloc((size_t)S);
+    if (!ids || !start || !ctx || !next || !tables || !wants) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int s = 0; s < S; s++) {
+        tables[s] = table + (size_t)s * (size_t)seq_blocks;
+        wants[s] = 1;
+        start[s] = s;
+    }
+    start[S] = T;
+    for (int r = 0; r <= reps; r++) {
+        for (int s = 0; s < n_seqs; s++) ids[s] = tokens[depth + s];
+        const double t0 = now_s();
+        for (int g = 0; g < n_gen; g++) {
+            for (int s = 0; s < n_seqs; s++) ctx[s] = depth + g + 1;
+            memcpy(ids + n_seqs, tokens, (size_t)chunk * sizeof *ids);
+            ctx[n_seqs] = chunk;
+            step_batch batch = {S, T, ids, start, ctx, tables, wants, false, true};
+            TRY(b->ops->forward(b, &batch));
+            TRY(b->ops->argmax(b, next, S));
+            memcpy(ids, next, (size_t)n_seqs * sizeof *ids);
+        }
+        samples[r] = now_s() - t0;
+    }
+    free(ids);
+    free(start);
+    free(ctx);
+    free(next);
+    free(tables);
+    free(wants);
+    return median(samples + 1, reps) / n_gen;
+}
+
 int main(int argc, char **argv) {
     const char *shape = "qwen3-0.6b-base";
     block_size = kite_engine_params_default().kv_block_size;
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
     int batches[MAX_LIST] = {1}, n_batches = 1;
-    int n_gen = 128, reps = 5, variants = 0, queued = 0;
+    int n_gen = 128, reps = 5, variants = 0, queued = 0, mixed_chunk = 0;
+    kite_kv_cache_dtype kv_dtype = KITE_KV_CACHE_BF16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_prompts = parse_list(argv[++i], prompts);
@@ -129,12 +177,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) n_batches = parse_list(argv[++i], batches);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--identity-table")) identity_table = 1;
+        else if (!strcmp(argv[i], "--mixed") && i + 1 < argc) mixed_chunk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-cache-dtype") && i + 1 < argc && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp8")))
+            kv_dtype = !strcmp(argv[++i], "fp8") ? KITE_KV_CACHE_FP8 : KITE_KV_CACHE_BF16;
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--queued] [--batch 1,8,32] [--block-size 128] [--identity-table]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--queued] [--batch 1,8,32] [--block-size 128] [--identity-table] [--mixed P] [--kv-cache-dtype bf16|fp8]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 1 || reps > 64) reps = 5;
+    if (mixed_chunk < 0 || mixed_chunk > 4096) {
+        fprintf(stderr, "--mixed: %d is not in 0 .. 4096 tokens\n", mixed_chunk);
+        return 2;
+    }
     int max_batch = 1;
     for (int i = 0; i < n_batches; i++) {
         if (batches[i] < 1 || batches[i] > 256) {
@@ -153,7 +208,7 @@ int main(int argc, char **argv) {
     backend *gpu = NULL;
     TRY(known_shape_config(shape, &config));
     TRY(dummy_model_create(&config, 42, &model));
-    backend_params params = {.n_threads = 0, .device = 0};
+    backend_params params = {.n_threads = 0, .device = 0, .kv_cache_dtype = kv_dtype};
     TRY(cuda_backend_create(&config, dummy_model_weights(model), &params, &gpu));
     {
         char report[512];
@@ -163,12 +218,13 @@ int main(int argc, char **argv) {
     int max_ctx = 0;
     for (int i = 0; i < n_prompts; i++) max_ctx = prompts[i] > max_ctx ? prompts[i] : max_ctx;
     for (int i = 0; i < n_depths; i++) max_ctx = depths[i] + n_gen > max_ctx ? depths[i] + n_gen : max_ctx;
+    if (mixed_chunk > max_ctx) max_ctx = mixed_chunk;
     if (block_size < 1 || block_size > 4096) {
         fprintf(stderr, "--block-size %d: expected 1 .. 4096 positions\n", block_size);
         return 2;
     }
     seq_blocks = (max_ctx + block_size - 1) / block_size + 1;
-    const int n_blocks = seq_blocks * max_batch;
+    const int n_blocks = seq_blocks * (max_batch + (mixed_chunk > 0)); /* --mixed: one sequence more */
     TRY(gpu->ops->kv_reserve(gpu, n_blocks, block_size));
     table = malloc((size_t)n_blocks * sizeof *table);
     int32_t *tokens = malloc((size_t)(max_ctx + 257) * sizeof *tokens); /* + the first token of 256 sequences */
@@ -233,6 +289,12 @@ int main(int argc, char **argv) {
                 printf("%-34s %12.1f %12.4f %9.1f%%\n", name, n_seqs / t, 1e3 * t, 100.0 * floor_s / t);
             }
             TRY(cuda_backend_set_decode_options(gpu, 1, 1));
+            if (mixed_chunk > 0) {
+                const double t = mixed_seconds(gpu, tokens, n_seqs, depth, mixed_chunk, n_gen, reps, samples);
+                char name[64];
+                snprintf(name, sizeof name, "mixed %d + pp%d @ depth %d", n_seqs, mixed_chunk, depth);
+                printf("%-34s %12.1f %12.4f %9s\n", name, n_seqs / t, 1e3 * t, "-");
+            }
             if (queued) { /* a diagnostic: the same steps without the host's wait for each step's ids */
                 const double t = decode_seconds(gpu, tokens, n_seqs, depth, n_gen, reps, samples, 1);
                 char name[64];
