@@ -43,6 +43,31 @@ kite_status ensure_fp8_view(cuda_core *core, prefill_state *p, int32_t blocks) {
     return KITE_OK;
 }
 
+/* The split-K decode attention's workspace and counters for n_seqs sequences of n_splits splits. */
+kite_status ensure_decode_rows(cuda_core *core, prefill_state *p, int32_t n_seqs, int n_splits) {
+    const qwen3_config *c = &core->config;
+    const size_t ws = (size_t)n_seqs * cuda_attention_decode_workspace(c->n_heads, c->head_dim, n_splits);
+    const int32_t counters = n_seqs * c->n_heads;
+    if (ws <= p->decode_ws_bytes && counters <= p->decode_counter_count) return KITE_OK;
+    CUDA_CHECK(cudaStreamSynchronize(core->stream));
+    if (ws > p->decode_ws_bytes) {
+        if (p->decode_ws) CUDA_CHECK(cudaFree(p->decode_ws));
+        p->decode_ws = NULL;
+        p->decode_ws_bytes = 0;
+        CUDA_CHECK(cudaMalloc(&p->decode_ws, ws));
+        p->decode_ws_bytes = ws;
+    }
+    if (counters > p->decode_counter_count) {
+        if (p->decode_counters) CUDA_CHECK(cudaFree(p->decode_counters));
+        p->decode_counters = NULL;
+        p->decode_counter_count = 0;
+        CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&p->decode_counters), (size_t)counters * sizeof(unsigned)));
+        CUDA_CHECK(cudaMemset(p->decode_counters, 0, (size_t)counters * sizeof(unsigned)));
+        p->decode_counter_count = counters;
+    }
+    return KITE_OK;
+}
+
 /* Activations for n_tokens tokens. */
 kite_status ensure_tokens(cuda_core *core, prefill_state *p, int32_t n_tokens) {
     if (n_tokens <= p->token_capacity) return KITE_OK;
@@ -104,28 +129,43 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int32_t T = batch->n_tokens, S = batch->n_seqs, bs = core->kv_block_size;
     int32_t rows = 0;
     size_t table_ints = 0;
-    int32_t max_new = 0;
+    /* The leading one-token sequences (the engine puts generating sequences first) are decode rows: they take the
+     * split-K decode attention, which reads each K/V row once for the heads that share it and an fp8 cache
+     * directly; the sequences from first_prompt on take the prefill attention. */
+    int32_t first_prompt = 0;
+    while (p->mixed_decode && first_prompt < S &&
+           batch->seq_token_start[first_prompt + 1] - batch->seq_token_start[first_prompt] == 1)
+        first_prompt++;
+    const int32_t n_decode = first_prompt;
+    size_t decode_entries = 0; /* block table entries of the decode rows, which come first */
+    int32_t max_new = 0;       /* the most new tokens of the prompt sequences */
     for (int32_t s = 0; s < S; s++) {
         rows += batch->seq_wants_logits[s] ? 1 : 0;
-        table_ints += (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+        const size_t n_blocks = (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
+        table_ints += n_blocks;
+        if (s < n_decode) decode_entries += n_blocks;
         const int32_t n_new = batch->seq_token_start[s + 1] - batch->seq_token_start[s];
-        if (n_new > max_new) max_new = n_new;
+        if (s >= n_decode && n_new > max_new) max_new = n_new;
     }
     KITE_TRY(ensure_tokens(core, p, T));
     if (rows > 0) KITE_TRY(ensure_logits(core, p, rows));
+    const int decode_splits = n_decode > 0 ? attention_splits(core, n_decode) : 0;
+    if (n_decode > 0) KITE_TRY(ensure_decode_rows(core, p, n_decode, decode_splits));
     const bool fp8_kv = core->kv_dtype == KITE_KV_CACHE_FP8;
-    /* fp8: the view's size and, after the logit rows, its block tables (entry j -> j less its group's first). */
+    const bool fp8_view = fp8_kv && first_prompt < S;
+    /* fp8: the view's size and, after the logit rows, its block tables (entry j -> j less its group's first), for
+     * the prompt sequences. */
     int32_t view_blocks = 0;
-    if (fp8_kv) {
+    if (fp8_view) {
         view_blocks = KITE_CEIL_DIV(FP8_VIEW_MIN_POSITIONS, bs);
-        for (int32_t s = 0; s < S; s++) {
+        for (int32_t s = first_prompt; s < S; s++) {
             const int32_t n_blocks = KITE_CEIL_DIV(batch->seq_context_len[s], bs);
             if (n_blocks > view_blocks) view_blocks = n_blocks;
         }
         KITE_TRY(ensure_fp8_view(core, p, view_blocks));
     }
     const size_t n_ints = 3 * (size_t)T + (size_t)(S + 1) + 2 * (size_t)S + table_ints + (size_t)rows +
-                          (fp8_kv ? table_ints : 0);
+                          (fp8_view ? table_ints : 0);
     KITE_TRY(ensure_meta(core, p, n_ints));
     CUDA_CHECK(cudaEventSynchronize(p->meta_copied)); /* the previous step's copy has left the host buffer */
 
@@ -155,10 +195,10 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
         if (batch->seq_wants_logits[s]) logit_rows[row++] = start + n_new - 1;
     }
     token_start[S] = batch->seq_token_start[S];
-    if (fp8_kv) { /* the groups as the attention loop below forms them */
+    if (fp8_view) { /* the groups as the attention loop below forms them */
         int32_t *view_tables = logit_rows + rows;
-        size_t entry = 0, group_first = 0, group_entries = 0;
-        for (int32_t s = 0; s < S; s++) {
+        size_t entry = decode_entries, group_first = decode_entries, group_entries = 0;
+        for (int32_t s = first_prompt; s < S; s++) {
             const size_t n_blocks = (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
             if (group_entries > 0 && group_entries + n_blocks > (size_t)view_blocks) {
                 group_first = entry;
@@ -179,13 +219,13 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int32_t *d_ctx = d_token_start + S + 1, *d_table_start = d_ctx + S, *d_tables = d_table_start + S;
     const int32_t *d_logit_rows = d_tables + table_ints;
     const int32_t *d_view_tables = d_logit_rows + rows;
-    cuda_seq_meta seqs;
-    seqs.token_start = d_token_start;
-    seqs.context_len = d_ctx;
-    seqs.block_table_start = d_table_start;
-    seqs.block_tables = d_tables;
-    seqs.n_seqs = S;
-    seqs.max_new_tokens = max_new;
+    cuda_seq_meta prompts; /* the sequences from first_prompt on */
+    prompts.token_start = d_token_start + first_prompt;
+    prompts.context_len = d_ctx + first_prompt;
+    prompts.block_table_start = d_table_start + first_prompt;
+    prompts.block_tables = d_tables;
+    prompts.n_seqs = S - first_prompt;
+    prompts.max_new_tokens = max_new;
 
     void *st = core->stream;
     const int hidden = c->hidden_size, inter = c->intermediate_size;
@@ -203,11 +243,17 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->normed, L->qkv, p->qkv, 0, 0.0f, T, qkv_dim, hidden, st));
         KITE_TRY(cuda_qk_norm_rope_kv(p->qkv, p->q, 0, d_positions, d_slots, L->q_norm, L->k_norm, core->rope_cos,
                                       core->rope_sin, kv, T, c->n_heads, eps, st, 0));
-        if (fp8_kv) {
+        /* The decode rows: sequence s < n_decode has token s, so its query is row s of q and its output row s. */
+        if (n_decode > 0)
+            KITE_TRY(cuda_attention_decode_prepared(p->q, p->attention, kv, d_tables, d_table_start, d_ctx, c->n_heads,
+                                                    scale, n_decode, decode_splits, p->decode_ws, p->decode_counters,
+                                                    st));
+        if (fp8_view) {
             /* Groups of consecutive sequences whose blocks fit in the view (the same as view_tables above). */
             const cuda_kv_layer view = {p->fp8_view, bs, c->n_kv_heads, c->head_dim, view_blocks, KITE_KV_CACHE_BF16};
-            int32_t first_seq = 0, group_first = 0, group_entries = 0, group_new = 0, entry = 0;
-            for (int32_t s = 0; s <= S; s++) {
+            int32_t first_seq = first_prompt, group_first = (int32_t)decode_entries, group_entries = 0, group_new = 0;
+            int32_t entry = (int32_t)decode_entries;
+            for (int32_t s = first_prompt; s <= S; s++) {
                 const int32_t n_blocks = s < S ? KITE_CEIL_DIV(batch->seq_context_len[s], bs) : 0;
                 if (s == S || (group_entries > 0 && group_entries + n_blocks > view_blocks)) {
                     KITE_TRY(cuda_kv_fp8_dequantize_blocks(kv, d_tables, group_first, group_entries, p->fp8_view, st));
@@ -224,8 +270,8 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
                 entry += n_blocks;
                 if (n_new > group_new) group_new = n_new;
             }
-        } else {
-            KITE_TRY(cuda_attention_prefill(p->q, p->attention, kv, seqs, c->n_heads, scale, st));
+        } else if (first_prompt < S) {
+            KITE_TRY(cuda_attention_prefill(p->q, p->attention, kv, prompts, c->n_heads, scale, st));
         }
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->attention, L->o, p->x, 1, 1.0f, T, hidden, qd, st));
         KITE_TRY(cuda_rmsnorm(p->x, L->post_norm, p->normed, NULL, T, hidden, eps, st));
@@ -248,5 +294,7 @@ void prefill_free(prefill_state *p) {
     cudaFree(p->meta_device);
     cudaFree(p->logits);
     cudaFree(p->fp8_view);
+    cudaFree(p->decode_ws);
+    cudaFree(p->decode_counters);
     if (p->meta_copied) cudaEventDestroy(p->meta_copied);
 }

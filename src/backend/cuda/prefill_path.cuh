@@ -20,6 +20,13 @@ struct prefill_state {
      * block size). */
     bf16 *fp8_view;
     size_t fp8_view_bytes;
+    /* The split-K decode attention's workspace and counters for the step's leading one-token sequences (the
+     * decode rows of a mixed step), grown to the largest need; the counters stay zero between launches. */
+    void *decode_ws;
+    size_t decode_ws_bytes;
+    unsigned *decode_counters;
+    int32_t decode_counter_count;
+    bool mixed_decode; /* KITE_CUDA_MIXED_DECODE: the decode rows take the split-K attention */
 };
 
 /* Any step batch (prefill chunks, decode tokens of several sequences, mixed): its logits rows into *kept. */

@@ -288,10 +288,13 @@ struct decode_cache<true> {
 };
 
 /* blockIdx.z = sequence * head groups + head group. Sequence s reads its QKV row s, writes its output row
- * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0). */
-template <int GROUP, typename OutT, bool FP8>
+ * s, takes its block table at block_tables + table_start[s] (table_start NULL: one sequence, offset 0).
+ * PREPARED: the input rows are the query heads alone, bf16 (n_heads * HEAD_DIM per row), already normalised and
+ * rotated, and the new K and V are already in the cache (the prefill path's decode rows, cuda_qk_norm_rope_kv):
+ * no norm, no RoPE, no append; q_norm, k_norm, rope_cos and rope_sin are not read. */
+template <int GROUP, typename OutT, bool FP8, bool PREPARED>
 __global__ void __launch_bounds__(THREADS)
-    attention_decode_kernel(const float *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
+    attention_decode_kernel(const void *qkv_rows, OutT *out_rows, cuda_kv_layer kv, const int32_t *block_tables,
                             const int32_t *table_start, const int32_t *context_lens, const float *__restrict__ q_norm,
                             const float *__restrict__ k_norm, const float *__restrict__ rope_cos,
                             const float *__restrict__ rope_sin, float eps, int n_heads, float scale_log2,
@@ -306,7 +309,11 @@ __global__ void __launch_bounds__(THREADS)
     const int head_groups = group_heads / GROUP;
     const int seq = (int)blockIdx.z / head_groups;
     const int first_head = kv_head * group_heads + ((int)blockIdx.z % head_groups) * GROUP;
-    const float *qkv = qkv_rows + (size_t)seq * (size_t)(n_heads + 2 * kv.n_kv_heads) * HEAD_DIM;
+    const float *qkv = PREPARED ? NULL
+                                : static_cast<const float *>(qkv_rows) +
+                                      (size_t)seq * (size_t)(n_heads + 2 * kv.n_kv_heads) * HEAD_DIM;
+    const bf16 *q_prepared = PREPARED ? static_cast<const bf16 *>(qkv_rows) + (size_t)seq * (size_t)n_heads * HEAD_DIM
+                                      : NULL;
     OutT *out = out_rows + (size_t)seq * (size_t)n_heads * HEAD_DIM;
     const int32_t *block_table = block_tables + (table_start ? table_start[seq] : 0);
     const size_t seq_heads = (size_t)seq * (size_t)n_heads; /* this sequence's rows of the workspace */
@@ -363,24 +370,36 @@ __global__ void __launch_bounds__(THREADS)
     };
     /* The first round's cached rows do not depend on the previous kernel: loaded before waiting for it, unless
      * this block writes the new position in that round (it must write before it reads). */
-    const bool early = split < n_used && !(begin <= position && position < begin + 2 * STREAMS);
+    const bool early = split < n_used && (PREPARED || !(begin <= position && position < begin + 2 * STREAMS));
     if (split < n_used && begin + stream < end) block_rows = rows_of_block(block);
     piece first[2];
     bool valid_first[2];
     if (early) load_round(0, first, valid_first);
     /* Norm weights and this position's angles do not depend on the previous kernel either. */
     const int d0 = 2 * lane, d1 = HEAD_DIM / 2 + 2 * lane;
-    const float qw[4] = {q_norm[d0], q_norm[d0 + 1], q_norm[d1], q_norm[d1 + 1]};
-    const float kw[4] = {k_norm[d0], k_norm[d0 + 1], k_norm[d1], k_norm[d1 + 1]};
-    const float2 rc = *reinterpret_cast<const float2 *>(rope_cos + (size_t)position * (HEAD_DIM / 2) + d0);
-    const float2 rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
+    float qw[4] = {}, kw[4] = {};
+    float2 rc = make_float2(0.0f, 0.0f), rs = make_float2(0.0f, 0.0f);
+    if (!PREPARED) {
+        qw[0] = q_norm[d0], qw[1] = q_norm[d0 + 1], qw[2] = q_norm[d1], qw[3] = q_norm[d1 + 1];
+        kw[0] = k_norm[d0], kw[1] = k_norm[d0 + 1], kw[2] = k_norm[d1], kw[3] = k_norm[d1 + 1];
+        rc = *reinterpret_cast<const float2 *>(rope_cos + (size_t)position * (HEAD_DIM / 2) + d0);
+        rs = *reinterpret_cast<const float2 *>(rope_sin + (size_t)position * (HEAD_DIM / 2) + d0);
+    }
     pdl_wait();
     pdl_launch_dependents();
     if (split >= n_used) return;
 
+    if (PREPARED) { /* the query heads as they are; thread t of the block holds dim t of each */
+        static_assert(THREADS == HEAD_DIM, "thread d loads dim d");
+#pragma unroll
+        for (int g = 0; g < GROUP; g++)
+            smem_q[g][threadIdx.x] =
+                __bfloat162float(q_prepared[(size_t)(first_head + g) * HEAD_DIM + threadIdx.x]) * scale_log2;
+    }
+
     /* The query heads of this block, and (in the block that owns the new position) the new K and V. */
     const bool owns_new = begin <= position && position < end;
-    for (int item = warp; item < GROUP + 2; item += THREADS / 32) {
+    for (int item = warp; !PREPARED && item < GROUP + 2; item += THREADS / 32) {
         if (item < GROUP) {
             float v[4];
             norm_rope_head(qkv + (size_t)(first_head + item) * HEAD_DIM, qw, rc, rs, eps, lane, v);
@@ -482,9 +501,9 @@ extern "C" kite_status cuda_attention_decode_blocks_per_sm(int n_heads, int n_kv
     int as_f32 = 0, as_bf16 = 0;
 #define OCCUPANCY_DTYPE(G, FP8)                                                                          \
     do {                                                                                                 \
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_f32, attention_decode_kernel<G, float, FP8>, \
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_f32, attention_decode_kernel<G, float, FP8, false>, \
                                                                  THREADS, 0));                           \
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_bf16, attention_decode_kernel<G, bf16, FP8>, \
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&as_bf16, attention_decode_kernel<G, bf16, FP8, false>, \
                                                                  THREADS, 0));                           \
     } while (0)
 #define OCCUPANCY(G)                                                                                     \
@@ -510,8 +529,8 @@ extern "C" size_t cuda_attention_decode_workspace(int n_heads, int head_dim, int
 
 namespace {
 
-template <typename OutT>
-kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer kv, const int32_t *block_tables,
+template <typename OutT, bool PREPARED>
+kite_status attention_decode_launch(const void *qkv, OutT *out, cuda_kv_layer kv, const int32_t *block_tables,
                                     const int32_t *table_start, const int32_t *context_lens, const float *q_norm,
                                     const float *k_norm, const float *rope_cos, const float *rope_sin, float eps,
                                     int n_heads, float scale, int n_seqs, int n_splits, void *workspace,
@@ -530,7 +549,7 @@ kite_status attention_decode_launch(const float *qkv, OutT *out, cuda_kv_layer k
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = use_pdl != 0;
 #define LAUNCH_DTYPE(G, FP8)                                                                             \
-    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT, FP8>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv, \
+    CUDA_CHECK(launch_kernel(attention_decode_kernel<G, OutT, FP8, PREPARED>, grid, dim3(THREADS), 0, s, pdl, qkv, out, kv, \
                              block_tables, table_start, context_lens, q_norm, k_norm, rope_cos, rope_sin, eps,    \
                              n_heads, scale_log2, n_splits, ws_acc, ws_stats, counters))
 #define LAUNCH(G)                                                                                        \
@@ -555,7 +574,7 @@ extern "C" kite_status cuda_attention_decode(const float *qkv, float *out, cuda_
                                              const float *rope_cos, const float *rope_sin, float eps, int n_heads,
                                              float scale, int n_splits, void *workspace, unsigned *counters,
                                              void *stream, int use_pdl) {
-    return attention_decode_launch<float>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos,
+    return attention_decode_launch<float, false>(qkv, out, kv, block_table, NULL, context_len, q_norm, k_norm, rope_cos,
                                           rope_sin, eps, n_heads, scale, 1, n_splits, workspace, counters, stream,
                                           use_pdl);
 }
@@ -567,10 +586,20 @@ extern "C" kite_status cuda_attention_decode_rows(const float *qkv, void *out, i
                                                   float eps, int n_heads, float scale, int n_seqs, int n_splits,
                                                   void *workspace, unsigned *counters, void *stream, int use_pdl) {
     if (out_bf16)
-        return attention_decode_launch<bf16>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start, context_lens,
+        return attention_decode_launch<bf16, false>(qkv, static_cast<bf16 *>(out), kv, block_tables, table_start, context_lens,
                                              q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs, n_splits,
                                              workspace, counters, stream, use_pdl);
-    return attention_decode_launch<float>(qkv, static_cast<float *>(out), kv, block_tables, table_start, context_lens,
+    return attention_decode_launch<float, false>(qkv, static_cast<float *>(out), kv, block_tables, table_start, context_lens,
                                           q_norm, k_norm, rope_cos, rope_sin, eps, n_heads, scale, n_seqs, n_splits,
                                           workspace, counters, stream, use_pdl);
+}
+
+extern "C" kite_status cuda_attention_decode_prepared(const void *q, void *out, cuda_kv_layer kv,
+                                                      const int32_t *block_tables, const int32_t *table_start,
+                                                      const int32_t *context_lens, int n_heads, float scale,
+                                                      int n_seqs, int n_splits, void *workspace, unsigned *counters,
+                                                      void *stream) {
+    return attention_decode_launch<bf16, true>(q, static_cast<bf16 *>(out), kv, block_tables, table_start,
+                                               context_lens, NULL, NULL, NULL, NULL, 0.0f, n_heads, scale, n_seqs,
+                                               n_splits, workspace, counters, stream, 0);
 }

@@ -10,7 +10,7 @@
  *   kv_fp8.cu                the fp8 KV cache: quantization, the  cuda_kv_fp8_quantize, cuda_kv_fp8_dequantize_blocks
  *                            prefill's bf16 view                  (kv_fp8.cuh: the warp's part, the cache's offsets)
  *   attention_prefill.cu     flash attention over the paged cache cuda_attention_prefill
- *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows)
+ *   attention_decode.cu      split-K decode attention             cuda_attention_decode(_rows, _prepared)
  *   attention_decode_bulk.cu cluster decode attention, bulk-fed   cuda_attention_decode_bulk(_rows)
  *   gemv.cu                  decode matrix-vector products        cuda_gemv, cuda_gemv_fp8
  *   fp8_weights.cu           fp8 weights: quantize, dequantize    cuda_fp8_quantize_weight, ..._dequantize_weight
@@ -192,6 +192,15 @@ kite_status cuda_attention_decode_rows(const float *qkv, void *out, int out_bf16
                                        const float *rope_cos, const float *rope_sin, float eps, int n_heads,
                                        float scale, int n_seqs, int n_splits, void *workspace, unsigned *counters,
                                        void *stream, int use_pdl);
+
+/* cuda_attention_decode_rows for the one-token sequences of a prefill-path step, whose query heads are already
+ * normalised and rotated and whose new K and V are already in the cache (cuda_qk_norm_rope_kv): q bf16 (n_seqs,
+ * n_heads, head_dim), row s sequence s's; out bf16 (n_seqs, n_heads * head_dim). Block tables, context lengths,
+ * workspace and counters as cuda_attention_decode_rows; bf16 or fp8 caches (the fp8 one read directly). */
+kite_status cuda_attention_decode_prepared(const void *q, void *out, cuda_kv_layer kv, const int32_t *block_tables,
+                                           const int32_t *table_start, const int32_t *context_lens, int n_heads,
+                                           float scale, int n_seqs, int n_splits, void *workspace, unsigned *counters,
+                                           void *stream);
 
 /* Decode matrix-vector products: weight bf16 (rows, cols), x fp32 (cols), 16-byte loads, each weight
  * read once. The input is x, or rmsnorm(x) * norm_weight when norm_weight is not NULL. Epilogues:
