@@ -15,6 +15,8 @@
  *                           [--mixed 256]  (after each --batch B at a depth: steps of those B decode rows plus one
  *                                           more sequence reading a P-token prompt chunk, the step a server runs
  *                                           when a request arrives while others generate: the general path)
+ *                           [--mixed-vary] (the chunk of each mixed step P - (step mod 97) tokens: a new step shape
+ *                                           every step, as a server's steps are)
  *                           [--kv-cache-dtype bf16|fp8] */
 #include <stdint.h>
 #include <stdio.h>
@@ -118,8 +120,8 @@ static double decode_seconds(backend *b, const int32_t *tokens, int n_seqs, int 
 /* Median seconds per mixed step: n_seqs decode rows at `depth` + g (as decode_seconds) and sequence n_seqs reading
  * the P-token chunk tokens[0 .. P) at positions 0 .. P - 1 (the same chunk every step: its K/V rows are rewritten
  * in place), every sequence wanting logits; n_gen steps, the first repeat warm-up. */
-static double mixed_seconds(backend *b, const int32_t *tokens, int n_seqs, int depth, int chunk, int n_gen, int reps,
-                            double *samples) {
+static double mixed_seconds(backend *b, const int32_t *tokens, int n_seqs, int depth, int chunk, int vary, int n_gen,
+                            int reps, double *samples) {
     const int S = n_seqs + 1, T = n_seqs + chunk;
     int32_t *ids = malloc((size_t)T * sizeof *ids), *start = malloc((size_t)(S + 1) * sizeof *start);
     int32_t *ctx = malloc((size_t)S * sizeof *ctx), *next = malloc((size_t)S * sizeof *next);
@@ -139,10 +141,14 @@ static double mixed_seconds(backend *b, const int32_t *tokens, int n_seqs, int d
         for (int s = 0; s < n_seqs; s++) ids[s] = tokens[depth + s];
         const double t0 = now_s();
         for (int g = 0; g < n_gen; g++) {
+            /* --mixed-vary: step g reads chunk - (step index mod 97) tokens, a new step shape each time (as a
+             * server's steps are), so the backend's per-shape plans miss as they do there. */
+            const int step_chunk = vary ? chunk - (r * n_gen + g) % 97 : chunk;
             for (int s = 0; s < n_seqs; s++) ctx[s] = depth + g + 1;
-            memcpy(ids + n_seqs, tokens, (size_t)chunk * sizeof *ids);
-            ctx[n_seqs] = chunk;
-            step_batch batch = {S, T, ids, start, ctx, tables, wants, false, true};
+            memcpy(ids + n_seqs, tokens, (size_t)step_chunk * sizeof *ids);
+            ctx[n_seqs] = step_chunk;
+            start[S] = n_seqs + step_chunk;
+            step_batch batch = {S, n_seqs + step_chunk, ids, start, ctx, tables, wants, false, true};
             TRY(b->ops->forward(b, &batch));
             TRY(b->ops->argmax(b, next, S));
             memcpy(ids, next, (size_t)n_seqs * sizeof *ids);
@@ -164,7 +170,7 @@ int main(int argc, char **argv) {
     int prompts[MAX_LIST] = {256, 2048}, n_prompts = 2;
     int depths[MAX_LIST] = {256, 16384}, n_depths = 2;
     int batches[MAX_LIST] = {1}, n_batches = 1;
-    int n_gen = 128, reps = 5, variants = 0, queued = 0, mixed_chunk = 0;
+    int n_gen = 128, reps = 5, variants = 0, queued = 0, mixed_chunk = 0, mixed_vary = 0;
     kite_kv_cache_dtype kv_dtype = KITE_KV_CACHE_BF16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
@@ -178,16 +184,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) block_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--identity-table")) identity_table = 1;
         else if (!strcmp(argv[i], "--mixed") && i + 1 < argc) mixed_chunk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mixed-vary")) mixed_vary = 1;
         else if (!strcmp(argv[i], "--kv-cache-dtype") && i + 1 < argc && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "fp8")))
             kv_dtype = !strcmp(argv[++i], "fp8") ? KITE_KV_CACHE_FP8 : KITE_KV_CACHE_BF16;
         else {
-            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--queued] [--batch 1,8,32] [--block-size 128] [--identity-table] [--mixed P] [--kv-cache-dtype bf16|fp8]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shape NAME] [-p 256,2048] [-n 128] [--depth 256,16384] [--reps 5] [--variants] [--queued] [--batch 1,8,32] [--block-size 128] [--identity-table] [--mixed P] [--mixed-vary] [--kv-cache-dtype bf16|fp8]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 1 || reps > 64) reps = 5;
-    if (mixed_chunk < 0 || mixed_chunk > 4096) {
-        fprintf(stderr, "--mixed: %d is not in 0 .. 4096 tokens\n", mixed_chunk);
+    if (mixed_chunk < 0 || mixed_chunk > 4096 || (mixed_vary && mixed_chunk <= 97)) {
+        fprintf(stderr, "--mixed: %d is not in 0 .. 4096 tokens (98 .. with --mixed-vary)\n", mixed_chunk);
         return 2;
     }
     int max_batch = 1;
@@ -290,9 +297,10 @@ int main(int argc, char **argv) {
             }
             TRY(cuda_backend_set_decode_options(gpu, 1, 1));
             if (mixed_chunk > 0) {
-                const double t = mixed_seconds(gpu, tokens, n_seqs, depth, mixed_chunk, n_gen, reps, samples);
+                const double t = mixed_seconds(gpu, tokens, n_seqs, depth, mixed_chunk, mixed_vary, n_gen, reps, samples);
                 char name[64];
-                snprintf(name, sizeof name, "mixed %d + pp%d @ depth %d", n_seqs, mixed_chunk, depth);
+                snprintf(name, sizeof name, "mixed %d + pp%d%s @ depth %d", n_seqs, mixed_chunk, mixed_vary ? "-" : "",
+                         depth);
                 printf("%-34s %12.1f %12.4f %9s\n", name, n_seqs / t, 1e3 * t, "-");
             }
             if (queued) { /* a diagnostic: the same steps without the host's wait for each step's ids */

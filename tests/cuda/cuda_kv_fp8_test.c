@@ -14,6 +14,8 @@
  *   of fp8 (on the CPU, 0.6B shape, 192 positions: ~3.2e-2 against ~6e-3 with a float32 cache);
  * - greedy tokens over 16 steps under the near-tie rule;
  * - batched decode of B = 4 sequences of 20 to 260 positions, 4 steps, teacher-forced, within the same limit;
+ * - a mixed step (two decode rows first, read directly by the split-K decode attention, then a prompt chunk and a
+ *   decode row, through the view), within the same limit, with 128- and 16-position blocks;
  * - with 16-position blocks (the mma prefill fallback over the view): two sequences prefilled in one step, then
  *   chunked and decoded, within the same limit;
  * - the pool's sizing: 2 x layers x kv heads x (head_dim + 4) bytes per position;
@@ -265,6 +267,44 @@ static void test_batched(void) {
     free(cpu_rows), free(gpu_rows), free(budget_rows);
 }
 
+/* A mixed step as a server runs it: two generating sequences first (one token each, at 301 and 41 positions: the
+ * split-K decode attention reading the fp8 codes directly), then a 64-token prompt chunk continuing 100 positions and
+ * a third generating sequence after it (both the prefill attention over the bf16 view), within the same limit. */
+static void test_mixed_step(void) {
+    const int V = config.vocab_size;
+    const int before[N_SEQS] = {300, 40, 100, 20}, n_new[N_SEQS] = {1, 1, 64, 1};
+    int32_t toks[67], start[N_SEQS + 1] = {0}, ctx[N_SEQS];
+    const int32_t *bt[N_SEQS];
+    uint8_t wants[N_SEQS] = {1, 1, 1, 1};
+    for (int s = 0; s < N_SEQS; s++) {
+        int32_t prompt[400];
+        prompt_tokens(prompt, before[s] + n_new[s], 300 + (uint32_t)s);
+        run_seq(cpu, s, prompt, before[s], 0);
+        run_seq(cpu_bf16, s, prompt, before[s], 0);
+        run_seq(gpu, s, prompt, before[s], 0);
+        memcpy(toks + start[s], prompt + before[s], (size_t)n_new[s] * sizeof(int32_t));
+        start[s + 1] = start[s] + n_new[s];
+        ctx[s] = before[s] + n_new[s];
+        bt[s] = tables[s];
+    }
+    float *cpu_rows = xmalloc((size_t)N_SEQS * V * 4), *gpu_rows = xmalloc((size_t)N_SEQS * V * 4);
+    float *budget_rows = xmalloc((size_t)N_SEQS * V * 4);
+    step_batch b = {N_SEQS, start[N_SEQS], toks, start, ctx, bt, wants, false, false};
+    TRY(gpu->ops->forward(gpu, &b));
+    TRY(gpu->ops->read_logits(gpu, gpu_rows, N_SEQS));
+    TRY(cpu->ops->forward(cpu, &b));
+    TRY(cpu->ops->read_logits(cpu, cpu_rows, N_SEQS));
+    TRY(cpu_bf16->ops->forward(cpu_bf16, &b));
+    TRY(cpu_bf16->ops->read_logits(cpu_bf16, budget_rows, N_SEQS));
+    worst_case worst = {0, 0, 0};
+    for (int s = 0; s < N_SEQS; s++)
+        compare_row(gpu_rows + (size_t)s * V, cpu_rows + (size_t)s * V, budget_rows + (size_t)s * V, &worst);
+    char what[128];
+    snprintf(what, sizeof what, "block size %d: mixed step (2 decode rows, a 64-token chunk, a decode row)", block_size);
+    report(what, worst);
+    free(cpu_rows), free(gpu_rows), free(budget_rows);
+}
+
 /* 16-position blocks: two sequences prefilled in one step (one view group, two sequences), then one of them
  * continued in a chunk and decoded. */
 static void test_small_blocks(void) {
@@ -487,9 +527,11 @@ int main(void) {
     TEST_RUN(test_teacher_forced);
     TEST_RUN(test_greedy);
     TEST_RUN(test_batched);
+    TEST_RUN(test_mixed_step);
     reserve_all(16, MAX_BLOCKS);
     TEST_RUN(test_stored_codes);
     TEST_RUN(test_small_blocks);
+    TEST_RUN(test_mixed_step);
 
     gpu_bf16->ops->destroy(gpu_bf16);
     gpu->ops->destroy(gpu);
