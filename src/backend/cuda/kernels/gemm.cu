@@ -3,7 +3,10 @@
  *
  * Row-major Y (n, m) is column-major Y^T (m x n), so cuBLASLt computes Y^T = op(W) . X with W read as
  * the column-major (k x m) matrix transposed ("TN"). The heuristic's algorithm and the descriptors are
- * created once per (m, n, k, out type, beta, slices) and cached; one 32 MiB workspace serves every call.
+ * created once per (m, plan rows, k, out type, beta, slices) and cached; one 32 MiB workspace serves every call.
+ * Plan rows are n rounded up to a multiple of PLAN_ROWS_STEP past SMALL_ROWS: a server's steps read a different
+ * number of tokens nearly every time, and a plan per exact n would query the heuristic (and evict a plan) on
+ * almost every prefill step; the bucket's algorithm runs the real n, set on the plan's layouts before the call.
  *
  * cuda_gemm_bf16_split runs the same product as `slices` k slices in one strided-batch launch, each writing its
  * own fp32 partial: for the batched decode's small-n products this gives cuBLASLt more blocks than its own
@@ -27,9 +30,20 @@ namespace {
 
 constexpr size_t WORKSPACE_BYTES = 32u << 20;
 constexpr int CACHE_ENTRIES = 96;
+/* Up to SMALL_ROWS rows (single-stream and batched decode, whose buckets are fixed) a plan is for its exact n. */
+constexpr int SMALL_ROWS = 256;
+constexpr int PLAN_ROWS_STEP = 128;
+
+/* The n a plan for n rows is made for. Strided-batch (sliced) plans keep their exact n: their partials' stride is
+ * m x n. */
+int plan_rows(int n, int slices) {
+    if (slices > 1 || n <= SMALL_ROWS) return n;
+    return (n + PLAN_ROWS_STEP - 1) / PLAN_ROWS_STEP * PLAN_ROWS_STEP;
+}
 
 struct gemm_plan {
-    int m, n, k, out_f32, accumulate;
+    int m, n, k, out_f32, accumulate; /* n: the plan rows (plan_rows) */
+    int layout_n;                     /* the n the layouts b and c hold now */
     int slices; /* > 1: k split into this many slices, one fp32 partial product each (a strided batch) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -60,6 +74,7 @@ kite_status plan_create(cuda_gemm *g, gemm_plan *p, int m, int n, int k, int out
     memset(p, 0, sizeof *p);
     p->m = m;
     p->n = n;
+    p->layout_n = n;
     p->k = k;
     p->out_f32 = out_f32;
     p->accumulate = accumulate;
@@ -142,10 +157,11 @@ namespace {
 kite_status run_gemm(cuda_gemm *g, const void *x, const void *w, void *y, int out_f32, float beta, int n, int m, int k,
                      int slices, void *stream) {
     const int accumulate = beta != 0.0f;
+    const int rows = plan_rows(n, slices);
     gemm_plan *plan = NULL;
     for (int i = 0; i < g->n_plans; i++) {
         gemm_plan *p = &g->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->accumulate == accumulate &&
+        if (p->m == m && p->n == rows && p->k == k && p->out_f32 == out_f32 && p->accumulate == accumulate &&
             p->slices == slices) {
             plan = p;
             break;
@@ -159,12 +175,18 @@ kite_status run_gemm(cuda_gemm *g, const void *x, const void *w, void *y, int ou
             g->next_victim = (g->next_victim + 1) % CACHE_ENTRIES;
             plan_destroy(plan);
         }
-        kite_status status = plan_create(g, plan, m, n, k, out_f32, accumulate, slices);
+        kite_status status = plan_create(g, plan, m, rows, k, out_f32, accumulate, slices);
         if (status != KITE_OK) {
             plan_destroy(plan);
             plan->m = -1; /* never matches */
             return status;
         }
+    }
+    if (plan->layout_n != n) {
+        const uint64_t cols = (uint64_t)n;
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(plan->b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(plan->c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
+        plan->layout_n = n;
     }
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(g->handle, plan->op, &alpha, w, plan->a, x, plan->b, &beta, y, plan->c, y, plan->c,
