@@ -3,10 +3,12 @@
  *
  * Row-major Y (n, m) is column-major Y^T (m x n), so cuBLASLt computes Y^T = op(W) . X with W read as
  * the column-major (k x m) matrix transposed ("TN"). The heuristic's algorithm and the descriptors are
- * created once per (m, plan rows, k, out type, beta, slices) and cached; one 32 MiB workspace serves every call.
- * Plan rows are n rounded up to a multiple of PLAN_ROWS_STEP past SMALL_ROWS: a server's steps read a different
- * number of tokens nearly every time, and a plan per exact n would query the heuristic (and evict a plan) on
- * almost every prefill step; the bucket's algorithm runs the real n, set on the plan's layouts before the call.
+ * created once per (m, plan rows, k, out type, beta, slices) and cached (the least recently used plan makes room);
+ * one 32 MiB workspace serves every call. Plan rows are n rounded up to a bucket (plan_rows): a server's steps read
+ * a different number of tokens and want a different number of logits rows nearly every time, and a plan per exact
+ * n queried the heuristic on almost every prefill step, ~0.7 ms of host time each (measured in kite serve at
+ * concurrency 128: 0.75 ms per lm_head call, 26 us per layer product, while the GPU waited). The bucket's
+ * algorithm runs the real n, set on the plan's layouts before the call.
  *
  * cuda_gemm_bf16_split runs the same product as `slices` k slices in one strided-batch launch, each writing its
  * own fp32 partial: for the batched decode's small-n products this gives cuBLASLt more blocks than its own
@@ -30,20 +32,29 @@ namespace {
 
 constexpr size_t WORKSPACE_BYTES = 32u << 20;
 constexpr int CACHE_ENTRIES = 96;
-/* Up to SMALL_ROWS rows (single-stream and batched decode, whose buckets are fixed) a plan is for its exact n. */
-constexpr int SMALL_ROWS = 256;
-constexpr int PLAN_ROWS_STEP = 128;
+/* Plan rows: n itself up to EXACT_ROWS (single-stream decode and small steps), the next power of two up to
+ * POWER_ROWS (the batched decode's buckets, which are powers of two, keep their exact plans), then multiples of
+ * LARGE_ROWS_STEP. */
+constexpr int EXACT_ROWS = 16;
+constexpr int POWER_ROWS = 256;
+constexpr int LARGE_ROWS_STEP = 256;
 
 /* The n a plan for n rows is made for. Strided-batch (sliced) plans keep their exact n: their partials' stride is
  * m x n. */
 int plan_rows(int n, int slices) {
-    if (slices > 1 || n <= SMALL_ROWS) return n;
-    return (n + PLAN_ROWS_STEP - 1) / PLAN_ROWS_STEP * PLAN_ROWS_STEP;
+    if (slices > 1 || n <= EXACT_ROWS) return n;
+    if (n <= POWER_ROWS) {
+        int rows = EXACT_ROWS;
+        while (rows < n) rows *= 2;
+        return rows;
+    }
+    return (n + LARGE_ROWS_STEP - 1) / LARGE_ROWS_STEP * LARGE_ROWS_STEP;
 }
 
 struct gemm_plan {
     int m, n, k, out_f32, accumulate; /* n: the plan rows (plan_rows) */
     int layout_n;                     /* the n the layouts b and c hold now */
+    unsigned long long last_use;      /* the call count when the plan last ran: the least recent makes room */
     int slices; /* > 1: k split into this many slices, one fp32 partial product each (a strided batch) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -65,7 +76,7 @@ struct cuda_gemm {
     void *workspace;
     gemm_plan plans[CACHE_ENTRIES];
     int n_plans;
-    int next_victim;
+    unsigned long long calls;
 };
 
 namespace {
@@ -171,8 +182,9 @@ kite_status run_gemm(cuda_gemm *g, const void *x, const void *w, void *y, int ou
         if (g->n_plans < CACHE_ENTRIES) {
             plan = &g->plans[g->n_plans++];
         } else {
-            plan = &g->plans[g->next_victim];
-            g->next_victim = (g->next_victim + 1) % CACHE_ENTRIES;
+            plan = &g->plans[0];
+            for (int i = 1; i < g->n_plans; i++)
+                if (g->plans[i].last_use < plan->last_use) plan = &g->plans[i];
             plan_destroy(plan);
         }
         kite_status status = plan_create(g, plan, m, rows, k, out_f32, accumulate, slices);
@@ -182,6 +194,7 @@ kite_status run_gemm(cuda_gemm *g, const void *x, const void *w, void *y, int ou
             return status;
         }
     }
+    plan->last_use = ++g->calls;
     if (plan->layout_n != n) {
         const uint64_t cols = (uint64_t)n;
         CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(plan->b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
