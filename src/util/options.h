@@ -34,8 +34,6 @@ extern "C" {
       "decode kernels use programmatic dependent launch (0: each kernel waits for the previous one to end)")   \
     X(cuda_batch, "KITE_CUDA_BATCH", BOOL, 1, 0, 1,                                                            \
       "2-256 sequences decode through the batched path (0: through the prefill path)")                 \
-    X(cuda_mixed_decode, "KITE_CUDA_MIXED_DECODE", BOOL, 1, 0, 1,                                              \
-      "one-token sequences of prefill-path steps take the split-K decode attention (0: the prefill attention)") \
     X(cuda_attention_cluster, "KITE_CUDA_ATTENTION_CLUSTER", BOOL, 1, 0, 1,                                    \
       "short contexts' decode attention runs in thread-block clusters (0: split-K attention at every depth)")  \
     X(cuda_lm_head_screen, "KITE_CUDA_LM_HEAD_SCREEN", BOOL, 1, 0, 1,                                          \

@@ -338,7 +338,6 @@ kite_status create_without_weights(const qwen3_config *config, int device, const
     bp->split = batch_split_fits(c, BATCH_SPLIT) ? BATCH_SPLIT : 0; /* a split that does not fit is not used */
     bp->split_max_rows = BATCH_SPLIT_MAX_ROWS;
     d->bulk_max_context = BULK_MAX_CONTEXT;
-    b->prefill.mixed_decode = options->cuda_mixed_decode != 0;
 
     kite_status status = KITE_OK;
     STEP(cuda_status(cudaDeviceGetAttribute(&core->sm_count, cudaDevAttrMultiProcessorCount, device),

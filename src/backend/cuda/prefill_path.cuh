@@ -26,7 +26,6 @@ struct prefill_state {
     size_t decode_ws_bytes;
     unsigned *decode_counters;
     int32_t decode_counter_count;
-    bool mixed_decode; /* KITE_CUDA_MIXED_DECODE: the decode rows take the split-K attention */
 };
 
 /* Any step batch (prefill chunks, decode tokens of several sequences, mixed): its logits rows into *kept. */

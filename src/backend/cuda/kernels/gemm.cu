@@ -6,9 +6,8 @@
  * created once per (m, plan rows, k, out type, beta, slices) and cached (the least recently used plan makes room);
  * one 32 MiB workspace serves every call. Plan rows are n rounded up to a bucket (plan_rows): a server's steps read
  * a different number of tokens and want a different number of logits rows nearly every time, and a plan per exact
- * n queried the heuristic on almost every prefill step, ~0.7 ms of host time each (measured in kite serve at
- * concurrency 128: 0.75 ms per lm_head call, 26 us per layer product, while the GPU waited). The bucket's
- * algorithm runs the real n, set on the plan's layouts before the call.
+ * n queried the heuristic on most prefill steps (in kite serve at concurrency 128 the lm_head's call took 0.75 ms
+ * of host time per step). The bucket's algorithm runs the real n, set on the plan's layouts before the call.
  *
  * cuda_gemm_bf16_split runs the same product as `slices` k slices in one strided-batch launch, each writing its
  * own fp32 partial: for the batched decode's small-n products this gives cuBLASLt more blocks than its own
