@@ -1,4 +1,4 @@
-/* Randomised continuous batching on the CPU backend (tiny checkpoint): requests of random lengths arrive at
+/* Randomised continuous batching on the CPU backend (tiny-vocab1k: token ids only, no text): requests of random lengths arrive at
  * random steps, half of them sample with a temperature (each with its own seed), some are cancelled, the KV cache is small enough to force preemption and the step budget
  * small enough to chunk prompts. Every request that runs to the end must produce exactly the tokens it
  * produces alone; a cancelled one a prefix of them; every block comes back; no event follows a final one. */
@@ -57,11 +57,12 @@ static kite_request make_request(const plan *p, token_record *o) {
 }
 
 static void run_scenario(kite_model *m, int round) {
+    const uint32_t vocab_size = (uint32_t)kite_model_get_info(m).vocab_size;
     plan plans[N_REQUESTS];
     for (int i = 0; i < N_REQUESTS; i++) {
         plan *p = &plans[i];
         p->n_prompt = 1 + (int32_t)(next_u32() % MAX_PROMPT);
-        for (int k = 0; k < p->n_prompt; k++) p->prompt[k] = (int32_t)(next_u32() % 151643);
+        for (int k = 0; k < p->n_prompt; k++) p->prompt[k] = (int32_t)(next_u32() % vocab_size);
         p->max_new = 1 + (int32_t)(next_u32() % MAX_NEW);
         p->arrival_step = (int)(next_u32() % 30);
         p->cancel_step = next_u32() % 4 == 0 ? p->arrival_step + (int)(next_u32() % 10) : -1;
@@ -136,7 +137,7 @@ static void test_random_scenarios(void) {
     p.backend = KITE_BACKEND_CPU;
     p.n_threads = 2;
     kite_model *m = NULL;
-    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m);
+    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny-vocab1k", &p, &m);
     CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
     if (s != KITE_OK) return;
     for (int round = 0; round < N_ROUNDS; round++) run_scenario(m, round);
