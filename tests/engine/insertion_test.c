@@ -60,8 +60,8 @@ static kite_model *load_model(void) {
 
 /* tiny-vocab1k's ids (tests/data/tools/make_small_vocab.py): "Hello, world! The quick brown fox jumps over the lazy
  * dog." and "\n\n<tool_call>\n{"name": "", whose first id is "\n\n" and second <tool_call> (1012). */
-static const int32_t base_prompt[] = {39,  301, 385, 11, 289, 269, 507, 0,  576, 922, 865, 293, 651, 77, 282,
-                                      78, 87,  502, 372, 79, 82,  916, 279, 326, 64, 89,  88,  294, 538, 13};
+static const int32_t base_prompt[] = {39, 301, 385, 11,  289, 269, 507, 0,   576, 922, 865, 293, 651, 77,  282,
+                                      78, 87,  502, 372, 79,  82,  916, 279, 326, 64,  89,  88,  294, 538, 13};
 #define N_BASE ((int32_t)(sizeof base_prompt / sizeof base_prompt[0]))
 static const int32_t insertion[] = {271, 1012, 198, 90, 1, 606, 788, 330};
 #define N_INSERTION ((int32_t)(sizeof insertion / sizeof insertion[0]))
