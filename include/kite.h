@@ -188,7 +188,7 @@ kite_load_params kite_load_params_default(void);
 kite_status kite_model_load(const char *dir, const kite_load_params *params, kite_model **out);
 
 /* A model of a named shape ("qwen3-0.6b-base", "qwen3-1.7b-base", "qwen3-4b-base", "qwen3-8b-base",
- * "tiny") with random weights drawn from seed, and no tokenizer: for benchmarks and tests. */
+ * "tiny", "tiny-vocab1k") with random weights drawn from seed, and no tokenizer: for benchmarks and tests. */
 kite_status kite_model_load_dummy(const char *shape, uint64_t seed, const kite_load_params *params,
                                   kite_model **out);
 void kite_model_free(kite_model *model);

@@ -1,7 +1,8 @@
 /* The config.json of each model shape that `kite bench --dummy NAME` can build with random weights,
  * as published on the Hugging Face hub (Qwen/Qwen3-*-Base), plus "tiny", the small test shape of
- * make_checkpoint.py. Kept as text so a dummy model goes through the same parser and validation as a
- * real checkpoint. */
+ * make_checkpoint.py, and "tiny-vocab1k", tiny with a 1,024-id vocabulary (tests/data/tiny-vocab1k's config,
+ * tests/data/tools/make_small_vocab.py) for the tests that run token ids only. Kept as text so a dummy model goes
+ * through the same parser and validation as a real checkpoint. */
 #include <string.h>
 
 #include "checkpoint/config.h"
@@ -24,9 +25,13 @@ static const known_shape known_shapes[] = {
      "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, \"bos_token_id\": 151643, \"eos_token_id\": 151643, \"head_dim\": 128, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"initializer_range\": 0.02, \"intermediate_size\": 12288, \"max_position_embeddings\": 32768, \"max_window_layers\": 36, \"model_type\": \"qwen3\", \"num_attention_heads\": 32, \"num_hidden_layers\": 36, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}"},
     {"tiny",
      "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, \"bos_token_id\": 151643, \"eos_token_id\": 151643, \"head_dim\": 32, \"hidden_act\": \"silu\", \"hidden_size\": 32, \"initializer_range\": 0.2, \"intermediate_size\": 96, \"max_position_embeddings\": 4096, \"max_window_layers\": 2, \"model_type\": \"qwen3\", \"num_attention_heads\": 2, \"num_hidden_layers\": 2, \"num_key_value_heads\": 1, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}"},
+    {"tiny-vocab1k",
+     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, \"bos_token_id\": 998, \"eos_token_id\": 998, \"head_dim\": 32, \"hidden_act\": \"silu\", \"hidden_size\": 32, \"initializer_range\": 0.2, \"intermediate_size\": 96, \"max_position_embeddings\": 4096, \"max_window_layers\": 2, \"model_type\": \"qwen3\", \"num_attention_heads\": 2, \"num_hidden_layers\": 2, \"num_key_value_heads\": 1, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 1024}"},
 };
 
-const char *known_shape_names(void) { return "qwen3-0.6b-base, qwen3-1.7b-base, qwen3-4b-base, qwen3-8b-base, tiny"; }
+const char *known_shape_names(void) {
+    return "qwen3-0.6b-base, qwen3-1.7b-base, qwen3-4b-base, qwen3-8b-base, tiny, tiny-vocab1k";
+}
 
 kite_status known_shape_config(const char *name, qwen3_config *out) {
     return known_shape_config_overriding(name, NULL, out);

@@ -1,7 +1,8 @@
-/* kite.h's benchmark on the CPU backend with the dummy tiny model: rows come back timed through the engine with
- * the steps they claim (the overlapped greedy decode's included), bad parameters are refused with a message, and
- * the gate, run against a CPU reference (bench_run_with_reference), passes on the same weights and fails on other
- * weights or on a backend whose ids-only step picks a wrong id. Also the engine hooks the benchmark stands on. */
+/* kite.h's benchmark on the CPU backend with the dummy tiny-vocab1k model (token ids only): rows come back timed
+ * through the engine with the steps they claim (the overlapped greedy decode's included), bad parameters are refused
+ * with a message, and the gate, run against a CPU reference (bench_run_with_reference), passes on the same weights and
+ * fails on other weights or on a backend whose ids-only step picks a wrong id. Also the engine hooks the benchmark
+ * stands on. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,12 +28,12 @@ static void collect(const kite_bench_row *row, void *user_data) {
     c->n++;
 }
 
-static kite_model *load_tiny(uint64_t seed) {
+static kite_model *load_dummy(uint64_t seed) {
     kite_load_params p = kite_load_params_default();
     p.backend = KITE_BACKEND_CPU;
     p.n_threads = 2;
     kite_model *m = NULL;
-    kite_status s = kite_model_load_dummy("tiny", seed, &p, &m);
+    kite_status s = kite_model_load_dummy("tiny-vocab1k", seed, &p, &m);
     CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
     return m;
 }
@@ -70,7 +71,7 @@ static void check_timed(const kite_bench_row *row, int64_t steps, int64_t ahead,
 }
 
 static void test_greedy_rows(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     kite_bench_params p = small_params();
     kite_bench_info info;
@@ -100,7 +101,7 @@ static void test_greedy_rows(void) {
 }
 
 static void test_sampled_rows(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     kite_bench_params p = small_params();
     p.prefill = NULL;
@@ -120,7 +121,7 @@ static void test_sampled_rows(void) {
 /* Prompts grouped whole per step, 8,192 tokens at most: 3 prompts of 3,000 take two steps (2 + 1), one of
  * 9,000 one step. */
 static void test_prefill_steps(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     static const int32_t prefill[] = {3000}, batch[] = {3}, long_prefill[] = {9000}, one[] = {1};
     kite_bench_params p = kite_bench_params_default();
@@ -137,7 +138,7 @@ static void test_prefill_steps(void) {
     kite_model_free(m);
 
     /* The tiny shape allows 4,096 positions: a longer prompt is refused before anything runs. */
-    m = load_tiny(0);
+    m = load_dummy(0);
     if (!m) return;
     p.prefill = long_prefill;
     p.batch = one;
@@ -150,7 +151,7 @@ static void test_prefill_steps(void) {
 /* Rows whose lengths fill whole KV blocks: the engine is sized for them alone (no other row leaves room), so
  * each request's one position past its prompt must be planned for. */
 static void test_rows_at_block_multiples(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     static const int32_t prefill[] = {256}, decode[] = {63}, batch[] = {1}, depth[] = {64};
     kite_bench_params p = kite_bench_params_default();
@@ -189,7 +190,7 @@ static void expect_refused(kite_model *m, const kite_bench_params *p, const char
 }
 
 static void test_bad_params(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     static const int32_t zero[] = {0}, too_many[] = {KITE_BENCH_MAX_BATCH + 1}, negative[] = {-1}, deep[] = {4092};
     kite_bench_params p = small_params();
@@ -243,7 +244,7 @@ static void test_bad_params(void) {
 /* The gate on a CPU target against a CPU reference of the same weights: every row passes, nothing between them
  * but what bf16 storage would add. */
 static void test_gate_passes_on_the_same_weights(void) {
-    kite_model *m = load_tiny(0), *reference = load_tiny(0);
+    kite_model *m = load_dummy(0), *reference = load_dummy(0);
     if (!m || !reference) {
         kite_model_free(m);
         kite_model_free(reference);
@@ -267,7 +268,7 @@ static void test_gate_passes_on_the_same_weights(void) {
 
 /* Against another seed's weights every row fails its gate, and no failed row is timed. */
 static void test_gate_fails_on_other_weights(void) {
-    kite_model *m = load_tiny(0), *reference = load_tiny(1);
+    kite_model *m = load_dummy(0), *reference = load_dummy(1);
     if (!m || !reference) {
         kite_model_free(m);
         kite_model_free(reference);
@@ -300,7 +301,7 @@ static kite_status wrong_argmax(backend *self, int32_t *ids, int32_t n_rows) {
 }
 
 static void test_gate_fails_on_wrong_ids(void) {
-    kite_model *m = load_tiny(0), *reference = load_tiny(0);
+    kite_model *m = load_dummy(0), *reference = load_dummy(0);
     if (!m || !reference) {
         kite_model_free(m);
         kite_model_free(reference);
@@ -343,7 +344,7 @@ static kite_status recording_forward(backend *self, const step_batch *batch) {
 }
 
 static void test_repetitions_reuse_their_blocks(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     const backend_ops *ops = m->backend->ops;
     backend_ops recording = *ops;
@@ -375,7 +376,7 @@ static void count_event(const kite_token_event *event, void *user_data) {
 }
 
 static void test_engine_hooks(void) {
-    kite_model *m = load_tiny(0);
+    kite_model *m = load_dummy(0);
     if (!m) return;
     kite_engine_params ep = kite_engine_params_default();
     ep.max_sequences = 4;
@@ -435,7 +436,26 @@ static void test_engine_hooks(void) {
     kite_model_free(m);
 }
 
+/* The dummy shape is the checkpoint tests/data/tiny-vocab1k's. */
+static void test_the_shape_is_the_checkpoints(void) {
+    kite_model *dummy = load_dummy(0), *loaded = NULL;
+    kite_load_params p = kite_load_params_default();
+    p.backend = KITE_BACKEND_CPU;
+    CHECK_MSG(kite_model_load(KITE_TEST_DATA_DIR "/tiny-vocab1k", &p, &loaded) == KITE_OK, "%s", kite_last_error());
+    if (dummy && loaded) {
+        kite_model_info a = kite_model_get_info(dummy), b = kite_model_get_info(loaded);
+        CHECK_MSG(a.vocab_size == b.vocab_size && a.n_layers == b.n_layers && a.hidden_size == b.hidden_size,
+                  "dummy: vocab %d, %d layers, hidden %d; checkpoint: %d, %d, %d", a.vocab_size, a.n_layers,
+                  a.hidden_size, b.vocab_size, b.n_layers, b.hidden_size);
+        CHECK(a.max_context == b.max_context && a.n_parameters == b.n_parameters);
+        CHECK(a.n_eos_ids == 1 && b.n_eos_ids == 1 && a.eos_ids[0] == b.eos_ids[0]);
+    }
+    kite_model_free(loaded);
+    kite_model_free(dummy);
+}
+
 int main(void) {
+    TEST_RUN(test_the_shape_is_the_checkpoints);
     TEST_RUN(test_greedy_rows);
     TEST_RUN(test_sampled_rows);
     TEST_RUN(test_prefill_steps);

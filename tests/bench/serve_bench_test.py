@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""kite-serve-bench (bench/serve_bench.c) over loopback: against `kite serve` on the tiny checkpoint (CPU), both
+"""kite-serve-bench (bench/serve_bench.c) over loopback: against `kite serve` on tiny-vocab1k (CPU), both
 datasets, closed and open loop, a reference made by `kite run` (and a wrong one, which fails the gate); against a
 fake server in this file, which answers correctly (the gate passes, and the generator's requests carry the fields
 it must send over keep-alive connections) and then breaks one rule at a time (max_tokens not honoured, another
@@ -16,13 +16,15 @@ args = ap.parse_args()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from cases import case, finish  # noqa: E402
 
-tiny = os.path.join(args.data, "tiny")
+# tiny-vocab1k: the tiny checkpoint with a 1,024-id vocabulary (what is checked is the generator against kite itself)
+MODEL_NAME = "tiny-vocab1k"
+MODEL = os.path.join(args.data, MODEL_NAME)
 work = tempfile.mkdtemp(prefix="serve_bench_test.")
 
 
 def bench(port, *extra, out=None):
     """Runs the generator; returns (exit code, stdout, stderr)."""
-    cmd = [args.bench, "--tokenizer", tiny, "--text", args.text, "--port", str(port), "--wait", "30",
+    cmd = [args.bench, "--tokenizer", MODEL, "--text", args.text, "--port", str(port), "--wait", "30",
            "--timeout", "60", *extra]
     if out:
         cmd += ["--out", out]
@@ -51,7 +53,7 @@ def check_row(row, n, output_len):
 
 
 # ---- against kite serve ----
-server = subprocess.Popen([args.kite, "serve", "--model", tiny, "--port", "0", "--backend", "cpu", "--threads", "2",
+server = subprocess.Popen([args.kite, "serve", "--model", MODEL, "--port", "0", "--backend", "cpu", "--threads", "2",
                            "--max-step-tokens", "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 server_err = []
 threading.Thread(target=lambda: server_err.extend(server.stderr), daemon=True).start()
@@ -63,7 +65,7 @@ out = os.path.join(work, "serve.jsonl")
 reference = os.path.join(work, "reference.jsonl")
 with open(reference, "w") as f:
     for prompt in ("The capital of France is", "def fibonacci(n):"):
-        r = subprocess.run([args.kite, "run", "--model", tiny, "--prompt", prompt, "--max-tokens", "4", "--ignore-eos",
+        r = subprocess.run([args.kite, "run", "--model", MODEL, "--prompt", prompt, "--max-tokens", "4", "--ignore-eos",
                             "--temperature", "0", "--backend", "cpu", "--json"], capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0, r.stderr
@@ -80,7 +82,7 @@ def closed_loop_random_with_reference():
     row = rows(out)[-1]
     check_row(row, 6, 4)
     assert row["dataset"] == "random" and row["concurrency"] == 2 and row["request_rate"] == "inf", row
-    assert row["reference_prompts"] == 2 and row["server"] == "kite" and row["model"] == "tiny", row
+    assert row["reference_prompts"] == 2 and row["server"] == "kite" and row["model"] == MODEL_NAME, row
     # The server's own count of the prompt: a decoded 16-token window tokenizes back to about 16.
     assert 12 <= row["prompt_tokens_min"] <= row["prompt_tokens_max"] <= 20, row
     assert row["gpu"] == "cpu" and row["commit"] == "test" and "--concurrency 2" in row["command"], row

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`kite serve` under faults and load (issue 37, item 8): the tiny checkpoint on the CPU backend, loopback only,
+"""`kite serve` under faults and load (issue 37, item 8): tiny-vocab1k (the tiny checkpoint with a 1,024-id
+vocabulary: what is checked is kite against itself, and a token costs little) on the CPU backend, loopback only,
 bounded in count (thousands of requests, a fixed number per client) and seeded, so a failure repeats.
 
 Each round: concurrent clients mix streamed and non-streamed /v1/completions and /v1/chat/completions (prompts as
@@ -35,7 +36,8 @@ args = ap.parse_args()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from kite_server import KiteServer  # noqa: E402
 
-TINY = os.path.join(args.data, "tiny")
+MODEL_NAME = "tiny-vocab1k"  # the served model's name: its directory's
+MODEL = os.path.join(args.data, MODEL_NAME)
 MAX_BATCH, MAX_QUEUE, TIMEOUT = 4, 16, 3  # the server's --max-batch, --max-queue and --timeout
 ANSWER_SECONDS = 60  # a request's answer (or the server closing the socket) comes within this, or it hangs
 # RSS a second after the load, the arenas trimmed (tools/serve/generation.c): what stays above the baseline is
@@ -85,7 +87,7 @@ def make_references():
             f.write("".join(p + "\n" for p in TEXT_PROMPTS))
         text, ids = {p: {} for p in TEXT_PROMPTS}, {}
         for n in LENGTHS:
-            out = kite_json("run", "--model", TINY, "--prompt-file", prompt_file, "-n", str(n), "--ignore-eos",
+            out = kite_json("run", "--model", MODEL, "--prompt-file", prompt_file, "-n", str(n), "--ignore-eos",
                             "--json", "--backend", "cpu", "--threads", "2")
             assert len(out) == len(TEXT_PROMPTS), out
             for p, o in zip(TEXT_PROMPTS, out):
@@ -97,8 +99,8 @@ def make_references():
             request_file = os.path.join(folder, "chat%d.json" % i)
             with open(request_file, "w") as f:
                 json.dump({"messages": messages}, f)
-            prompt_ids = kite_json("template", "--model", TINY, "--request", request_file, "--json")[-1]["ids"]
-            o = kite_json("run", "--model", TINY, "--prompt-ids", ",".join(map(str, prompt_ids)), "-n",
+            prompt_ids = kite_json("template", "--model", MODEL, "--request", request_file, "--json")[-1]["ids"]
+            o = kite_json("run", "--model", MODEL, "--prompt-ids", ",".join(map(str, prompt_ids)), "-n",
                           str(CHAT_LENGTH), "--ignore-eos", "--json", "--backend", "cpu", "--threads", "2")[-1]
             # the chat answer is all content only if the model wrote no tag the parser splits at
             assert "<think>" not in o["text"] and "<tool_call>" not in o["text"], o
@@ -201,7 +203,7 @@ class Client:
                     "ignore_eos": True}
             expected, path = REF_TEXT[prompt][n], "/v1/completions"
         if rng.random() < 0.5:
-            body["model"] = "tiny"  # the served model's name, as OpenAI's clients send it
+            body["model"] = MODEL_NAME  # as OpenAI's clients send it
         usage = stream and rng.random() < 0.5
         if stream:
             body["stream"] = True
@@ -400,7 +402,7 @@ class Client:
         count("pipelined")
 
     def do_small(self):
-        path, expected = self.rng.choice([("/health", 200), ("/v1/models", 200), ("/v1/models/tiny", 200),
+        path, expected = self.rng.choice([("/health", 200), ("/v1/models", 200), ("/v1/models/" + MODEL_NAME, 200),
                                           ("/metrics", 200), ("/nowhere", 404), ("/v1/models/other", 404),
                                           ("/v1/completions", 405)])
         status, _, data = self.keep_alive_request("GET", path, None)
@@ -551,7 +553,7 @@ def fill_the_queue(port, seed):
 
 
 def main():
-    server = KiteServer(args.kite, TINY, "--max-batch", str(MAX_BATCH), "--max-queue", str(MAX_QUEUE),
+    server = KiteServer(args.kite, MODEL, "--max-batch", str(MAX_BATCH), "--max-queue", str(MAX_QUEUE),
                         "--timeout", str(TIMEOUT), "--drain-timeout", "5")
     started = time.time()
     try:

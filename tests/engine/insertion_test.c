@@ -1,4 +1,4 @@
-/* A request's insertion (kite_request.insert_after / insert_ids) on the CPU backend with the tiny checkpoint: after
+/* A request's insertion (kite_request.insert_after / insert_ids) on the CPU backend with tiny-vocab1k: after
  * its trigger the request produces exactly the tokens of a plain request whose prompt already holds the trigger
  * and the inserted ids, whether the insertion is read in one step or in chunks, shared through the prefix cache,
  * or recomputed after a preemption, greedy or sampled; the inserted ids come in the trigger's event (ids and text),
@@ -48,19 +48,22 @@ static void collect(const kite_token_event *event, void *user_data) {
     }
 }
 
-static kite_model *load_tiny(void) {
+static kite_model *load_model(void) {
     kite_load_params p = kite_load_params_default();
     p.backend = KITE_BACKEND_CPU;
     p.n_threads = 2;
     kite_model *m = NULL;
-    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &m);
+    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny-vocab1k", &p, &m);
     CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
     return m;
 }
 
-static const int32_t base_prompt[] = {9707, 11, 1879, 0, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13};
+/* tiny-vocab1k's ids (tests/data/tools/make_small_vocab.py): "Hello, world! The quick brown fox jumps over the lazy
+ * dog." and "\n\n<tool_call>\n{"name": "", whose first id is "\n\n" and second <tool_call> (1012). */
+static const int32_t base_prompt[] = {39, 301, 385, 11,  289, 269, 507, 0,   576, 922, 865, 293, 651, 77,  282,
+                                      78, 87,  502, 372, 79,  82,  916, 279, 326, 64,  89,  88,  294, 538, 13};
 #define N_BASE ((int32_t)(sizeof base_prompt / sizeof base_prompt[0]))
-static const int32_t insertion[] = {271, 151657, 198, 4913, 606, 788, 330}; /* "\n\n<tool_call>\n{"name": "" */
+static const int32_t insertion[] = {271, 1012, 198, 90, 1, 606, 788, 330};
 #define N_INSERTION ((int32_t)(sizeof insertion / sizeof insertion[0]))
 
 static kite_request plain_request(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, record *out) {
@@ -156,7 +159,7 @@ static void check_inserted(kite_model *m, const record *got, const record *plain
 }
 
 static void test_insertion_equals_a_longer_prompt(void) {
-    kite_model *m = load_tiny();
+    kite_model *m = load_model();
     if (!m) return;
     const int32_t max_tokens = 24;
     record plain, after, got;
@@ -205,7 +208,7 @@ static void test_insertion_equals_a_longer_prompt(void) {
 
 /* Sampled rows take the same route: top_k 1 samples the greedy tokens through the sampler, not the argmax. */
 static void test_insertion_in_a_sampled_request(void) {
-    kite_model *m = load_tiny();
+    kite_model *m = load_model();
     if (!m) return;
     const int32_t max_tokens = 20;
     record plain, after, got;
@@ -227,7 +230,7 @@ static void test_insertion_in_a_sampled_request(void) {
 /* A stop string inside the inserted text ends the request there, as one in sampled text does: the text stops
  * before it, the ids up to it were inserted, and nothing is sampled after them. */
 static void test_a_stop_string_in_the_insertion(void) {
-    kite_model *m = load_tiny();
+    kite_model *m = load_model();
     if (!m) return;
     const int32_t max_tokens = 16;
     record plain, got;
@@ -260,7 +263,7 @@ static void test_a_stop_string_in_the_insertion(void) {
 /* Two requests with the insertion in a KV cache that holds one of them: the later one is preempted and
  * recomputes its tokens, the inserted ones included, and both still produce the same tokens. */
 static void test_insertion_survives_preemption(void) {
-    kite_model *m = load_tiny();
+    kite_model *m = load_model();
     if (!m) return;
     const int32_t max_tokens = 40;
     record plain, after;
@@ -291,7 +294,7 @@ static void test_insertion_survives_preemption(void) {
 /* Nothing is inserted when the trigger never comes, when the request ends with it (max_tokens, a stop id), or
  * when the insertion would leave no room in the context; a bad insertion is refused at submit. */
 static void test_no_insertion(void) {
-    kite_model *m = load_tiny();
+    kite_model *m = load_model();
     if (!m) return;
     const int32_t max_tokens = 16;
     record plain, got;
@@ -335,7 +338,7 @@ static void test_no_insertion(void) {
     r.insert_ids = too_many;
     r.n_insert_ids = KITE_MAX_INSERT_IDS + 1;
     CHECK(kite_engine_submit(e, &r, NULL) == KITE_ERROR_INVALID_ARGUMENT);
-    const int32_t outside[] = {5, 151936};
+    const int32_t outside[] = {5, kite_model_get_info(m).vocab_size};
     r.insert_ids = outside;
     r.n_insert_ids = 2;
     CHECK(kite_engine_submit(e, &r, NULL) == KITE_ERROR_INVALID_ARGUMENT);
@@ -346,7 +349,27 @@ static void test_no_insertion(void) {
     kite_model_free(m);
 }
 
+/* The ids above are the texts their comment names. */
+static void check_decodes_to(kite_model *m, const int32_t *ids, int32_t n, const char *expected) {
+    char *text = NULL;
+    size_t length = 0;
+    CHECK_MSG(kite_detokenize(m, ids, (size_t)n, &text, &length) == KITE_OK, "%s", kite_last_error());
+    CHECK_MSG(text && length == strlen(expected) && memcmp(text, expected, length) == 0, "'%.*s', expected '%s'",
+              (int)length, text ? text : "", expected);
+    kite_free(text);
+}
+
+static void test_the_ids_are_their_text(void) {
+    kite_model *m = load_model();
+    if (!m) return;
+    check_decodes_to(m, base_prompt, N_BASE, "Hello, world! The quick brown fox jumps over the lazy dog.");
+    check_decodes_to(m, insertion, N_INSERTION, "\n\n<tool_call>\n{\"name\": \"");
+    check_decodes_to(m, insertion + 1, 1, "<tool_call>");
+    kite_model_free(m);
+}
+
 int main(void) {
+    TEST_RUN(test_the_ids_are_their_text);
     TEST_RUN(test_insertion_equals_a_longer_prompt);
     TEST_RUN(test_insertion_survives_preemption);
     TEST_RUN(test_insertion_in_a_sampled_request);

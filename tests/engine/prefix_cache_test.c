@@ -1,9 +1,9 @@
-/* Automatic prefix caching in the engine on the CPU backend with the tiny checkpoint: the same requests give the
- * same tokens with the cache and without it, each equal to the request run alone (a cancelled one: a prefix of
- * it), for a shared system prompt with different suffixes, identical prompts, a prompt that is an exact multiple
- * of the block size, chunked prefill, preemption under a small KV pool, cancellation mid-prefill and mid-decode,
- * and eviction under memory pressure; hits are taken (counted, and the prefill computes fewer tokens), and at idle
- * every block is back. Each scenario runs with overlapped greedy decode and without it.
+/* Automatic prefix caching in the engine on the CPU backend with tiny-vocab1k (token ids only): the same requests
+ * give the same tokens with the cache and without it, each equal to the request run alone (a cancelled one: a
+ * prefix of it), for a shared system prompt with different suffixes, identical prompts, a prompt that is an exact
+ * multiple of the block size, chunked prefill, preemption under a small KV pool, cancellation mid-prefill and
+ * mid-decode, and eviction under memory pressure; hits are taken (counted, and the prefill computes fewer tokens),
+ * and at idle every block is back. Each scenario runs with overlapped greedy decode and without it.
  * With the argument --kv-cache-dtype fp8 (ctest prefix_cache_fp8_test) every run uses an fp8 KV cache: chunked
  * prefill, preemption and prefix sharing give exactly the tokens of each request run alone, unchunked, with the
  * same cache (the CPU's cache is float32 either way, so the pools hold the same blocks). */
@@ -44,11 +44,12 @@ typedef struct outcome {
 } outcome;
 
 static kite_model *model;
+static uint32_t vocab_size; /* the model's */
 
 static uint64_t rng_state;
 static int32_t next_token(void) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (int32_t)((rng_state >> 33) % 151000u);
+    return (int32_t)((rng_state >> 33) % vocab_size);
 }
 
 /* Appends n pseudo-random tokens (or a copy of `from`) to a job's prompt. */
@@ -325,7 +326,7 @@ static void test_chunked_prefill(void) {
 static void test_preemption(void) {
     rng_state = 7;
     scenario sc = {.n_jobs = 5, .params = small_blocks(4)};
-    sc.params.kv_cache_bytes = 512 * 4 * 30; /* tiny: 512 bytes per position on the CPU */
+    sc.params.kv_cache_bytes = 512 * 4 * 30; /* tiny-vocab1k: 512 bytes per position on the CPU */
     job system = {0};
     append_random(&system, 18);
     for (int i = 0; i < sc.n_jobs; i++) {
@@ -403,9 +404,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: prefix_cache_test [--kv-cache-dtype fp8]\n");
         return 2;
     }
-    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny", &p, &model);
+    kite_status s = kite_model_load(KITE_TEST_DATA_DIR "/tiny-vocab1k", &p, &model);
     CHECK_MSG(s == KITE_OK, "load: %s", kite_last_error());
     if (s != KITE_OK) return test_finish();
+    vocab_size = (uint32_t)kite_model_get_info(model).vocab_size;
     CHECK(kite_engine_params_default().prefix_cache); /* on by default */
     TEST_RUN(test_second_request_computes_less);
     TEST_RUN(test_shared_system_prompt);

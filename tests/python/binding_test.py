@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The Python binding (python/kite) on the tiny checkpoints of tests/data, against the transformers
-references there and against itself: tokenizer round trip, greedy tokens and logprobs, a batch equal to
+references there (tiny, tiny-untied) and against itself (tiny-vocab1k, whose 1,024-id vocabulary makes a token
+cheap): tokenizer round trip, greedy tokens and logprobs, a batch equal to
 its requests run alone, streaming equal to the whole, stop strings, and errors raised as KiteError; streams that
 outlive their model, one model shared by threads, and arguments that ctypes would wrap or cut refused."""
 import argparse, gc, json, os, sys, tempfile, threading, time
@@ -20,20 +21,27 @@ kite.load_library(args.library)
 REF = {name: json.load(open(os.path.join(DATA, name + ".reference.json"))) for name in ("tiny", "tiny-untied")}
 
 
-def model(name="tiny"):
+SMALL = os.path.join(DATA, "tiny-vocab1k")
+
+
+def model(name="tiny-vocab1k"):
     return kite.Model(os.path.join(DATA, name), backend="cpu", threads=2, library=args.library)
+
+
+with model() as m:  # the reference prompts in tiny-vocab1k's ids
+    SMALL_PROMPTS = [m.tokenize(r["prompt"]) for r in REF["tiny"]["results"]]
 
 
 @case
 def info_describes_the_checkpoint():
-    with model() as m:
+    with model("tiny") as m:
         assert m.info["backend"] == "cpu", m.info
         assert m.info["has_tokenizer"] and m.info["n_layers"] > 0 and m.info["vocab_size"] > 151000, m.info
 
 
 @case
 def tokenizer_round_trip_matches_transformers():
-    with model() as m:
+    with model("tiny") as m:
         for r in REF["tiny"]["results"]:
             assert m.tokenize(r["prompt"]) == r["prompt_ids"], r["prompt"]
             assert m.detokenize(r["prompt_ids"]) == r["prompt"]
@@ -84,17 +92,17 @@ def fp8_weights_from_the_script_equal_fp8_at_load():
 def kv_cache_dtype_reaches_the_library():
     # An fp8 KV cache changes the logprobs (the field lands in kite_load_params, not in a neighbour's place), the
     # same fp8 run repeats exactly, and a dtype that is neither bf16 nor fp8 is refused.
-    prompt = REF["tiny"]["results"][2]["prompt_ids"]
+    prompt = SMALL_PROMPTS[2]
     runs = {}
     for key, dtype in (("bf16", "bf16"), ("fp8", "fp8"), ("fp8 again", "fp8")):
-        with kite.Model(os.path.join(DATA, "tiny"), backend="cpu", threads=2, kv_cache_dtype=dtype, max_context=512,
+        with kite.Model(SMALL, backend="cpu", threads=2, kv_cache_dtype=dtype, max_context=512,
                         library=args.library) as m:
             runs[key] = [x.top for x in m.generate(prompt, max_tokens=4, ignore_eos=True, logprobs=5).logprobs]
             assert m.info["max_context"] == 512, m.info  # the field after kv_cache_dtype is read in its place
     assert runs["fp8"] == runs["fp8 again"]
     assert runs["fp8"] != runs["bf16"]
     try:
-        kite.Model(os.path.join(DATA, "tiny"), backend="cpu", kv_cache_dtype="int4", library=args.library)
+        kite.Model(SMALL, backend="cpu", kv_cache_dtype="int4", library=args.library)
     except kite.KiteError as e:
         assert "kv_cache_dtype" in str(e) and "int4" in str(e), str(e)
     else:
@@ -104,7 +112,7 @@ def kv_cache_dtype_reaches_the_library():
 @case
 def a_batch_equals_its_requests_alone():
     with model() as m:
-        prompts = [r["prompt_ids"] for r in REF["tiny"]["results"]]
+        prompts = SMALL_PROMPTS
         alone = [m.generate(p, max_tokens=12, ignore_eos=True).tokens for p in prompts]
         together = [c.tokens for c in m.generate_batch(prompts, max_tokens=12, ignore_eos=True)]
         assert together == alone, (together, alone)
@@ -114,13 +122,12 @@ def a_batch_equals_its_requests_alone():
 @case
 def prefix_cache_is_on_by_default_and_can_be_turned_off():
     # kite_engine_params.prefix_cache and the stats that count it: the same tokens with the cache and without
-    prompt = list(range(1000, 1300))  # two full blocks of 128 before the last token
+    prompt = list(range(700, 1000))  # two full blocks of 128 before the last token
     with model() as m:
         assert m.engine_stats()["prefix_cache"] is True
     results = {}
     for prefix_cache in (True, False):
-        with kite.Model(os.path.join(DATA, "tiny"), backend="cpu", threads=2, library=args.library,
-                        prefix_cache=prefix_cache) as m:
+        with kite.Model(SMALL, backend="cpu", threads=2, library=args.library, prefix_cache=prefix_cache) as m:
             first = m.generate(prompt, max_tokens=6, ignore_eos=True).tokens
             second = m.generate(prompt, max_tokens=6, ignore_eos=True).tokens
             stats = m.engine_stats()
@@ -132,7 +139,7 @@ def prefix_cache_is_on_by_default_and_can_be_turned_off():
             results[prefix_cache] = first
     assert results[True] == results[False], results
     try:
-        kite.Model(os.path.join(DATA, "tiny"), backend="cpu", library=args.library, prefix_cache=1)
+        kite.Model(SMALL, backend="cpu", library=args.library, prefix_cache=1)
     except kite.KiteError as e:
         assert "prefix_cache must be True or False" in str(e), str(e)
     else:
@@ -181,7 +188,7 @@ def stop_strings_end_the_text_before_them():
 @case
 def chat_renders_as_transformers_and_answers():
     chat = os.path.join(DATA, "chat")
-    with model() as m:
+    with model("tiny") as m:
         for name, thinking in (("03-multi-turn-system", True), ("18-enable-thinking-false", False),
                                ("41-several-tool-calls", True)):
             body = json.load(open(os.path.join(chat, "conversations", name + ".json"), encoding="utf-8"))
@@ -231,7 +238,7 @@ def errors_raise_kite_error_with_kites_message():
             assert "logprobs" in str(e)
         else:
             raise AssertionError("logprobs=21 accepted")
-    with kite.Model(dummy="tiny", backend="cpu", library=args.library) as m:
+    with kite.Model(dummy="tiny-vocab1k", backend="cpu", library=args.library) as m:
         assert not m.info["has_tokenizer"]
         try:
             m.tokenize("hello")
@@ -338,7 +345,7 @@ def run_threads(targets):
 @case
 def threads_sharing_a_model_get_their_solo_tokens():
     # the issue's case: two threads calling generate on one Model failed, then crashed
-    prompts = [r["prompt_ids"] for r in REF["tiny"]["results"]]
+    prompts = SMALL_PROMPTS
     options = [dict(max_tokens=10, ignore_eos=True), dict(max_tokens=12, temperature=0.9, seed=11, ignore_eos=True)]
     with model() as m:
         alone = {(i, j): m.generate(p, **o).tokens for i, p in enumerate(prompts) for j, o in enumerate(options)}
@@ -494,17 +501,16 @@ def integers_past_their_c_type_are_refused():
             raises(lambda: m.chat(messages, **options), needle)
         raises(lambda: m.render_chat(messages, add_generation_prompt=1), "add_generation_prompt")
         raises(lambda: m.chat("hello"), "messages")
-    tiny = os.path.join(DATA, "tiny")
     for kwargs, needle in [(dict(threads=2**32 + 2), "threads"), (dict(threads=-1), "threads"),
                            (dict(threads=2.0), "threads"), (dict(device=-1), "device"),
                            (dict(kv_cache_mb=-1), "kv_cache_mb"), (dict(kv_cache_mb=2**60), "kv_cache_mb"),
                            (dict(kv_cache_mb=1.5), "kv_cache_mb"), (dict(max_context=2**31), "max_context"),
                            (dict(max_sequences=-1), "max_sequences"), (dict(max_sequences=True), "max_sequences")]:
-        raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, **kwargs), needle)
+        raises(lambda: kite.Model(SMALL, backend="cpu", library=args.library, **kwargs), needle)
     raises(lambda: kite.Model(dummy="tiny", seed=-1, backend="cpu", library=args.library), "seed")
     raises(lambda: kite.Model(dummy="tiny\0x", backend="cpu", library=args.library), "dummy", "NUL")
-    raises(lambda: kite.Model(tiny + "\0/elsewhere", backend="cpu", library=args.library), "NUL")
-    with kite.Model(tiny, backend="cpu", threads=2, library=args.library, kv_cache_mb=64, max_context=256,
+    raises(lambda: kite.Model(SMALL + "\0/elsewhere", backend="cpu", library=args.library), "NUL")
+    with kite.Model(SMALL, backend="cpu", threads=2, library=args.library, kv_cache_mb=64, max_context=256,
                     max_sequences=4) as m:
         stats = m.engine_stats()
         assert stats["max_context"] == 256, stats
@@ -534,15 +540,14 @@ def rope_scaling_matches_transformers_yarn():
 
 @case
 def a_prompt_past_the_context_limit_raises():
-    tiny = os.path.join(DATA, "tiny")
-    with kite.Model(tiny, backend="cpu", threads=2, library=args.library, max_context=8) as m:
+    with kite.Model(SMALL, backend="cpu", threads=2, library=args.library, max_context=8) as m:
         assert m.info["max_context"] == 8 and m.engine_stats()["max_context"] == 8
         message = raises(lambda: m.generate(list(range(100, 108)), max_tokens=2), "the prompt has 8 tokens",
                          "context limit is 8", "--max-context", "--rope-scaling")
         assert "up to the model's 4096" in message, message
         out = m.generate(list(range(100, 107)), max_tokens=4)  # the limit minus one: one token
         assert len(out.tokens) == 1 and out.finish_reason == "length", out
-    raises(lambda: kite.Model(tiny, backend="cpu", library=args.library, max_context=4097),
+    raises(lambda: kite.Model(SMALL, backend="cpu", library=args.library, max_context=4097),
            "max_context (--max-context) 4097 is above the model's context limit 4096")
 
 
@@ -569,9 +574,9 @@ def a_stop_string_is_one_string_not_its_characters():
 def openai_sampling_fields_reach_the_library():
     with model() as m:
         eos = m.info["eos_ids"][0]
-        biased = m.generate(PROMPT, max_tokens=5, ignore_eos=True, logit_bias={1234: 100})
-        assert biased.tokens == [1234] * 5, biased.tokens
-        assert m.generate(PROMPT, max_tokens=5, ignore_eos=True, logit_bias={"1234": 100.0}).tokens == biased.tokens
+        biased = m.generate(PROMPT, max_tokens=5, ignore_eos=True, logit_bias={634: 100})
+        assert biased.tokens == [634] * 5, biased.tokens
+        assert m.generate(PROMPT, max_tokens=5, ignore_eos=True, logit_bias={"634": 100.0}).tokens == biased.tokens
         plain = m.generate(PROMPT, max_tokens=16, ignore_eos=True)
         penalized = m.generate(PROMPT, max_tokens=16, ignore_eos=True, presence_penalty=2.0, frequency_penalty=1.0)
         assert len(penalized.tokens) == 16 and penalized.tokens != plain.tokens
@@ -597,7 +602,7 @@ def openai_sampling_fields_reach_the_library():
 @case
 def weight_cache_reloads_to_the_same_tokens():
     with tempfile.TemporaryDirectory() as cache:
-        path = os.path.join(DATA, "tiny")
+        path = SMALL
         runs = []
         for weight_cache in ["off", cache, cache]:
             with kite.Model(path, backend="cpu", threads=2, weights="fp8", weight_cache=weight_cache,
@@ -606,7 +611,7 @@ def weight_cache_reloads_to_the_same_tokens():
             entries = [f for f in os.listdir(cache) if f.endswith(".kwc")]
             assert len(entries) == (0 if weight_cache == "off" else 1), entries
         assert runs[0] == runs[1] == runs[2], runs
-    raises(lambda: kite.Model(os.path.join(DATA, "tiny"), backend="cpu", weight_cache=3, library=args.library),
+    raises(lambda: kite.Model(SMALL, backend="cpu", weight_cache=3, library=args.library),
            "weight_cache")
 
 

@@ -84,7 +84,11 @@ static inline run_result cache_run(const char *dir, kite_backend_kind kind, kite
     ep.kv_cache_bytes = kind == KITE_BACKEND_CUDA ? (size_t)64 << 20 : (size_t)4 << 20;
     s = kite_engine_create(m, &ep, &e);
     CHECK_MSG(s == KITE_OK, "engine: %s", kite_last_error());
-    const int32_t prompt[5] = {9707, 11, 1879, 0, 42};
+    /* "Hello, world!K" in Qwen3's ids; the same ids modulo a smaller vocabulary (tiny-vocab1k's). */
+    const int32_t vocab_size = kite_model_get_info(m).vocab_size;
+    int32_t prompt[5] = {9707, 11, 1879, 0, 42};
+    for (int i = 0; i < 5; i++)
+        prompt[i] %= vocab_size;
     kite_request q = kite_request_default();
     q.prompt_ids = prompt;
     q.n_prompt_ids = 5;
@@ -200,14 +204,15 @@ static inline bool cache_flip_byte(const char *path, long offset, bool from_end)
     return close(fd) == 0 && ok;
 }
 
-/* Writes checkpoint folder dir (made here) of `shape` with the tokenizer of tests/data (Qwen3's: the shape's
- * vocabulary must hold it). */
+/* Writes checkpoint folder dir (made here) of `shape` with a tokenizer of tests/data: Qwen3's when the shape's
+ * vocabulary holds its 151,669 ids, else tiny-vocab1k's 1,024 (the vocabulary must hold those). */
 static inline bool cache_write_checkpoint(const char *dir, const checkpoint_writer_shape *shape) {
     bool ok = mkdir(dir, 0700) == 0 && checkpoint_writer_write(dir, shape);
+    const char *tokenizer_dir = shape->vocab_size >= 151669 ? "tokenizer" : "tiny-vocab1k";
     static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json"};
     for (int i = 0; i < 2 && ok; i++) {
         char from[1024], to[1100], resolved[PATH_MAX];
-        snprintf(from, sizeof from, "%s/tokenizer/%s", KITE_TEST_DATA_DIR, tokenizer_files[i]);
+        snprintf(from, sizeof from, "%s/%s/%s", KITE_TEST_DATA_DIR, tokenizer_dir, tokenizer_files[i]);
         snprintf(to, sizeof to, "%s/%s", dir, tokenizer_files[i]);
         ok = realpath(from, resolved) != NULL && symlink(resolved, to) == 0;
     }

@@ -72,13 +72,13 @@ static void test_cached_equals_uncached(void) {
 
 typedef enum damage { DAMAGE_TRUNCATE, DAMAGE_DATA_BYTE, DAMAGE_HEADER_BYTE, DAMAGE_STALE, DAMAGE_FOREIGN } damage;
 
-/* Fills an entry of a copy of tiny, damages it, and checks the next load says so in one notice, rebuilds, and
+/* Fills an entry of a copy of tiny-vocab1k, damages it, and checks the next load says so in one notice, rebuilds, and
  * runs to the same tokens; the load after that reads the rebuilt entry. */
 static void check_damage(damage kind, const char *word) {
     char *work = cache_temp_dir();
     char *cache = cache_temp_dir();
     if (!work || !cache) return;
-    CHECK(cache_copy_checkpoint(KITE_TEST_DATA_DIR "/tiny", work));
+    CHECK(cache_copy_checkpoint(KITE_TEST_DATA_DIR "/tiny-vocab1k", work));
     run_result plain = cache_run_cpu(work, KITE_WEIGHTS_BF16, "off");
     run_result filled = cache_run_cpu(work, KITE_WEIGHTS_BF16, cache);
     CHECK(filled.log.filled);
@@ -132,13 +132,13 @@ static void test_damage_foreign(void) { check_damage(DAMAGE_FOREIGN, "foreign");
 static void test_unusable_folder(void) {
     char *work = cache_temp_dir();
     if (!work) return;
-    run_result plain = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, "off");
+    run_result plain = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-vocab1k", KITE_WEIGHTS_BF16, "off");
     char file[1024], below[1100];
     snprintf(file, sizeof file, "%s/a-file", work);
     FILE *f = fopen(file, "w");
     CHECK(f && fclose(f) == 0);
     snprintf(below, sizeof below, "%s/cache", file);
-    run_result r = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, below);
+    run_result r = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-vocab1k", KITE_WEIGHTS_BF16, below);
     CHECK_MSG(r.log.notices == 1 && strstr(r.log.notice, "without the weight cache"), "%d: %s", r.log.notices,
               r.log.notice);
     CHECK(r.log.from_checkpoint && !r.log.filled && cache_runs_same(&plain, &r));
@@ -148,7 +148,7 @@ static void test_unusable_folder(void) {
     if (access(locked, W_OK) == 0) {
         printf("  (running as root: a 0500 folder is writable, so only the path through a file is checked)\n");
     } else {
-        run_result ro = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, locked);
+        run_result ro = cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-vocab1k", KITE_WEIGHTS_BF16, locked);
         CHECK_MSG(ro.log.notices == 1 && strstr(ro.log.notice, "not filled"), "%d: %s", ro.log.notices, ro.log.notice);
         CHECK(ro.log.from_checkpoint && !ro.log.filled && cache_runs_same(&plain, &ro));
     }
@@ -222,8 +222,8 @@ static void test_fp8_checkpoint(void) {
     snprintf(fp8_dir, sizeof fp8_dir, "%s/fp8", work);
     checkpoint_writer_shape shape;
     checkpoint_writer_shape_tiny(&shape);
-    shape.vocab_size = 151936; /* the tokenizer's */
-    shape.hidden_size = 160;   /* two 128-column blocks, the second partial */
+    shape.vocab_size = 1024; /* tiny-vocab1k's tokenizer */
+    shape.hidden_size = 160; /* two 128-column blocks, the second partial */
     shape.intermediate_size = 192;
     bool ok = cache_write_checkpoint(bf16_dir, &shape);
     shape.fp8_linear = true;
@@ -242,8 +242,8 @@ static void test_fp8_checkpoint(void) {
 static void test_list_and_clear(void) {
     char *cache = cache_temp_dir();
     if (!cache) return;
-    cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_BF16, cache);
-    cache_run_cpu(KITE_TEST_DATA_DIR "/tiny", KITE_WEIGHTS_FP8, cache);
+    cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-vocab1k", KITE_WEIGHTS_BF16, cache);
+    cache_run_cpu(KITE_TEST_DATA_DIR "/tiny-vocab1k", KITE_WEIGHTS_FP8, cache);
     char junk[1100];
     snprintf(junk, sizeof junk, "%s/notes.txt", cache);
     FILE *f = fopen(junk, "w");

@@ -45,3 +45,9 @@ for name in tiny tiny-untied; do
 done
 python3 "$here/make_fp8_checkpoint.py" "$out/tiny" "$out/fp8/tiny-bf16" --only-quantized --scale-dtype bf16
 mv "$out/fp8/tiny-bf16/model.safetensors" "$out/fp8/tiny.quantized-bf16-scales.safetensors" && rmdir "$out/fp8/tiny-bf16"
+
+# 4. tiny-vocab1k (pure Python; runs anywhere, a second): tiny with its embedding cut to the first 1,024 rows and
+#    Qwen3's tokenizer cut to fit (the 256 byte tokens, the first 742 merges, the 26 added tokens at 998-1023),
+#    for the tests that run token ids only. Made from the committed files:
+#      python3 tests/data/tools/make_small_vocab.py tests/data/tiny tests/data/tokenizer tests/data/tiny-vocab1k
+python3 "$here/make_small_vocab.py" "$out/tiny" "$tok" "$out/tiny-vocab1k"
