@@ -451,7 +451,7 @@ kite_status tp_cpu_argmax(tp_cpu_rank *r, tp_comm *comm, int32_t *token) {
     if (!r || !comm || !token)
         return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tp_cpu_argmax: rank, comm or token is NULL");
     *token = -1;
-    /* Every rank takes part even without logits, so that none waits for it; the group then fails. */
+    /* A rank without logits fails the group rather than leave the others waiting for it in the argmax. */
     if (!r->have_logits) {
         const kite_status status = kite_fail(KITE_ERROR_INVALID_ARGUMENT, "tensor parallel: argmax before a forward");
         comm->ops->fail(comm, status, NULL);
