@@ -19,10 +19,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_widen.h"
 #include "model/rope.h"
 #include "quant/fp8.h"
 #include "quant/fp8_kv.h"
-#include "quant/fp8_weights.h"
 #include "util/error.h"
 #include "weights/load_progress.h"
 
@@ -144,64 +144,6 @@ static kite_status check_config(const qwen3_config *c) {
     return KITE_OK;
 }
 
-/* Checks a weight view against its expected shape (cols 0: a vector) and widens it to a new float32
- * buffer in *out. A linear layer's weight goes through fp8_weights_linear_to_float when it is stored in fp8 or
- * the mode asks for fp8 (`mode` is only read for linear weights: pass KITE_WEIGHTS_BF16 for the others). */
-static kite_status widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
-                                kite_weights mode, float **out) {
-    *out = NULL;
-    /* Named as the checkpoint names the tensor, so a message points at it. */
-    char where[96];
-    if (layer >= 0)
-        snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
-    else
-        snprintf(where, sizeof where, "%s", name);
-    int32_t want_dims = cols == 0 ? 1 : 2;
-    if (!t->data)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has no data", where);
-    bool fp8 = t->dtype == TENSOR_DTYPE_F8_E4M3;
-    if (t->dtype != TENSOR_DTYPE_BF16 && t->dtype != TENSOR_DTYPE_F16 && t->dtype != TENSOR_DTYPE_F32 && !fp8)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has an unknown dtype %d", where,
-                         (int)t->dtype);
-    if (fp8 && cols == 0)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s is a vector stored in fp8", where);
-    if (t->n_dims != want_dims || t->shape[0] != rows || (want_dims == 2 && t->shape[1] != cols))
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
-                         "cpu backend: weight %s has shape [%lld, %lld] (%d dims), expected [%lld, %lld] (%d dims)",
-                         where, (long long)t->shape[0], t->n_dims == 2 ? (long long)t->shape[1] : 0LL,
-                         (int)t->n_dims, (long long)rows, (long long)cols, (int)want_dims);
-    size_t bytes = float_bytes((size_t)rows, want_dims == 2 ? (size_t)cols : 1, 1);
-    if (bytes == 0)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s is too large", where);
-    float *buffer = malloc(bytes);
-    if (!buffer)
-        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s", bytes,
-                         where);
-    size_t n = bytes / sizeof(float);
-    if (fp8 || mode == KITE_WEIGHTS_FP8) {
-        kite_status status = fp8_weights_linear_to_float(t, mode, where, buffer);
-        if (status != KITE_OK) {
-            free(buffer);
-            return status;
-        }
-        *out = buffer;
-        return KITE_OK;
-    }
-    /* Widening is elementwise; chunks keep large embeddings from taking seconds on one core. */
-    const size_t chunk = (size_t)1 << 20;
-    size_t n_chunks = (n + chunk - 1) / chunk;
-    const uint8_t *src = t->data;
-    size_t element = tensor_dtype_size(t->dtype);
-#pragma omp parallel for schedule(static) if (n_chunks > 1)
-    for (size_t i = 0; i < n_chunks; i++) {
-        size_t begin = i * chunk;
-        size_t count = n - begin < chunk ? n - begin : chunk;
-        tensor_to_float(t->dtype, src + begin * element, buffer + begin, count);
-    }
-    *out = buffer;
-    return KITE_OK;
-}
-
 static void scratch_free(cpu_scratch *s) {
     free(s->hidden);
     free(s->normed);
@@ -266,18 +208,18 @@ static kite_status widen_layer(const qwen3_config *c, const qwen3_layer_weights 
     int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t inter = c->intermediate_size;
     const kite_weights vector = KITE_WEIGHTS_BF16;
-    KITE_TRY(widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, vector, &out->input_norm));
-    KITE_TRY(widen_tensor(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, &out->q_proj));
-    KITE_TRY(widen_tensor(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, &out->k_proj));
-    KITE_TRY(widen_tensor(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, &out->v_proj));
-    KITE_TRY(widen_tensor(&w->q_norm, "self_attn.q_norm", l, c->head_dim, 0, vector, &out->q_norm));
-    KITE_TRY(widen_tensor(&w->k_norm, "self_attn.k_norm", l, c->head_dim, 0, vector, &out->k_norm));
-    KITE_TRY(widen_tensor(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, &out->o_proj));
-    KITE_TRY(widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0, vector,
+    KITE_TRY(cpu_widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, vector, &out->input_norm));
+    KITE_TRY(cpu_widen_tensor(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, &out->q_proj));
+    KITE_TRY(cpu_widen_tensor(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, &out->k_proj));
+    KITE_TRY(cpu_widen_tensor(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, &out->v_proj));
+    KITE_TRY(cpu_widen_tensor(&w->q_norm, "self_attn.q_norm", l, c->head_dim, 0, vector, &out->q_norm));
+    KITE_TRY(cpu_widen_tensor(&w->k_norm, "self_attn.k_norm", l, c->head_dim, 0, vector, &out->k_norm));
+    KITE_TRY(cpu_widen_tensor(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, &out->o_proj));
+    KITE_TRY(cpu_widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0, vector,
                           &out->post_attention_norm));
-    KITE_TRY(widen_tensor(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, &out->gate_proj));
-    KITE_TRY(widen_tensor(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, &out->up_proj));
-    KITE_TRY(widen_tensor(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, &out->down_proj));
+    KITE_TRY(cpu_widen_tensor(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, &out->gate_proj));
+    KITE_TRY(cpu_widen_tensor(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, &out->up_proj));
+    KITE_TRY(cpu_widen_tensor(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, &out->down_proj));
     return KITE_OK;
 }
 
@@ -303,7 +245,7 @@ static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w, lo
     if (!w->layers) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weights have no layers");
     /* embed_tokens and lm_head stay as stored in either mode (the embedding is a lookup; the lm_head is not
      * among the layers Qwen's FP8 checkpoints quantize). */
-    KITE_TRY(widen_tensor(&w->embed_tokens, "model.embed_tokens.weight", -1, c->vocab_size, c->hidden_size,
+    KITE_TRY(cpu_widen_tensor(&w->embed_tokens, "model.embed_tokens.weight", -1, c->vocab_size, c->hidden_size,
                           KITE_WEIGHTS_BF16, &b->embed_tokens));
     b->layers = calloc((size_t)c->n_layers, sizeof *b->layers);
     if (!b->layers) return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate the layer table");
@@ -313,14 +255,14 @@ static kite_status cpu_create_weights(cpu_backend *b, const qwen3_weights *w, lo
         load_progress_advance(progress, layer_view_bytes(&w->layers[l]));
     }
     KITE_TRY(
-        widen_tensor(&w->final_norm, "model.norm.weight", -1, c->hidden_size, 0, KITE_WEIGHTS_BF16, &b->final_norm));
+        cpu_widen_tensor(&w->final_norm, "model.norm.weight", -1, c->hidden_size, 0, KITE_WEIGHTS_BF16, &b->final_norm));
     /* A tied lm_head is a view of the embedding: share the widened copy instead of making a second. */
     if (w->lm_head.data == w->embed_tokens.data && w->lm_head.dtype == w->embed_tokens.dtype &&
         w->lm_head.n_dims == 2 && w->lm_head.shape[0] == w->embed_tokens.shape[0] &&
         w->lm_head.shape[1] == w->embed_tokens.shape[1])
         b->lm_head = b->embed_tokens;
     else
-        KITE_TRY(widen_tensor(&w->lm_head, "lm_head.weight", -1, c->vocab_size, c->hidden_size, KITE_WEIGHTS_BF16,
+        KITE_TRY(cpu_widen_tensor(&w->lm_head, "lm_head.weight", -1, c->vocab_size, c->hidden_size, KITE_WEIGHTS_BF16,
                               &b->lm_head));
     load_progress_advance(progress, view_bytes(&w->final_norm) +
                                         (b->lm_head == b->embed_tokens ? 0 : view_bytes(&w->lm_head)));

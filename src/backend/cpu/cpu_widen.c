@@ -1,0 +1,66 @@
+/* Widening a checkpoint tensor to float32 (cpu_widen.h). */
+#include "backend/cpu/cpu_widen.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "quant/fp8_weights.h"
+#include "util/error.h"
+
+kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
+                             kite_weights mode, float **out) {
+    *out = NULL;
+    /* Named as the checkpoint names the tensor, so a message points at it. */
+    char where[96];
+    if (layer >= 0)
+        snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
+    else
+        snprintf(where, sizeof where, "%s", name);
+    int32_t want_dims = cols == 0 ? 1 : 2;
+    if (!t->data) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has no data", where);
+    bool fp8 = t->dtype == TENSOR_DTYPE_F8_E4M3;
+    if (t->dtype != TENSOR_DTYPE_BF16 && t->dtype != TENSOR_DTYPE_F16 && t->dtype != TENSOR_DTYPE_F32 && !fp8)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has an unknown dtype %d", where,
+                         (int)t->dtype);
+    if (fp8 && cols == 0)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s is a vector stored in fp8", where);
+    if (t->n_dims != want_dims || t->shape[0] != rows || (want_dims == 2 && t->shape[1] != cols))
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT,
+                         "cpu backend: weight %s has shape [%lld, %lld] (%d dims), expected [%lld, %lld] (%d dims)",
+                         where, (long long)t->shape[0], t->n_dims == 2 ? (long long)t->shape[1] : 0LL, (int)t->n_dims,
+                         (long long)rows, (long long)cols, (int)want_dims);
+    const size_t n_cols = want_dims == 2 ? (size_t)cols : 1;
+    const size_t bytes = rows > 0 && cols >= 0 && (size_t)rows <= SIZE_MAX / sizeof(float) / n_cols
+                             ? (size_t)rows * n_cols * sizeof(float)
+                             : 0;
+    if (bytes == 0) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s is too large", where);
+    float *buffer = malloc(bytes);
+    if (!buffer)
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s", bytes,
+                         where);
+    size_t n = bytes / sizeof(float);
+    if (fp8 || mode == KITE_WEIGHTS_FP8) {
+        kite_status status = fp8_weights_linear_to_float(t, mode, where, buffer);
+        if (status != KITE_OK) {
+            free(buffer);
+            return status;
+        }
+        *out = buffer;
+        return KITE_OK;
+    }
+    /* Widening is elementwise; chunks keep large embeddings from taking seconds on one core. */
+    const size_t chunk = (size_t)1 << 20;
+    size_t n_chunks = (n + chunk - 1) / chunk;
+    const uint8_t *src = t->data;
+    size_t element = tensor_dtype_size(t->dtype);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+    for (size_t i = 0; i < n_chunks; i++) {
+        size_t begin = i * chunk;
+        size_t count = n - begin < chunk ? n - begin : chunk;
+        tensor_to_float(t->dtype, src + begin * element, buffer + begin, count);
+    }
+    *out = buffer;
+    return KITE_OK;
+}
