@@ -18,27 +18,13 @@
 #include "model/rope.h"
 #include "util/error.h"
 
-typedef struct tp_cpu_layer {
-    float *input_norm;          /* (hidden) */
-    float *q_proj;              /* (local q rows, hidden) */
-    float *k_proj;              /* (local kv rows, hidden) */
-    float *v_proj;              /* (local kv rows, hidden) */
-    float *q_norm;              /* (head_dim) */
-    float *k_norm;              /* (head_dim) */
-    float *o_proj;              /* (hidden, local q rows): the columns of this rank's heads */
-    float *post_attention_norm; /* (hidden) */
-    float *gate_proj;           /* (local intermediate, hidden) */
-    float *up_proj;             /* (local intermediate, hidden) */
-    float *down_proj;           /* (hidden, local intermediate): its columns */
-} tp_cpu_layer;
-
 struct tp_cpu_rank {
     qwen3_config config;
     tp_plan plan;
     int n_threads;
 
     float *embed_tokens;  /* (vocab, hidden), replicated */
-    tp_cpu_layer *layers; /* n_layers */
+    cpu_layer *layers;    /* n_layers */
     float *final_norm;    /* (hidden) */
     float *lm_head;       /* (local vocab, hidden) */
     float *rope_inv_freq; /* (head_dim / 2) */
@@ -113,7 +99,7 @@ static kite_status widen_layer_shards(tp_cpu_rank *r, const qwen3_layer_weights 
     const int32_t hidden = c->hidden_size, q_dim = qwen3_q_dim(c), kv_dim = qwen3_kv_dim(c);
     const int32_t inter = c->intermediate_size;
     const kite_weights vector = KITE_WEIGHTS_BF16;
-    tp_cpu_layer *out = &r->layers[l];
+    cpu_layer *out = &r->layers[l];
     KITE_TRY(cpu_widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, vector, &out->input_norm));
     KITE_TRY(widen_shard(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, SHARD_ROWS, p->q_rows, &out->q_proj));
     KITE_TRY(
@@ -179,20 +165,8 @@ static void free_activations(tp_cpu_rank *r) {
 void tp_cpu_rank_destroy(tp_cpu_rank *r) {
     if (!r) return;
     if (r->layers) {
-        for (int32_t l = 0; l < r->config.n_layers; l++) {
-            tp_cpu_layer *layer = &r->layers[l];
-            free(layer->input_norm);
-            free(layer->q_proj);
-            free(layer->k_proj);
-            free(layer->v_proj);
-            free(layer->q_norm);
-            free(layer->k_norm);
-            free(layer->o_proj);
-            free(layer->post_attention_norm);
-            free(layer->gate_proj);
-            free(layer->up_proj);
-            free(layer->down_proj);
-        }
+        for (int32_t l = 0; l < r->config.n_layers; l++)
+            cpu_layer_free(&r->layers[l]);
         free(r->layers);
     }
     free(r->embed_tokens);
@@ -348,7 +322,7 @@ static void attention_heads(tp_cpu_rank *r, int32_t layer, int32_t n_tokens, int
 
 static kite_status layer_forward(tp_cpu_rank *r, tp_comm *comm, int32_t l, int32_t n, int32_t first_position) {
     const qwen3_config *c = &r->config;
-    const tp_cpu_layer *w = &r->layers[l];
+    const cpu_layer *w = &r->layers[l];
     const int32_t hidden = c->hidden_size, head_dim = c->head_dim, half = head_dim / 2;
     const int32_t q_rows = r->plan.q_rows.count, kv_rows = r->plan.kv_rows.count;
     const int32_t inter = r->plan.intermediate.count;

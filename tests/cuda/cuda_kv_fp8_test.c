@@ -227,14 +227,29 @@ static void test_greedy(void) {
     if (step == steps) printf("  greedy: %d steps identical\n", steps);
 }
 
+/* One step batch of n rows through the fp8 CUDA backend and both CPU oracles, every row compared (compare_row);
+ * the CPU oracle's rows stay in cpu_rows (n x vocab) for the caller. */
+static void step_all_compared(const step_batch *b, int n, float *cpu_rows, worst_case *worst) {
+    const size_t V = (size_t)config.vocab_size;
+    float *gpu_rows = xmalloc((size_t)n * V * 4), *budget_rows = xmalloc((size_t)n * V * 4);
+    TRY(gpu->ops->forward(gpu, b));
+    TRY(gpu->ops->read_logits(gpu, gpu_rows, n));
+    TRY(cpu->ops->forward(cpu, b));
+    TRY(cpu->ops->read_logits(cpu, cpu_rows, n));
+    TRY(cpu_bf16->ops->forward(cpu_bf16, b));
+    TRY(cpu_bf16->ops->read_logits(cpu_bf16, budget_rows, n));
+    for (int s = 0; s < n; s++)
+        compare_row(gpu_rows + (size_t)s * V, cpu_rows + (size_t)s * V, budget_rows + (size_t)s * V, worst);
+    free(gpu_rows), free(budget_rows);
+}
+
 static void test_batched(void) {
     const int V = config.vocab_size, n = N_SEQS;
     const int lengths[N_SEQS] = {20, 70, 140, 260};
     const int32_t *bt[N_SEQS];
     int32_t ctx[N_SEQS], tokens[N_SEQS], start[N_SEQS + 1];
     uint8_t wants[N_SEQS];
-    float *cpu_rows = xmalloc((size_t)n * V * 4), *gpu_rows = xmalloc((size_t)n * V * 4);
-    float *budget_rows = xmalloc((size_t)n * V * 4);
+    float *cpu_rows = xmalloc((size_t)n * V * 4);
     for (int s = 0; s < n; s++) {
         int32_t prompt[300];
         bt[s] = tables[s];
@@ -252,19 +267,11 @@ static void test_batched(void) {
     for (int step = 0; step < 4; step++) {
         for (int s = 0; s < n; s++) ctx[s]++;
         step_batch b = {n, n, tokens, start, ctx, bt, wants, false, false};
-        TRY(gpu->ops->forward(gpu, &b));
-        TRY(gpu->ops->read_logits(gpu, gpu_rows, n));
-        TRY(cpu->ops->forward(cpu, &b));
-        TRY(cpu->ops->read_logits(cpu, cpu_rows, n));
-        TRY(cpu_bf16->ops->forward(cpu_bf16, &b));
-        TRY(cpu_bf16->ops->read_logits(cpu_bf16, budget_rows, n));
-        for (int s = 0; s < n; s++) {
-            compare_row(gpu_rows + (size_t)s * V, cpu_rows + (size_t)s * V, budget_rows + (size_t)s * V, &worst);
-            tokens[s] = argmax_of(cpu_rows + (size_t)s * V, V);
-        }
+        step_all_compared(&b, n, cpu_rows, &worst);
+        for (int s = 0; s < n; s++) tokens[s] = argmax_of(cpu_rows + (size_t)s * V, V);
     }
     report("batched decode B=4 (contexts 20-260), 4 steps", worst);
-    free(cpu_rows), free(gpu_rows), free(budget_rows);
+    free(cpu_rows);
 }
 
 /* A mixed step as a server runs it: two generating sequences first (one token each, at 301 and 41 positions: the
@@ -287,22 +294,14 @@ static void test_mixed_step(void) {
         ctx[s] = before[s] + n_new[s];
         bt[s] = tables[s];
     }
-    float *cpu_rows = xmalloc((size_t)N_SEQS * V * 4), *gpu_rows = xmalloc((size_t)N_SEQS * V * 4);
-    float *budget_rows = xmalloc((size_t)N_SEQS * V * 4);
+    float *cpu_rows = xmalloc((size_t)N_SEQS * V * 4);
     step_batch b = {N_SEQS, start[N_SEQS], toks, start, ctx, bt, wants, false, false};
-    TRY(gpu->ops->forward(gpu, &b));
-    TRY(gpu->ops->read_logits(gpu, gpu_rows, N_SEQS));
-    TRY(cpu->ops->forward(cpu, &b));
-    TRY(cpu->ops->read_logits(cpu, cpu_rows, N_SEQS));
-    TRY(cpu_bf16->ops->forward(cpu_bf16, &b));
-    TRY(cpu_bf16->ops->read_logits(cpu_bf16, budget_rows, N_SEQS));
     worst_case worst = {0, 0, 0};
-    for (int s = 0; s < N_SEQS; s++)
-        compare_row(gpu_rows + (size_t)s * V, cpu_rows + (size_t)s * V, budget_rows + (size_t)s * V, &worst);
+    step_all_compared(&b, N_SEQS, cpu_rows, &worst);
     char what[128];
     snprintf(what, sizeof what, "block size %d: mixed step (2 decode rows, a 64-token chunk, a decode row)", block_size);
     report(what, worst);
-    free(cpu_rows), free(gpu_rows), free(budget_rows);
+    free(cpu_rows);
 }
 
 /* 16-position blocks: two sequences prefilled in one step (one view group, two sequences), then one of them

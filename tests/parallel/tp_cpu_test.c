@@ -179,25 +179,20 @@ static checkpoint *open_model(const char *name) {
     return ckpt;
 }
 
-static void test_tiny_one_rank_is_the_cpu_backend(void) {
-    checkpoint *ckpt = open_model("tiny");
+/* The committed checkpoint `name` split over n_ranks ranks against the CPU backend on it. */
+static void check_checkpoint_split(const char *name, int32_t n_ranks) {
+    checkpoint *ckpt = open_model(name);
     if (!ckpt) return;
     reference_run ref;
     if (reference_forward(checkpoint_config(ckpt), checkpoint_weights(ckpt), &ref))
-        check_split("tiny", checkpoint_config(ckpt), checkpoint_weights(ckpt), &ref, 1);
+        check_split(name, checkpoint_config(ckpt), checkpoint_weights(ckpt), &ref, n_ranks);
     free(ref.logits);
     checkpoint_close(ckpt);
 }
 
-static void test_tiny_untied_two_ranks(void) {
-    checkpoint *ckpt = open_model("tiny-untied");
-    if (!ckpt) return;
-    reference_run ref;
-    if (reference_forward(checkpoint_config(ckpt), checkpoint_weights(ckpt), &ref))
-        check_split("tiny-untied", checkpoint_config(ckpt), checkpoint_weights(ckpt), &ref, 2);
-    free(ref.logits);
-    checkpoint_close(ckpt);
-}
+static void test_tiny_one_rank_is_the_cpu_backend(void) { check_checkpoint_split("tiny", 1); }
+
+static void test_tiny_untied_two_ranks(void) { check_checkpoint_split("tiny-untied", 2); }
 
 static void test_random_model_two_and_four_ranks(void) {
     qwen3_config config = test_config(64, 8, 4, 16, 128, 3, 1001);

@@ -26,20 +26,6 @@
 #include "util/error.h"
 #include "weights/load_progress.h"
 
-typedef struct cpu_layer {
-    float *input_norm;          /* (hidden) */
-    float *q_proj;              /* (n_heads * head_dim, hidden) */
-    float *k_proj;              /* (n_kv_heads * head_dim, hidden) */
-    float *v_proj;              /* (n_kv_heads * head_dim, hidden) */
-    float *q_norm;              /* (head_dim) */
-    float *k_norm;              /* (head_dim) */
-    float *o_proj;              /* (hidden, n_heads * head_dim) */
-    float *post_attention_norm; /* (hidden) */
-    float *gate_proj;           /* (intermediate, hidden) */
-    float *up_proj;             /* (intermediate, hidden) */
-    float *down_proj;           /* (hidden, intermediate) */
-} cpu_layer;
-
 /* Per-step activations, grown to the largest step seen. */
 typedef struct cpu_scratch {
     int32_t token_capacity;
@@ -168,20 +154,7 @@ static void cpu_destroy(backend *self) {
     cpu_backend *b = (cpu_backend *)self;
     free(b->rope_inv_freq);
     if (b->layers) {
-        for (int32_t l = 0; l < b->config.n_layers; l++) {
-            cpu_layer *layer = &b->layers[l];
-            free(layer->input_norm);
-            free(layer->q_proj);
-            free(layer->k_proj);
-            free(layer->v_proj);
-            free(layer->q_norm);
-            free(layer->k_norm);
-            free(layer->o_proj);
-            free(layer->post_attention_norm);
-            free(layer->gate_proj);
-            free(layer->up_proj);
-            free(layer->down_proj);
-        }
+        for (int32_t l = 0; l < b->config.n_layers; l++) cpu_layer_free(&b->layers[l]);
         free(b->layers);
     }
     if (b->lm_head != b->embed_tokens) free(b->lm_head);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "quant/fp8_weights.h"
 #include "util/error.h"
@@ -63,4 +64,19 @@ kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t lay
     }
     *out = buffer;
     return KITE_OK;
+}
+
+void cpu_layer_free(cpu_layer *layer) {
+    free(layer->input_norm);
+    free(layer->q_proj);
+    free(layer->k_proj);
+    free(layer->v_proj);
+    free(layer->q_norm);
+    free(layer->k_norm);
+    free(layer->o_proj);
+    free(layer->post_attention_norm);
+    free(layer->gate_proj);
+    free(layer->up_proj);
+    free(layer->down_proj);
+    memset(layer, 0, sizeof *layer);
 }

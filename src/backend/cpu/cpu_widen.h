@@ -19,4 +19,23 @@
 kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
                              kite_weights mode, float **out);
 
+/* One layer's weights widened to float32 (each malloc'd), in the PyTorch layout (out_features, in_features): the
+ * whole layer in the CPU backend, a rank's shards of it in a tensor-parallel CPU rank (parallel/tp_cpu.c). */
+typedef struct cpu_layer {
+    float *input_norm;          /* (hidden) */
+    float *q_proj;              /* (query rows, hidden) */
+    float *k_proj;              /* (kv rows, hidden) */
+    float *v_proj;              /* (kv rows, hidden) */
+    float *q_norm;              /* (head_dim) */
+    float *k_norm;              /* (head_dim) */
+    float *o_proj;              /* (hidden, query rows) */
+    float *post_attention_norm; /* (hidden) */
+    float *gate_proj;           /* (intermediate, hidden) */
+    float *up_proj;             /* (intermediate, hidden) */
+    float *down_proj;           /* (hidden, intermediate) */
+} cpu_layer;
+
+/* Frees a layer's buffers (any of them may be NULL) and clears the struct. */
+void cpu_layer_free(cpu_layer *layer);
+
 #endif

@@ -135,12 +135,9 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     size_t table_ints = 0;
     /* The leading one-token sequences (the engine puts generating sequences first) are decode rows: they take the
      * split-K decode attention, which reads each K/V row once for the heads that share it and an fp8 cache
-     * directly; the sequences from first_prompt on take the prefill attention. */
-    int32_t first_prompt = 0;
-    while (first_prompt < S &&
-           batch->seq_token_start[first_prompt + 1] - batch->seq_token_start[first_prompt] == 1)
-        first_prompt++;
-    const int32_t n_decode = first_prompt;
+     * directly; the sequences from n_decode on take the prefill attention. */
+    int32_t n_decode = 0;
+    while (n_decode < S && batch->seq_token_start[n_decode + 1] - batch->seq_token_start[n_decode] == 1) n_decode++;
     size_t decode_entries = 0; /* block table entries of the decode rows, which come first */
     int32_t max_new = 0;       /* the most new tokens of the prompt sequences */
     for (int32_t s = 0; s < S; s++) {
@@ -156,13 +153,13 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int decode_splits = n_decode > 0 ? attention_splits(core, n_decode) : 0;
     if (n_decode > 0) KITE_TRY(ensure_decode_rows(core, p, n_decode, decode_splits));
     const bool fp8_kv = core->kv_dtype == KITE_KV_CACHE_FP8;
-    const bool fp8_view = fp8_kv && first_prompt < S;
+    const bool fp8_view = fp8_kv && n_decode < S;
     /* fp8: the view's size and, after the logit rows, its block tables (entry j -> j less its group's first), for
      * the prompt sequences. */
     int32_t view_blocks = 0;
     if (fp8_view) {
         view_blocks = KITE_CEIL_DIV(FP8_VIEW_MIN_POSITIONS, bs);
-        for (int32_t s = first_prompt; s < S; s++) {
+        for (int32_t s = n_decode; s < S; s++) {
             const int32_t n_blocks = KITE_CEIL_DIV(batch->seq_context_len[s], bs);
             if (n_blocks > view_blocks) view_blocks = n_blocks;
         }
@@ -202,7 +199,7 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     if (fp8_view) { /* the groups as the attention loop below forms them */
         int32_t *view_tables = logit_rows + rows;
         size_t entry = decode_entries, group_first = decode_entries, group_entries = 0;
-        for (int32_t s = first_prompt; s < S; s++) {
+        for (int32_t s = n_decode; s < S; s++) {
             const size_t n_blocks = (size_t)KITE_CEIL_DIV(batch->seq_context_len[s], bs);
             if (group_entries > 0 && group_entries + n_blocks > (size_t)view_blocks) {
                 group_first = entry;
@@ -223,12 +220,12 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
     const int32_t *d_ctx = d_token_start + S + 1, *d_table_start = d_ctx + S, *d_tables = d_table_start + S;
     const int32_t *d_logit_rows = d_tables + table_ints;
     const int32_t *d_view_tables = d_logit_rows + rows;
-    cuda_seq_meta prompts; /* the sequences from first_prompt on */
-    prompts.token_start = d_token_start + first_prompt;
-    prompts.context_len = d_ctx + first_prompt;
-    prompts.block_table_start = d_table_start + first_prompt;
+    cuda_seq_meta prompts; /* the sequences from n_decode on */
+    prompts.token_start = d_token_start + n_decode;
+    prompts.context_len = d_ctx + n_decode;
+    prompts.block_table_start = d_table_start + n_decode;
     prompts.block_tables = d_tables;
-    prompts.n_seqs = S - first_prompt;
+    prompts.n_seqs = S - n_decode;
     prompts.max_new_tokens = max_new;
 
     void *st = core->stream;
@@ -255,9 +252,9 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
         if (fp8_view) {
             /* Groups of consecutive sequences whose blocks fit in the view (the same as view_tables above). */
             const cuda_kv_layer view = {p->fp8_view, bs, c->n_kv_heads, c->head_dim, view_blocks, KITE_KV_CACHE_BF16};
-            int32_t first_seq = first_prompt, group_first = (int32_t)decode_entries, group_entries = 0, group_new = 0;
+            int32_t first_seq = n_decode, group_first = (int32_t)decode_entries, group_entries = 0, group_new = 0;
             int32_t entry = (int32_t)decode_entries;
-            for (int32_t s = first_prompt; s <= S; s++) {
+            for (int32_t s = n_decode; s <= S; s++) {
                 const int32_t n_blocks = s < S ? KITE_CEIL_DIV(batch->seq_context_len[s], bs) : 0;
                 if (s == S || (group_entries > 0 && group_entries + n_blocks > view_blocks)) {
                     KITE_TRY(cuda_kv_fp8_dequantize_blocks(kv, d_tables, group_first, group_entries, p->fp8_view, st));
@@ -274,7 +271,7 @@ kite_status forward_prefill(cuda_core *core, prefill_state *p, const step_batch 
                 entry += n_blocks;
                 if (n_new > group_new) group_new = n_new;
             }
-        } else if (first_prompt < S) {
+        } else if (n_decode < S) {
             KITE_TRY(cuda_attention_prefill(p->q, p->attention, kv, prompts, c->n_heads, scale, st));
         }
         KITE_TRY(cuda_gemm_bf16(core->gemm, p->attention, L->o, p->x, 1, 1.0f, T, hidden, qd, st));
