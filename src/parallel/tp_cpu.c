@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +49,8 @@ struct tp_cpu_rank {
     float *up;          /* (tokens, local intermediate) */
     float *rope_cos;    /* (tokens, head_dim / 2) */
     float *rope_sin;    /* (tokens, head_dim / 2) */
-    float *matmul;      /* cpu_matmul's scratch for the widest input */
+    float *matmul;       /* cpu_matmul's scratch (the lm_head's input) */
+    float *packed_input; /* cpu_matmul_packed's scratch for the widest input of the layers' products */
     float *scores;      /* (max_context) one head's attention weights */
     float *logit_input; /* (hidden) the last token's final norm */
     float *logits;      /* (local vocab) */
@@ -93,6 +95,22 @@ static kite_status widen_shard(const tensor_view *t, const char *name, int32_t l
     return status;
 }
 
+/* widen_shard of a linear layer's weight, then packed as the unsplit backend packs its linear layers. */
+static kite_status widen_linear_shard(const tensor_view *t, const char *name, int32_t layer, int32_t rows,
+                                      int32_t cols, kite_weights mode, shard_kind kind, tp_range range, float **out) {
+    KITE_TRY(widen_shard(t, name, layer, rows, cols, mode, kind, range, out));
+    char where[96];
+    snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
+    const int32_t shard_rows = kind == SHARD_ROWS ? range.count : rows;
+    const int32_t shard_cols = kind == SHARD_ROWS ? cols : range.count;
+    const kite_status status = cpu_pack_matrix(out, shard_rows, shard_cols, where);
+    if (status != KITE_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return status;
+}
+
 static kite_status widen_layer_shards(tp_cpu_rank *r, const qwen3_layer_weights *w, int32_t l, kite_weights mode) {
     const qwen3_config *c = &r->config;
     const tp_plan *p = &r->plan;
@@ -101,23 +119,24 @@ static kite_status widen_layer_shards(tp_cpu_rank *r, const qwen3_layer_weights 
     const kite_weights vector = KITE_WEIGHTS_BF16;
     cpu_layer *out = &r->layers[l];
     KITE_TRY(cpu_widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, vector, &out->input_norm));
-    KITE_TRY(widen_shard(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, SHARD_ROWS, p->q_rows, &out->q_proj));
-    KITE_TRY(
-        widen_shard(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, SHARD_ROWS, p->kv_rows, &out->k_proj));
-    KITE_TRY(
-        widen_shard(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, SHARD_ROWS, p->kv_rows, &out->v_proj));
+    KITE_TRY(widen_linear_shard(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, SHARD_ROWS, p->q_rows,
+                                &out->q_proj));
+    KITE_TRY(widen_linear_shard(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, SHARD_ROWS, p->kv_rows,
+                                &out->k_proj));
+    KITE_TRY(widen_linear_shard(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, SHARD_ROWS, p->kv_rows,
+                                &out->v_proj));
     KITE_TRY(cpu_widen_tensor(&w->q_norm, "self_attn.q_norm", l, c->head_dim, 0, vector, &out->q_norm));
     KITE_TRY(cpu_widen_tensor(&w->k_norm, "self_attn.k_norm", l, c->head_dim, 0, vector, &out->k_norm));
-    KITE_TRY(
-        widen_shard(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, SHARD_COLUMNS, p->q_rows, &out->o_proj));
+    KITE_TRY(widen_linear_shard(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, SHARD_COLUMNS, p->q_rows,
+                                &out->o_proj));
     KITE_TRY(cpu_widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0, vector,
                               &out->post_attention_norm));
-    KITE_TRY(widen_shard(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, SHARD_ROWS, p->intermediate,
-                         &out->gate_proj));
-    KITE_TRY(
-        widen_shard(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, SHARD_ROWS, p->intermediate, &out->up_proj));
-    KITE_TRY(widen_shard(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, SHARD_COLUMNS, p->intermediate,
-                         &out->down_proj));
+    KITE_TRY(widen_linear_shard(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, SHARD_ROWS, p->intermediate,
+                                &out->gate_proj));
+    KITE_TRY(widen_linear_shard(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, SHARD_ROWS, p->intermediate,
+                                &out->up_proj));
+    KITE_TRY(widen_linear_shard(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, SHARD_COLUMNS, p->intermediate,
+                                &out->down_proj));
     return KITE_OK;
 }
 
@@ -157,8 +176,9 @@ static void free_activations(tp_cpu_rank *r) {
     free(r->rope_cos);
     free(r->rope_sin);
     free(r->matmul);
+    free(r->packed_input);
     r->hidden = r->normed = r->q = r->k = r->v = r->attention = r->projected = r->gate = r->up = NULL;
-    r->rope_cos = r->rope_sin = r->matmul = NULL;
+    r->rope_cos = r->rope_sin = r->matmul = r->packed_input = NULL;
     r->token_capacity = 0;
 }
 
@@ -255,7 +275,7 @@ static kite_status reserve_activations(tp_cpu_rank *r, int32_t n_tokens) {
     const size_t t = (size_t)n_tokens, hidden = (size_t)c->hidden_size, q = (size_t)r->plan.q_rows.count;
     const size_t kv = (size_t)r->plan.kv_rows.count, inter = (size_t)r->plan.intermediate.count;
     const size_t half = (size_t)c->head_dim / 2, f = sizeof(float);
-    size_t widest = hidden > q ? hidden : q; /* of the products' inputs */
+    size_t widest = hidden > q ? hidden : q; /* of the layers' products' inputs */
     if (inter > widest) widest = inter;
     r->hidden = malloc(t * hidden * f);
     r->normed = malloc(t * hidden * f);
@@ -268,9 +288,10 @@ static kite_status reserve_activations(tp_cpu_rank *r, int32_t n_tokens) {
     r->up = malloc(t * inter * f);
     r->rope_cos = malloc(t * half * f);
     r->rope_sin = malloc(t * half * f);
-    r->matmul = malloc(cpu_matmul_scratch_floats((int32_t)widest) * f);
+    r->matmul = malloc(cpu_matmul_scratch_floats((int32_t)hidden) * f);
+    r->packed_input = malloc(cpu_matmul_packed_scratch_floats((int32_t)widest) * f);
     if (!r->hidden || !r->normed || !r->q || !r->k || !r->v || !r->attention || !r->projected || !r->gate || !r->up ||
-        !r->rope_cos || !r->rope_sin || !r->matmul) {
+        !r->rope_cos || !r->rope_sin || !r->matmul || !r->packed_input) {
         free_activations(r);
         return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "tensor parallel: cannot allocate activations for %d tokens",
                          (int)n_tokens);
@@ -313,8 +334,7 @@ static void attention_heads(tp_cpu_rank *r, int32_t layer, int32_t n_tokens, int
             for (int32_t j = 0; j <= position; j++) {
                 const float p = r->scores[j] / sum;
                 const float *v = cache_at(r, r->v_cache, layer, j) + kv_offset;
-                for (int32_t d = 0; d < head_dim; d++)
-                    out[d] += p * v[d];
+                cpu_add_scaled(out, p, v, head_dim);
             }
         }
     }
@@ -332,7 +352,7 @@ static kite_status layer_forward(tp_cpu_rank *r, tp_comm *comm, int32_t l, int32
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(r->normed + (size_t)t * hidden, r->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
     const cpu_matmul_part qkv[3] = {{r->q, w->q_proj, q_rows}, {r->k, w->k_proj, kv_rows}, {r->v, w->v_proj, kv_rows}};
-    cpu_matmul_parts(qkv, 3, r->normed, n, hidden, r->n_threads, r->matmul);
+    cpu_matmul_packed_parts(qkv, 3, r->normed, n, hidden, r->n_threads, r->packed_input);
     /* Per-head RMSNorm and RoPE of whole heads, then the append of K and V at each token's position. */
     for (int32_t t = 0; t < n; t++) {
         const float *cos_table = r->rope_cos + (size_t)t * half, *sin_table = r->rope_sin + (size_t)t * half;
@@ -354,7 +374,7 @@ static kite_status layer_forward(tp_cpu_rank *r, tp_comm *comm, int32_t l, int32
     attention_heads(r, l, n, first_position);
 
     /* Row-parallel o_proj: this rank's heads' share of every output, summed over the ranks. */
-    cpu_matmul(r->projected, r->attention, w->o_proj, n, hidden, q_rows, r->n_threads, r->matmul);
+    cpu_matmul_packed(r->projected, r->attention, w->o_proj, n, hidden, q_rows, r->n_threads, r->packed_input);
     KITE_TRY(comm->ops->all_reduce_sum(comm, r->projected, n_hidden));
     for (size_t i = 0; i < n_hidden; i++)
         r->hidden[i] += r->projected[i];
@@ -363,10 +383,10 @@ static kite_status layer_forward(tp_cpu_rank *r, tp_comm *comm, int32_t l, int32
         cpu_rmsnorm(r->normed + (size_t)t * hidden, r->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
                     eps);
     const cpu_matmul_part gate_up[2] = {{r->gate, w->gate_proj, inter}, {r->up, w->up_proj, inter}};
-    cpu_matmul_parts(gate_up, 2, r->normed, n, hidden, r->n_threads, r->matmul);
+    cpu_matmul_packed_parts(gate_up, 2, r->normed, n, hidden, r->n_threads, r->packed_input);
     cpu_swiglu(r->gate, r->up, (size_t)n * (size_t)inter, r->n_threads);
     /* Row-parallel down_proj over this rank's intermediate rows, summed over the ranks. */
-    cpu_matmul(r->projected, r->gate, w->down_proj, n, hidden, inter, r->n_threads, r->matmul);
+    cpu_matmul_packed(r->projected, r->gate, w->down_proj, n, hidden, inter, r->n_threads, r->packed_input);
     KITE_TRY(comm->ops->all_reduce_sum(comm, r->projected, n_hidden));
     for (size_t i = 0; i < n_hidden; i++)
         r->hidden[i] += r->projected[i];

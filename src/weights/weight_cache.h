@@ -25,7 +25,8 @@
 #include "kite.h"
 #include "weights/load_progress.h"
 
-#define WEIGHT_CACHE_FORMAT_VERSION 1
+/* 2: the CPU backend holds its linear layers packed (cpu_pack_rows). */
+#define WEIGHT_CACHE_FORMAT_VERSION 2
 #define WEIGHT_CACHE_SUFFIX ".kwc"
 #define WEIGHT_CACHE_ALIGN ((uint64_t)4096)
 #define WEIGHT_CACHE_CHUNK_BYTES ((uint64_t)16 << 20)

@@ -1,6 +1,8 @@
 /* The CPU backend against a naive float64 forward, prefill against incremental decoding over a shuffled
  * paged KV cache, batch invariance (bit-exact), and rejection of bad input.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,8 +306,8 @@ done:
     test_model_free(&m);
 }
 
-/* Every instruction-set path gives the same bits (no FMA contraction, same lane order, only the tiling
- * differs), for a prompt (13 tokens: full and partial tiles) and the decode step after it. */
+/* Every instruction-set path gives the same bits (the same operations lane by lane, only the tiling differs),
+ * for a prompt (13 tokens: full and partial tiles) and the decode step after it. */
 static void test_portable_matches_vector_path(void) {
     qwen3_config c = test_config(72, 4, 2, 16, 100, 2, 301);
     test_model m;
@@ -387,64 +389,113 @@ done:
     free(scratch);
 }
 
-/* cpu_matmul_parts gives each part's (token, row) cpu_dot's bits, as cpu_matmul does: parts of leftover
- * rows (37, 5 % 4) and a shared pass of 70 tokens (two passes), on every path and thread count. */
-static void test_matmul_parts_match_dot(void) {
-    enum { n_cols = 1030, max_tokens = 70 };
-    const int32_t part_rows[3] = {37, 64, 5};
-    float *w[3] = {NULL, NULL, NULL}, *out[3] = {NULL, NULL, NULL};
-    float *x = malloc(sizeof(float) * max_tokens * n_cols);
-    float *scratch = malloc(sizeof(float) * cpu_matmul_scratch_floats(n_cols));
+/* Deterministic values in about [-1, 1]. */
+static void fill_values(float *v, size_t n, uint64_t *state, float divisor) {
+    for (size_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((int32_t)(*state >> 40) % 2001 - 1000) / divisor;
+    }
+}
+
+/* The packed products' order: the column-order chain of fused multiply-adds. */
+static float fma_chain(const float *w, const float *x, int32_t n) {
+    float sum = 0.0f;
+    for (int32_t k = 0; k < n; k++) sum = fmaf(w[k], x[k], sum);
+    return sum;
+}
+
+/* Products of packed weights, n_parts parts of one input, against fma_chain bit for bit on every path, for
+ * token counts that make partial tiles of every width (1, 5, 7, 13), whole passes and a second pass (70), with
+ * one and two threads. */
+static void check_packed_parts(const int32_t *part_rows, int32_t n_parts, int32_t n_cols, const int32_t *counts,
+                               int32_t n_counts) {
+    enum { max_parts = 3, max_tokens = 70 };
+    float *w[max_parts] = {NULL}, *packed[max_parts] = {NULL}, *out[max_parts] = {NULL};
+    float *x = malloc(sizeof(float) * max_tokens * (size_t)n_cols);
+    float *scratch = malloc(sizeof(float) * cpu_matmul_packed_scratch_floats(n_cols));
     int ok = x && scratch;
-    for (int p = 0; p < 3; p++) {
-        w[p] = malloc(sizeof(float) * (size_t)part_rows[p] * n_cols);
+    uint64_t state = 47;
+    for (int32_t p = 0; p < n_parts; p++) {
+        w[p] = malloc(sizeof(float) * (size_t)part_rows[p] * (size_t)n_cols);
+        packed[p] = malloc(sizeof(float) * cpu_packed_floats(part_rows[p], n_cols));
         out[p] = malloc(sizeof(float) * (size_t)part_rows[p] * max_tokens);
-        ok = ok && w[p] && out[p];
+        ok = ok && w[p] && packed[p] && out[p];
+        if (ok) {
+            fill_values(w[p], (size_t)part_rows[p] * (size_t)n_cols, &state, 997.0f);
+            cpu_pack_rows(packed[p], w[p], part_rows[p], n_cols);
+        }
     }
     if (!ok) {
         CHECK_MSG(0, "out of memory");
         goto done;
     }
-    uint64_t state = 43;
-    for (int p = 0; p < 3; p++)
-        for (size_t i = 0; i < (size_t)part_rows[p] * n_cols; i++) {
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            w[p][i] = (float)((int32_t)(state >> 40) % 2001 - 1000) / 997.0f;
-        }
-    for (size_t i = 0; i < (size_t)max_tokens * n_cols; i++) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((int32_t)(state >> 40) % 2001 - 1000) / 1009.0f;
-    }
-    const cpu_matmul_part parts[3] = {{out[0], w[0], part_rows[0]}, {out[1], w[1], part_rows[1]},
-                                      {out[2], w[2], part_rows[2]}};
-    const int32_t token_counts[] = {1, 7, 70};
+    fill_values(x, (size_t)max_tokens * (size_t)n_cols, &state, 1009.0f);
+    cpu_matmul_part parts[max_parts];
+    for (int32_t p = 0; p < n_parts; p++) parts[p] = (cpu_matmul_part){out[p], packed[p], part_rows[p]};
     for (int path = CPU_OPS_PATH_PORTABLE; path <= CPU_OPS_PATH_AVX512; path++) {
         cpu_ops_limit_path((cpu_ops_path)path);
-        for (size_t c = 0; c < sizeof token_counts / sizeof token_counts[0]; c++) {
+        for (int32_t c = 0; c < n_counts; c++)
             for (int threads = 1; threads <= 2; threads++) {
-                int32_t n = token_counts[c];
-                cpu_matmul_parts(parts, 3, x, n, n_cols, threads, scratch);
+                const int32_t n = counts[c];
+                if (n_parts == 1)
+                    cpu_matmul_packed(out[0], x, packed[0], n, part_rows[0], n_cols, threads, scratch);
+                else
+                    cpu_matmul_packed_parts(parts, n_parts, x, n, n_cols, threads, scratch);
                 int32_t mismatches = 0;
-                for (int p = 0; p < 3; p++)
+                for (int32_t p = 0; p < n_parts; p++)
                     for (int32_t t = 0; t < n; t++)
                         for (int32_t r = 0; r < part_rows[p]; r++) {
-                            float want = cpu_dot(w[p] + (size_t)r * n_cols, x + (size_t)t * n_cols, n_cols);
-                            float got = out[p][(size_t)t * part_rows[p] + r];
+                            float want =
+                                fma_chain(w[p] + (size_t)r * (size_t)n_cols, x + (size_t)t * (size_t)n_cols, n_cols);
+                            float got = out[p][(size_t)t * (size_t)part_rows[p] + (size_t)r];
                             if (memcmp(&want, &got, sizeof want) != 0) mismatches++;
                         }
-                CHECK_MSG(mismatches == 0, "path %d, %d tokens, %d threads: %d products differ from cpu_dot", path,
-                          n, threads, mismatches);
+                CHECK_MSG(mismatches == 0, "path %d, %d parts, %d tokens, %d threads: %d products differ", path,
+                          (int)n_parts, (int)n, threads, (int)mismatches);
             }
-        }
     }
     cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
 done:
-    for (int p = 0; p < 3; p++) {
+    for (int32_t p = 0; p < n_parts; p++) {
         free(w[p]);
+        free(packed[p]);
         free(out[p]);
     }
     free(x);
     free(scratch);
+}
+
+/* One packed weight with a partial last panel (37 = 2 x 16 + 5 rows) and a partial last block of columns
+ * (530 = 2 x 256 + 18). */
+static void test_packed_matmul_matches_fma_chain(void) {
+    const int32_t rows[1] = {37};
+    const int32_t counts[] = {1, 5, 6, 7, 12, 13, 64, 70};
+    check_packed_parts(rows, 1, 530, counts, (int32_t)(sizeof counts / sizeof counts[0]));
+}
+
+/* Three parts of one input (q/k/v's form): a partial panel, whole panels, a part smaller than a panel. */
+static void test_packed_parts_match_fma_chain(void) {
+    const int32_t rows[3] = {37, 64, 5};
+    const int32_t counts[] = {1, 7, 70};
+    check_packed_parts(rows, 3, 1030, counts, (int32_t)(sizeof counts / sizeof counts[0]));
+}
+
+/* The packed layout: element (r, k) at panel r / 16, column k, lane r % 16, missing rows zero. */
+static void test_pack_rows_layout(void) {
+    enum { n_rows = 19, n_cols = 3 };
+    float w[n_rows * n_cols];
+    for (int32_t i = 0; i < n_rows * n_cols; i++) w[i] = (float)(i + 1);
+    float packed[2 * CPU_PANEL_ROWS * n_cols];
+    CHECK(cpu_packed_floats(n_rows, n_cols) == 2 * CPU_PANEL_ROWS * n_cols);
+    cpu_pack_rows(packed, w, n_rows, n_cols);
+    int32_t wrong = 0;
+    for (int32_t r = 0; r < 2 * CPU_PANEL_ROWS; r++)
+        for (int32_t k = 0; k < n_cols; k++) {
+            float want = r < n_rows ? w[r * n_cols + k] : 0.0f;
+            wrong += packed[(r / CPU_PANEL_ROWS) * CPU_PANEL_ROWS * n_cols + k * CPU_PANEL_ROWS + r % CPU_PANEL_ROWS] !=
+                     want;
+        }
+    CHECK_MSG(wrong == 0, "%d packed elements out of place", (int)wrong);
 }
 
 static void expect_invalid(kite_status status, const char *what) {
@@ -561,7 +612,9 @@ int main(void) {
     TEST_RUN(test_argmax_ties);
     TEST_RUN(test_portable_matches_vector_path);
     TEST_RUN(test_matmul_matches_dot);
-    TEST_RUN(test_matmul_parts_match_dot);
+    TEST_RUN(test_packed_matmul_matches_fma_chain);
+    TEST_RUN(test_packed_parts_match_fma_chain);
+    TEST_RUN(test_pack_rows_layout);
     TEST_RUN(test_bad_input);
     TEST_RUN(test_kv_bytes);
     return test_finish();

@@ -40,7 +40,8 @@ typedef struct cpu_scratch {
     float *up;          /* (tokens, intermediate) */
     float *rope_cos;    /* (tokens, head_dim / 2) */
     float *rope_sin;    /* (tokens, head_dim / 2) */
-    float *matmul;      /* cpu_matmul's scratch for the widest input */
+    float *matmul;       /* cpu_matmul's scratch (the lm_head's input) */
+    float *packed_input; /* cpu_matmul_packed's scratch for the widest input of the layers' products */
     int32_t *token_seq; /* (tokens) the sequence of each token */
     int32_t *token_pos; /* (tokens) its position */
     size_t score_capacity;
@@ -143,6 +144,7 @@ static void scratch_free(cpu_scratch *s) {
     free(s->rope_cos);
     free(s->rope_sin);
     free(s->matmul);
+    free(s->packed_input);
     free(s->token_seq);
     free(s->token_pos);
     free(s->scores);
@@ -182,17 +184,17 @@ static kite_status widen_layer(const qwen3_config *c, const qwen3_layer_weights 
     int64_t inter = c->intermediate_size;
     const kite_weights vector = KITE_WEIGHTS_BF16;
     KITE_TRY(cpu_widen_tensor(&w->input_norm, "input_layernorm", l, hidden, 0, vector, &out->input_norm));
-    KITE_TRY(cpu_widen_tensor(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, &out->q_proj));
-    KITE_TRY(cpu_widen_tensor(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, &out->k_proj));
-    KITE_TRY(cpu_widen_tensor(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, &out->v_proj));
+    KITE_TRY(cpu_widen_linear(&w->q_proj, "self_attn.q_proj", l, q_dim, hidden, mode, &out->q_proj));
+    KITE_TRY(cpu_widen_linear(&w->k_proj, "self_attn.k_proj", l, kv_dim, hidden, mode, &out->k_proj));
+    KITE_TRY(cpu_widen_linear(&w->v_proj, "self_attn.v_proj", l, kv_dim, hidden, mode, &out->v_proj));
     KITE_TRY(cpu_widen_tensor(&w->q_norm, "self_attn.q_norm", l, c->head_dim, 0, vector, &out->q_norm));
     KITE_TRY(cpu_widen_tensor(&w->k_norm, "self_attn.k_norm", l, c->head_dim, 0, vector, &out->k_norm));
-    KITE_TRY(cpu_widen_tensor(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, &out->o_proj));
+    KITE_TRY(cpu_widen_linear(&w->o_proj, "self_attn.o_proj", l, hidden, q_dim, mode, &out->o_proj));
     KITE_TRY(cpu_widen_tensor(&w->post_attention_norm, "post_attention_layernorm", l, hidden, 0, vector,
                           &out->post_attention_norm));
-    KITE_TRY(cpu_widen_tensor(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, &out->gate_proj));
-    KITE_TRY(cpu_widen_tensor(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, &out->up_proj));
-    KITE_TRY(cpu_widen_tensor(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, &out->down_proj));
+    KITE_TRY(cpu_widen_linear(&w->gate_proj, "mlp.gate_proj", l, inter, hidden, mode, &out->gate_proj));
+    KITE_TRY(cpu_widen_linear(&w->up_proj, "mlp.up_proj", l, inter, hidden, mode, &out->up_proj));
+    KITE_TRY(cpu_widen_linear(&w->down_proj, "mlp.down_proj", l, hidden, inter, mode, &out->down_proj));
     return KITE_OK;
 }
 
@@ -330,23 +332,26 @@ static void cpu_tensor_table(cpu_backend *b, cpu_tensor_ref *refs) {
         refs[n].bytes = (count) * f;                                                                            \
         n++;                                                                                                    \
     } while (0)
+/* A linear layer's weight, held packed (cpu_pack_rows). */
+#define PACKED(rows, cols) (uint64_t) cpu_packed_floats((int32_t)(rows), (int32_t)(cols))
     CPU_TENSOR(&b->embed_tokens, vocab * hidden, "model.embed_tokens.weight");
     for (int32_t l = 0; l < c->n_layers; l++) {
         cpu_layer *layer = &b->layers[l];
         CPU_TENSOR(&layer->input_norm, hidden, "model.layers.%d.input_layernorm.weight", (int)l);
-        CPU_TENSOR(&layer->q_proj, q_dim * hidden, "model.layers.%d.self_attn.q_proj.weight", (int)l);
-        CPU_TENSOR(&layer->k_proj, kv_dim * hidden, "model.layers.%d.self_attn.k_proj.weight", (int)l);
-        CPU_TENSOR(&layer->v_proj, kv_dim * hidden, "model.layers.%d.self_attn.v_proj.weight", (int)l);
+        CPU_TENSOR(&layer->q_proj, PACKED(q_dim, hidden), "model.layers.%d.self_attn.q_proj.weight", (int)l);
+        CPU_TENSOR(&layer->k_proj, PACKED(kv_dim, hidden), "model.layers.%d.self_attn.k_proj.weight", (int)l);
+        CPU_TENSOR(&layer->v_proj, PACKED(kv_dim, hidden), "model.layers.%d.self_attn.v_proj.weight", (int)l);
         CPU_TENSOR(&layer->q_norm, head_dim, "model.layers.%d.self_attn.q_norm.weight", (int)l);
         CPU_TENSOR(&layer->k_norm, head_dim, "model.layers.%d.self_attn.k_norm.weight", (int)l);
-        CPU_TENSOR(&layer->o_proj, hidden * q_dim, "model.layers.%d.self_attn.o_proj.weight", (int)l);
+        CPU_TENSOR(&layer->o_proj, PACKED(hidden, q_dim), "model.layers.%d.self_attn.o_proj.weight", (int)l);
         CPU_TENSOR(&layer->post_attention_norm, hidden, "model.layers.%d.post_attention_layernorm.weight", (int)l);
-        CPU_TENSOR(&layer->gate_proj, inter * hidden, "model.layers.%d.mlp.gate_proj.weight", (int)l);
-        CPU_TENSOR(&layer->up_proj, inter * hidden, "model.layers.%d.mlp.up_proj.weight", (int)l);
-        CPU_TENSOR(&layer->down_proj, hidden * inter, "model.layers.%d.mlp.down_proj.weight", (int)l);
+        CPU_TENSOR(&layer->gate_proj, PACKED(inter, hidden), "model.layers.%d.mlp.gate_proj.weight", (int)l);
+        CPU_TENSOR(&layer->up_proj, PACKED(inter, hidden), "model.layers.%d.mlp.up_proj.weight", (int)l);
+        CPU_TENSOR(&layer->down_proj, PACKED(hidden, inter), "model.layers.%d.mlp.down_proj.weight", (int)l);
     }
     CPU_TENSOR(&b->final_norm, hidden, "model.norm.weight");
     if (!c->tie_word_embeddings) CPU_TENSOR(&b->lm_head, vocab * hidden, "lm_head.weight");
+#undef PACKED
 #undef CPU_TENSOR
 }
 
@@ -570,7 +575,7 @@ static kite_status scratch_reserve(cpu_backend *b, int32_t n_tokens, int32_t lon
         size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
         size_t inter = (size_t)c->intermediate_size;
         size_t half = (size_t)c->head_dim / 2;
-        size_t widest = hidden > q_dim ? hidden : q_dim; /* of the products' inputs */
+        size_t widest = hidden > q_dim ? hidden : q_dim; /* of the layers' products' inputs */
         if (inter > widest) widest = inter;
         s->token_capacity = 0;
         /* Sizes are products of int32 values: they fit size_t on 64-bit hosts; grow() checks the rest. */
@@ -584,7 +589,8 @@ static kite_status scratch_reserve(cpu_backend *b, int32_t n_tokens, int32_t lon
                  grow((void **)&s->rope_cos, t * half, sizeof(float)) &&
                  grow((void **)&s->rope_sin, t * half, sizeof(float)) &&
                  grow((void **)&s->token_seq, t, sizeof(int32_t)) && grow((void **)&s->token_pos, t, sizeof(int32_t)) &&
-                 grow((void **)&s->matmul, cpu_matmul_scratch_floats((int32_t)widest), sizeof(float));
+                 grow((void **)&s->matmul, cpu_matmul_scratch_floats((int32_t)hidden), sizeof(float)) &&
+                 grow((void **)&s->packed_input, cpu_matmul_packed_scratch_floats((int32_t)widest), sizeof(float));
         if (!ok)
             return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate activations for %d tokens",
                              n_tokens);
@@ -667,7 +673,7 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
             for (int32_t j = 0; j <= position; j++) {
                 float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
                 const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+                cpu_add_scaled(out, p, v, head_dim);
             }
         } else {
             /* As flash attention does it: unnormalised probabilities rounded to bf16 for the product with V,
@@ -675,7 +681,7 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
             for (int32_t j = 0; j <= position; j++) {
                 float p = round_bf16_if(true, scores[j]);
                 const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-                for (int32_t d = 0; d < head_dim; d++) out[d] += p * v[d];
+                cpu_add_scaled(out, p, v, head_dim);
             }
             for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
         }
@@ -696,11 +702,13 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
     float eps = (float)c->rms_norm_eps;
     int threads = b->n_threads;
 
+    /* Tokens are independent: a prompt's share the threads (each norm's double sum stays one serial chain). */
+#pragma omp parallel for schedule(static) num_threads(threads) if ((int64_t)n * hidden >= CPU_PARALLEL_MIN_WORK / 8)
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->input_norm, hidden, eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
     const cpu_matmul_part qkv[3] = {{s->q, w->q_proj, q_dim}, {s->k, w->k_proj, kv_dim}, {s->v, w->v_proj, kv_dim}};
-    cpu_matmul_parts(qkv, 3, s->normed, n, hidden, threads, s->matmul);
+    cpu_matmul_packed_parts(qkv, 3, s->normed, n, hidden, threads, s->packed_input);
     maybe_round_bf16(b, s->q, (size_t)n * (size_t)q_dim);
     maybe_round_bf16(b, s->k, (size_t)n * (size_t)kv_dim);
     maybe_round_bf16(b, s->v, (size_t)n * (size_t)kv_dim);
@@ -740,21 +748,22 @@ static void layer_forward(cpu_backend *b, const step_batch *batch, int32_t l) {
 
     attention_layer(b, batch, l);
     maybe_round_bf16(b, s->attention, (size_t)n * (size_t)q_dim);
-    cpu_matmul(s->projected, s->attention, w->o_proj, n, hidden, q_dim, threads, s->matmul);
+    cpu_matmul_packed(s->projected, s->attention, w->o_proj, n, hidden, q_dim, threads, s->packed_input);
     size_t n_hidden = (size_t)n * (size_t)hidden;
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 
+#pragma omp parallel for schedule(static) num_threads(threads) if ((int64_t)n * hidden >= CPU_PARALLEL_MIN_WORK / 8)
     for (int32_t t = 0; t < n; t++)
         cpu_rmsnorm(s->normed + (size_t)t * hidden, s->hidden + (size_t)t * hidden, w->post_attention_norm, hidden,
                     eps);
     maybe_round_bf16(b, s->normed, (size_t)n * (size_t)hidden);
     const cpu_matmul_part gate_up[2] = {{s->gate, w->gate_proj, inter}, {s->up, w->up_proj, inter}};
-    cpu_matmul_parts(gate_up, 2, s->normed, n, hidden, threads, s->matmul);
+    cpu_matmul_packed_parts(gate_up, 2, s->normed, n, hidden, threads, s->packed_input);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
     maybe_round_bf16(b, s->up, (size_t)n * (size_t)inter);
     cpu_swiglu(s->gate, s->up, (size_t)n * (size_t)inter, threads);
     maybe_round_bf16(b, s->gate, (size_t)n * (size_t)inter);
-    cpu_matmul(s->projected, s->gate, w->down_proj, n, hidden, inter, threads, s->matmul);
+    cpu_matmul_packed(s->projected, s->gate, w->down_proj, n, hidden, inter, threads, s->packed_input);
     for (size_t i = 0; i < n_hidden; i++) s->hidden[i] += s->projected[i];
 }
 

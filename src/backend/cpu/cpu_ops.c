@@ -4,8 +4,9 @@
 #include <math.h>
 #include <string.h>
 
-/* The canonical order multiplies, then adds: no fused multiply-add, also in the clones whose target has FMA
- * (GCC contracts across statements unless told not to; clang within one expression). */
+/* The row-major products and dot products multiply, then add: no fused multiply-add, also in the clones whose
+ * target has FMA (GCC contracts across statements unless told not to; clang within one expression). The packed
+ * products fuse explicitly (fmaf and the FMA intrinsics, which the setting does not touch). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -222,18 +223,30 @@ typedef void (*block_fn)(float *, const float *, const float *, const float *, i
 /* Set by tests to compare the paths; read-only while a forward runs. */
 static cpu_ops_path most_path = CPU_OPS_PATH_AVX512;
 
-void cpu_ops_limit_path(cpu_ops_path most) { most_path = most; }
-
 /* The widest path this CPU runs and the tests allow. __builtin_cpu_supports initialises itself on first
  * use; its answers never change. */
-static cpu_ops_path chosen_path(void) {
+static cpu_ops_path widest_path(void) {
 #ifdef CPU_HAVE_X86_CLONES
     if (most_path >= CPU_OPS_PATH_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq"))
         return CPU_OPS_PATH_AVX512;
-    if (most_path >= CPU_OPS_PATH_AVX2 && __builtin_cpu_supports("avx2")) return CPU_OPS_PATH_AVX2;
+    if (most_path >= CPU_OPS_PATH_AVX2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return CPU_OPS_PATH_AVX2;
 #endif
     return CPU_OPS_PATH_PORTABLE;
+}
+
+/* widest_path's answer, found once: the attention asks for every cached position. -1: not yet. */
+static int cached_path = -1;
+
+static cpu_ops_path chosen_path(void) {
+    if (cached_path < 0) cached_path = (int)widest_path();
+    return (cpu_ops_path)cached_path;
+}
+
+void cpu_ops_limit_path(cpu_ops_path most) {
+    most_path = most;
+    cached_path = (int)widest_path();
 }
 
 static dot_fn select_dot(void) {
@@ -257,6 +270,34 @@ static block_fn select_block(void) {
 
 float cpu_dot(const float *a, const float *b, int32_t n) { return select_dot()(a, b, n); }
 
+/* out[i] += p * v[i]: a multiply, then an add, per element, so the lanes change no bits. */
+CPU_ALWAYS_INLINE void add_scaled_body(float *out, float p, const float *v, int32_t n) {
+    const v8f scale = {p, p, p, p, p, p, p, p};
+    int32_t n_vector = n - n % CPU_LANES;
+    for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
+        v8f sum = LOAD_V8F(out + k) + scale * LOAD_V8F(v + k);
+        memcpy(out + k, &sum, sizeof sum);
+    }
+    for (int32_t k = n_vector; k < n; k++) out[k] += p * v[k];
+}
+
+static void add_scaled_generic(float *out, float p, const float *v, int32_t n) { add_scaled_body(out, p, v, n); }
+#ifdef CPU_HAVE_X86_CLONES
+__attribute__((target("avx2"))) static void add_scaled_avx2(float *out, float p, const float *v, int32_t n) {
+    add_scaled_body(out, p, v, n);
+}
+#endif
+
+void cpu_add_scaled(float *out, float p, const float *v, int32_t n) {
+#ifdef CPU_HAVE_X86_CLONES
+    if (chosen_path() >= CPU_OPS_PATH_AVX2) {
+        add_scaled_avx2(out, p, v, n);
+        return;
+    }
+#endif
+    add_scaled_generic(out, p, v, n);
+}
+
 /* Rows per task: enough work to amortise taking it, few enough to share a small matrix among the threads. */
 #define CPU_BLOCK_ROWS 16
 
@@ -278,12 +319,12 @@ static void interleave_pairs(float *pairs, const float *x, int32_t n_tokens, int
     }
 }
 
-void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
+static void matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
                       int32_t n_cols, int n_threads, float *scratch) {
     if (n_parts > CPU_MATMUL_PARTS_MAX) { /* in groups that first_block holds */
-        cpu_matmul_parts(parts, CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads, scratch);
-        cpu_matmul_parts(parts + CPU_MATMUL_PARTS_MAX, n_parts - CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols,
-                         n_threads, scratch);
+        matmul_parts(parts, CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads, scratch);
+        matmul_parts(parts + CPU_MATMUL_PARTS_MAX, n_parts - CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads,
+                     scratch);
         return;
     }
     cpu_ops_path path = chosen_path();
@@ -325,7 +366,252 @@ void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
                 int32_t n_cols, int n_threads, float *scratch) {
     cpu_matmul_part part = {.out = out, .weight = weight, .n_rows = n_rows};
-    cpu_matmul_parts(&part, 1, x, n_tokens, n_cols, n_threads, scratch);
+    matmul_parts(&part, 1, x, n_tokens, n_cols, n_threads, scratch);
+}
+
+/* ---- Products with packed weights ------------------------------------------------------------- */
+
+/* Columns per block of a packed product: a panel's 16 KB of them stay in L1 while the pass's tokens go by,
+ * and the pass's inputs for them (64 KB at 64 tokens) in L2. */
+#define CPU_PANEL_BLOCK_COLS 256
+/* Tokens per tile: as many accumulators as the registers hold beside the weights and the broadcast. */
+#define CPU_PANEL_TOKENS_AVX2 6    /* 12 accumulators, 2 weight chunks and the broadcast: 15 of 16 registers */
+#define CPU_PANEL_TOKENS_AVX512 12 /* 12 accumulators, the weights and the broadcast: 14 of 32 */
+#define CPU_PANEL_TOKENS_PORTABLE 2
+
+size_t cpu_packed_floats(int32_t n_rows, int32_t n_cols) {
+    return (size_t)((n_rows + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS) * CPU_PANEL_ROWS * (size_t)n_cols;
+}
+
+void cpu_pack_rows(float *packed, const float *weight, int32_t n_rows, int32_t n_cols) {
+    int32_t n_panels = (n_rows + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
+#pragma omp parallel for schedule(static) if ((int64_t)n_rows * n_cols >= CPU_PARALLEL_MIN_WORK)
+    for (int32_t p = 0; p < n_panels; p++) {
+        float *panel = packed + (size_t)p * CPU_PANEL_ROWS * (size_t)n_cols;
+        for (int32_t i = 0; i < CPU_PANEL_ROWS; i++) {
+            int32_t row = p * CPU_PANEL_ROWS + i;
+            if (row < n_rows) {
+                const float *src = weight + (size_t)row * (size_t)n_cols;
+                for (int32_t k = 0; k < n_cols; k++) panel[(size_t)k * CPU_PANEL_ROWS + (size_t)i] = src[k];
+            } else {
+                for (int32_t k = 0; k < n_cols; k++) panel[(size_t)k * CPU_PANEL_ROWS + (size_t)i] = 0.0f;
+            }
+        }
+    }
+}
+
+/* The tiles of a packed product. A tile is the panel's 16 rows for n_tokens tokens over kn columns, accumulated
+ * into partial[t * 16 + i] (first: from zero). Each of the 16 * n_tokens sums takes its products in column
+ * order, one fused multiply-add each (fmaf's single rounding), so a tile of any size, on any path, gives every
+ * output the same bits. The panel's 16 weights of a column are loaded once for all the tile's tokens; each
+ * token's input is one broadcast from the tile's packed input (x[k * x_stride + t]). The vector tiles are
+ * inlined with a constant n_tokens, so the accumulators stay in registers. On an x86-64 CPU without FMA (older
+ * than AVX2) the portable tile's fmaf is libm's exact software form: slow, and the same bits. */
+static void panel_tile_portable(float *partial, const float *panel, const float *x, int32_t x_stride, int32_t kn,
+                                int first, int32_t n_tokens) {
+    float acc[CPU_PANEL_TOKENS_PORTABLE][CPU_PANEL_ROWS];
+    for (int32_t t = 0; t < n_tokens; t++)
+        for (int32_t i = 0; i < CPU_PANEL_ROWS; i++) acc[t][i] = first ? 0.0f : partial[t * CPU_PANEL_ROWS + i];
+    for (int32_t k = 0; k < kn; k++)
+        for (int32_t t = 0; t < n_tokens; t++) {
+            float xs = x[(size_t)k * (size_t)x_stride + (size_t)t];
+            for (int32_t i = 0; i < CPU_PANEL_ROWS; i++)
+                acc[t][i] = fmaf(panel[(size_t)k * CPU_PANEL_ROWS + (size_t)i], xs, acc[t][i]);
+        }
+    for (int32_t t = 0; t < n_tokens; t++) memcpy(partial + t * CPU_PANEL_ROWS, acc[t], sizeof acc[t]);
+}
+
+/* A pass of a packed product: one panel for n_tokens <= CPU_PASS_TOKENS tokens, into partial[t * 16 + i]:
+ * blocks of columns outside, tiles of the path's width inside. x is the pass's input as pack_pass_tile lays it
+ * out for that width, so a tile's input for columns [k0, ..) starts at x + t * n_cols + k0 * width. */
+#define PANEL_BLOCKS_BEGIN(width)                                                                               \
+    for (int32_t k0 = 0; k0 < n_cols; k0 += CPU_PANEL_BLOCK_COLS) {                                             \
+        const int32_t kn = n_cols - k0 < CPU_PANEL_BLOCK_COLS ? n_cols - k0 : CPU_PANEL_BLOCK_COLS;             \
+        const float *pk = panel + (size_t)k0 * CPU_PANEL_ROWS;                                                  \
+        const int first = k0 == 0;                                                                              \
+        for (int32_t t = 0; t < n_tokens; t += (width)) {                                                       \
+            const int32_t n = n_tokens - t < (width) ? n_tokens - t : (width);                                  \
+            float *pt = partial + t * CPU_PANEL_ROWS;                                                           \
+            const float *xt = x + (size_t)t * (size_t)n_cols + (size_t)k0 * (size_t)(width);
+#define PANEL_BLOCKS_END \
+    }                    \
+    }
+
+static void panel_pass_portable(float *partial, const float *panel, const float *x, int32_t n_tokens,
+                                int32_t n_cols) {
+    PANEL_BLOCKS_BEGIN(CPU_PANEL_TOKENS_PORTABLE)
+    panel_tile_portable(pt, pk, xt, CPU_PANEL_TOKENS_PORTABLE, kn, first, n);
+    PANEL_BLOCKS_END
+}
+
+#ifdef CPU_HAVE_X86_CLONES
+#define CPU_FMA_TARGET __attribute__((target("avx2,fma")))
+
+CPU_FMA_TARGET CPU_ALWAYS_INLINE void panel_tile_avx2(float *partial, const float *panel, const float *x,
+                                                      int32_t x_stride, int32_t kn, int first, int32_t n_tokens) {
+    __m256 acc[CPU_PANEL_TOKENS_AVX2][2];
+    for (int32_t t = 0; t < n_tokens; t++)
+        for (int32_t h = 0; h < 2; h++)
+            acc[t][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + t * CPU_PANEL_ROWS + 8 * h);
+    for (int32_t k = 0; k < kn; k++) {
+        __m256 w0 = _mm256_loadu_ps(panel + (size_t)k * CPU_PANEL_ROWS);
+        __m256 w1 = _mm256_loadu_ps(panel + (size_t)k * CPU_PANEL_ROWS + 8);
+        for (int32_t t = 0; t < n_tokens; t++) {
+            __m256 b = _mm256_broadcast_ss(x + (size_t)k * (size_t)x_stride + (size_t)t);
+            acc[t][0] = _mm256_fmadd_ps(w0, b, acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(w1, b, acc[t][1]);
+        }
+    }
+    for (int32_t t = 0; t < n_tokens; t++)
+        for (int32_t h = 0; h < 2; h++) _mm256_storeu_ps(partial + t * CPU_PANEL_ROWS + 8 * h, acc[t][h]);
+}
+
+CPU_FMA_TARGET static void panel_pass_avx2(float *partial, const float *panel, const float *x, int32_t n_tokens,
+                                           int32_t n_cols) {
+    PANEL_BLOCKS_BEGIN(CPU_PANEL_TOKENS_AVX2)
+    switch (n) {
+    case 6: panel_tile_avx2(pt, pk, xt, CPU_PANEL_TOKENS_AVX2, kn, first, 6); break;
+    case 5: panel_tile_avx2(pt, pk, xt, CPU_PANEL_TOKENS_AVX2, kn, first, 5); break;
+    case 4: panel_tile_avx2(pt, pk, xt, CPU_PANEL_TOKENS_AVX2, kn, first, 4); break;
+    case 3: panel_tile_avx2(pt, pk, xt, CPU_PANEL_TOKENS_AVX2, kn, first, 3); break;
+    case 2: panel_tile_avx2(pt, pk, xt, CPU_PANEL_TOKENS_AVX2, kn, first, 2); break;
+    default: panel_tile_avx2(pt, pk, xt, CPU_PANEL_TOKENS_AVX2, kn, first, 1); break;
+    }
+    PANEL_BLOCKS_END
+}
+
+/* panel_tile_avx2 with one 512-bit register per column: the same fused multiply-adds, lane by lane. */
+CPU_AVX512_TARGET CPU_ALWAYS_INLINE void panel_tile_avx512(float *partial, const float *panel, const float *x,
+                                                           int32_t x_stride, int32_t kn, int first,
+                                                           int32_t n_tokens) {
+    __m512 acc[CPU_PANEL_TOKENS_AVX512];
+    for (int32_t t = 0; t < n_tokens; t++)
+        acc[t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + t * CPU_PANEL_ROWS);
+    for (int32_t k = 0; k < kn; k++) {
+        __m512 w = _mm512_loadu_ps(panel + (size_t)k * CPU_PANEL_ROWS);
+        for (int32_t t = 0; t < n_tokens; t++)
+            acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[(size_t)k * (size_t)x_stride + (size_t)t]), acc[t]);
+    }
+    for (int32_t t = 0; t < n_tokens; t++) _mm512_storeu_ps(partial + t * CPU_PANEL_ROWS, acc[t]);
+}
+
+CPU_AVX512_TARGET static void panel_pass_avx512(float *partial, const float *panel, const float *x,
+                                                int32_t n_tokens, int32_t n_cols) {
+    PANEL_BLOCKS_BEGIN(CPU_PANEL_TOKENS_AVX512)
+    switch (n) {
+    case 12: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 12); break;
+    case 11: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 11); break;
+    case 10: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 10); break;
+    case 9: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 9); break;
+    case 8: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 8); break;
+    case 7: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 7); break;
+    case 6: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 6); break;
+    case 5: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 5); break;
+    case 4: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 4); break;
+    case 3: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 3); break;
+    case 2: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 2); break;
+    default: panel_tile_avx512(pt, pk, xt, CPU_PANEL_TOKENS_AVX512, kn, first, 1); break;
+    }
+    PANEL_BLOCKS_END
+}
+#endif
+
+typedef void (*panel_pass_fn)(float *, const float *, const float *, int32_t, int32_t);
+
+/* A path's pass and the tile width its input is packed for. */
+typedef struct panel_path {
+    panel_pass_fn pass;
+    int32_t tile_tokens;
+} panel_path;
+
+static panel_path select_panel_path(void) {
+#ifdef CPU_HAVE_X86_CLONES
+    switch (chosen_path()) {
+    case CPU_OPS_PATH_AVX512: return (panel_path){panel_pass_avx512, CPU_PANEL_TOKENS_AVX512};
+    case CPU_OPS_PATH_AVX2: return (panel_path){panel_pass_avx2, CPU_PANEL_TOKENS_AVX2};
+    default: break;
+    }
+#endif
+    return (panel_path){panel_pass_portable, CPU_PANEL_TOKENS_PORTABLE};
+}
+
+/* Tokens of a pass rounded up to whole tiles, for the widest tile. */
+#define CPU_PASS_TOKENS_PADDED \
+    ((CPU_PASS_TOKENS + CPU_PANEL_TOKENS_AVX512 - 1) / CPU_PANEL_TOKENS_AVX512 * CPU_PANEL_TOKENS_AVX512)
+
+size_t cpu_matmul_packed_scratch_floats(int32_t n_cols) { return (size_t)CPU_PASS_TOKENS_PADDED * (size_t)n_cols; }
+
+/* Tile i of a pass's input (tokens [i * w, i * w + w) for tile width w): its columns in order, each as the w
+ * tokens' values side by side (zeros past the last token), so that a tile's broadcasts read one short run of
+ * memory per column instead of w rows 4 KB or more apart, which share L1 sets with the panel's lines. */
+static void pack_pass_tile(float *dst, const float *x, int32_t tile, int32_t n_tokens, int32_t n_cols,
+                           int32_t tile_tokens) {
+    float *d = dst + (size_t)tile * (size_t)tile_tokens * (size_t)n_cols;
+    const int32_t t0 = tile * tile_tokens;
+    const int32_t n = n_tokens - t0 < tile_tokens ? n_tokens - t0 : tile_tokens;
+    for (int32_t j = 0; j < tile_tokens; j++) {
+        const float *src = x + (size_t)(t0 + j) * (size_t)n_cols;
+        if (j < n)
+            for (int32_t k = 0; k < n_cols; k++) d[(size_t)k * (size_t)tile_tokens + (size_t)j] = src[k];
+        else
+            for (int32_t k = 0; k < n_cols; k++) d[(size_t)k * (size_t)tile_tokens + (size_t)j] = 0.0f;
+    }
+}
+
+void cpu_matmul_packed_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
+                             int32_t n_cols, int n_threads, float *scratch) {
+    if (n_parts > CPU_MATMUL_PARTS_MAX) { /* in groups that first_panel holds */
+        cpu_matmul_packed_parts(parts, CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads, scratch);
+        cpu_matmul_packed_parts(parts + CPU_MATMUL_PARTS_MAX, n_parts - CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols,
+                                n_threads, scratch);
+        return;
+    }
+    const panel_path path = select_panel_path();
+    /* first_panel[p]: the index of part p's first panel among the panels of all the parts, in order. */
+    int32_t first_panel[CPU_MATMUL_PARTS_MAX + 1];
+    int64_t n_rows_all = 0;
+    first_panel[0] = 0;
+    for (int32_t p = 0; p < n_parts; p++) {
+        first_panel[p + 1] = first_panel[p] + (parts[p].n_rows + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
+        n_rows_all += parts[p].n_rows;
+    }
+    const int32_t n_panels = first_panel[n_parts];
+    for (int32_t t = 0; t < n_tokens; t += CPU_PASS_TOKENS) {
+        const int32_t n = n_tokens - t < CPU_PASS_TOKENS ? n_tokens - t : CPU_PASS_TOKENS;
+        const float *xt = x + (size_t)t * (size_t)n_cols;
+        const int32_t n_tiles = (n + path.tile_tokens - 1) / path.tile_tokens;
+        const int parallel = (int64_t)n * n_rows_all * n_cols >= CPU_PARALLEL_MIN_WORK;
+        /* Panels per grab: 2^16 multiply-adds at least, so that taking work (an atomic add) stays cheap next
+         * to doing it; a thread the OS delays holds up only its current grab. */
+        const int64_t grab = ((int64_t)1 << 16) / ((int64_t)CPU_PANEL_ROWS * n * n_cols);
+        const int32_t panels_per_grab = grab < 1 ? 1 : grab > n_panels ? n_panels : (int32_t)grab;
+#pragma omp parallel num_threads(n_threads) if (parallel)
+        {
+#pragma omp for schedule(static)
+            for (int32_t i = 0; i < n_tiles; i++) pack_pass_tile(scratch, xt, i, n, n_cols, path.tile_tokens);
+#pragma omp for schedule(dynamic, panels_per_grab)
+            for (int32_t q = 0; q < n_panels; q++) {
+                int32_t p = 0;
+                while (q >= first_panel[p + 1]) p++;
+                const int32_t n_rows = parts[p].n_rows;
+                const int32_t row = (q - first_panel[p]) * CPU_PANEL_ROWS;
+                const int32_t n_valid = n_rows - row < CPU_PANEL_ROWS ? n_rows - row : CPU_PANEL_ROWS;
+                /* The pass's sums, in L1 (4 KB): the output rows are far apart and may share cache lines with
+                 * another thread's panels, so each is written once, at the end of the pass. */
+                float partial[CPU_PASS_TOKENS * CPU_PANEL_ROWS] __attribute__((aligned(64)));
+                path.pass(partial, parts[p].weight + (size_t)row * (size_t)n_cols, scratch, n, n_cols);
+                for (int32_t i = 0; i < n; i++)
+                    memcpy(parts[p].out + (size_t)(t + i) * (size_t)n_rows + (size_t)row,
+                           partial + i * CPU_PANEL_ROWS, (size_t)n_valid * sizeof(float));
+            }
+        }
+    }
+}
+
+void cpu_matmul_packed(float *out, const float *x, const float *packed, int32_t n_tokens, int32_t n_rows,
+                       int32_t n_cols, int n_threads, float *scratch) {
+    cpu_matmul_part part = {.out = out, .weight = packed, .n_rows = n_rows};
+    cpu_matmul_packed_parts(&part, 1, x, n_tokens, n_cols, n_threads, scratch);
 }
 
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int32_t n, float eps) {

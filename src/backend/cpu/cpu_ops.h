@@ -1,17 +1,20 @@
 /* float32 kernels of the CPU reference backend.
  *
- * Every dot product in the backend (projections, lm_head, attention scores) goes through the same
- * summation order: eight lanes, lane l accumulating the elements k with k % 8 == l, the lanes added in a
- * fixed tree, then the remaining n % 8 elements in order. The order never depends on how many tokens or
- * threads share a call, so a sequence's results are bit-identical whatever batch it rides in, however its
- * prompt is split into steps (decode, prefill, a recomputation after preemption) and whatever the thread
- * count. The AVX2 and AVX-512 paths (chosen at run time) perform the very same operations lane by lane (no
- * FMA contraction; they differ only in how many tokens share a pass over the weights), so they give the
- * same bits as the portable path.
+ * Two summation orders, each fixed whatever the batch, the chunking of a prompt (decode, prefill, a
+ * recomputation after preemption) or the thread count, so that a sequence's results are bit-identical however
+ * it is scheduled (tests/engine/engine_stress_test.c checks it):
+ * - Products with packed weights (every linear layer's; cpu_matmul_packed): each output sums its products in
+ *   column order, one fused multiply-add each, as the loop `s = fmaf(w[k], x[k], s)` does. The 16 rows of a
+ *   panel sit in vector lanes, so no lane needs another's sum.
+ * - Row-major products (the lm_head; cpu_matmul) and dot products (attention scores; cpu_dot): eight lanes, lane
+ *   l accumulating the elements k with k % 8 == l, the lanes added in a fixed tree, then the remaining n % 8
+ *   elements in order.
+ * The portable, AVX2 (with FMA) and AVX-512 paths (chosen at run time) perform the very same operations lane by
+ * lane (they differ only in how many tokens share a pass over the weights), so they give the same bits.
  *
- * This order is why the products are not a BLAS's: sgemm's order depends on the shape of the call (its
+ * These orders are why the products are not a BLAS's: sgemm's order depends on the shape of the call (its
  * micro-kernels split the k loop differently for different token counts), so a token's bits would change
- * with the chunking of its prompt, which tests/engine/engine_stress_test.c forbids.
+ * with the chunking of its prompt.
  */
 #ifndef KITE_BACKEND_CPU_OPS_H
 #define KITE_BACKEND_CPU_OPS_H
@@ -26,26 +29,50 @@
 /* The canonical dot product of a[0..n) and b[0..n). */
 float cpu_dot(const float *a, const float *b, int32_t n);
 
+/* out[i] += p * v[i] for i < n, a multiply then an add each (the attention's weighted sum of V). */
+void cpu_add_scaled(float *out, float p, const float *v, int32_t n);
+
 /* out[t * n_rows + r] = dot(weight[r * n_cols ..], x[t * n_cols ..]) for t < n_tokens, r < n_rows.
  * weight is (n_rows, n_cols) row-major (PyTorch Linear layout); parallel over blocks of rows, each block's
  * weights read once for up to 64 tokens. scratch holds cpu_matmul_scratch_floats(n_cols) floats. */
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
                 int32_t n_cols, int n_threads, float *scratch);
 
-/* One matrix of a cpu_matmul_parts call: out[t * n_rows + r] = dot(weight row r, x token t). */
+/* One matrix of a cpu_matmul_packed_parts call: out[t * n_rows + r] = weight row r times x token t. */
 typedef struct cpu_matmul_part {
     float *out;
-    const float *weight; /* (n_rows, n_cols) row-major */
+    const float *weight; /* (n_rows, n_cols), packed (cpu_pack_rows) */
     int32_t n_rows;
 } cpu_matmul_part;
 
 #define CPU_MATMUL_PARTS_MAX 4
 
-/* cpu_matmul for n_parts matrices of one input (q/k/v, gate/up) in one parallel region (more than
- * CPU_MATMUL_PARTS_MAX: one region per group of that many): one fork and join instead of n_parts, and the threads share out the blocks of all the parts, so
- * none waits at the end of a small one. Every output element gets the same bits as from cpu_matmul. */
-void cpu_matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
-                      int32_t n_cols, int n_threads, float *scratch);
+
+/* Rows per panel of a packed weight. */
+#define CPU_PANEL_ROWS 16
+
+/* Floats of an (n_rows, n_cols) weight packed for cpu_matmul_packed: whole panels, the last one padded. */
+size_t cpu_packed_floats(int32_t n_rows, int32_t n_cols);
+
+/* Packs a row-major (n_rows, n_cols) weight into panels of CPU_PANEL_ROWS rows, each stored column by column:
+ * element (r, k) at (r / 16) * 16 * n_cols + k * 16 + r % 16; a last panel's missing rows are zeros.
+ * packed holds cpu_packed_floats(n_rows, n_cols) floats. */
+void cpu_pack_rows(float *packed, const float *weight, int32_t n_rows, int32_t n_cols);
+
+/* out[t * n_rows + r] = the column-order sum of packed row r times x token t, for t < n_tokens, r < n_rows.
+ * Parallel over panels; each panel's columns are read once for up to 64 tokens. scratch holds
+ * cpu_matmul_packed_scratch_floats(n_cols) floats (the tokens' inputs, rearranged per pass). */
+void cpu_matmul_packed(float *out, const float *x, const float *packed, int32_t n_tokens, int32_t n_rows,
+                       int32_t n_cols, int n_threads, float *scratch);
+
+/* cpu_matmul_packed for n_parts packed matrices of one input (q/k/v, gate/up) in one parallel region (more than
+ * CPU_MATMUL_PARTS_MAX: one region per group of that many): one fork and join instead of n_parts, and the
+ * threads share out the panels of all the parts, so none waits at the end of a small one. */
+void cpu_matmul_packed_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
+                             int32_t n_cols, int n_threads, float *scratch);
+
+/* Floats of the scratch cpu_matmul_packed needs for n_cols columns (any number of tokens). */
+size_t cpu_matmul_packed_scratch_floats(int32_t n_cols);
 
 /* Floats of the scratch cpu_matmul needs for n_cols columns (any number of tokens): the AVX-512 path
  * copies each pass's inputs there, pairs of tokens interleaved. */

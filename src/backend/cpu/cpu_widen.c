@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_ops.h"
 #include "quant/fp8_weights.h"
 #include "util/error.h"
 
@@ -64,6 +65,36 @@ kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t lay
     }
     *out = buffer;
     return KITE_OK;
+}
+
+kite_status cpu_pack_matrix(float **matrix, int64_t rows, int64_t cols, const char *where) {
+    if (rows <= 0 || cols <= 0 || rows > INT32_MAX || cols > INT32_MAX ||
+        (size_t)((rows + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS) >
+            SIZE_MAX / sizeof(float) / CPU_PANEL_ROWS / (size_t)cols)
+        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s of [%lld, %lld] cannot be packed", where,
+                         (long long)rows, (long long)cols);
+    size_t n = cpu_packed_floats((int32_t)rows, (int32_t)cols);
+    float *packed = malloc(n * sizeof(float));
+    if (!packed)
+        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s",
+                         n * sizeof(float), where);
+    cpu_pack_rows(packed, *matrix, (int32_t)rows, (int32_t)cols);
+    free(*matrix);
+    *matrix = packed;
+    return KITE_OK;
+}
+
+kite_status cpu_widen_linear(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
+                             kite_weights mode, float **out) {
+    KITE_TRY(cpu_widen_tensor(t, name, layer, rows, cols, mode, out));
+    char where[96];
+    snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
+    kite_status status = cpu_pack_matrix(out, rows, cols, where);
+    if (status != KITE_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return status;
 }
 
 void cpu_layer_free(cpu_layer *layer) {

@@ -19,20 +19,29 @@
 kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
                              kite_weights mode, float **out);
 
-/* One layer's weights widened to float32 (each malloc'd), in the PyTorch layout (out_features, in_features): the
- * whole layer in the CPU backend, a rank's shards of it in a tensor-parallel CPU rank (parallel/tp_cpu.c). */
+/* cpu_widen_tensor of a linear layer's (rows, cols) weight, then packed (cpu_pack_matrix). */
+kite_status cpu_widen_linear(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
+                             kite_weights mode, float **out);
+
+/* Replaces a widened row-major (rows, cols) matrix by its packed form (cpu_pack_rows), which the layers'
+ * products read. `where` names the tensor in a message. */
+kite_status cpu_pack_matrix(float **matrix, int64_t rows, int64_t cols, const char *where);
+
+/* One layer's weights widened to float32 (each malloc'd): the norms as vectors, the linear layers packed
+ * (cpu_pack_rows) from the PyTorch layout (out_features, in_features). The whole layer in the CPU backend, a
+ * rank's shards of it in a tensor-parallel CPU rank (parallel/tp_cpu.c). */
 typedef struct cpu_layer {
     float *input_norm;          /* (hidden) */
-    float *q_proj;              /* (query rows, hidden) */
-    float *k_proj;              /* (kv rows, hidden) */
-    float *v_proj;              /* (kv rows, hidden) */
+    float *q_proj;              /* (query rows, hidden), packed */
+    float *k_proj;              /* (kv rows, hidden), packed */
+    float *v_proj;              /* (kv rows, hidden), packed */
     float *q_norm;              /* (head_dim) */
     float *k_norm;              /* (head_dim) */
-    float *o_proj;              /* (hidden, query rows) */
+    float *o_proj;              /* (hidden, query rows), packed */
     float *post_attention_norm; /* (hidden) */
-    float *gate_proj;           /* (intermediate, hidden) */
-    float *up_proj;             /* (intermediate, hidden) */
-    float *down_proj;           /* (hidden, intermediate) */
+    float *gate_proj;           /* (intermediate, hidden), packed */
+    float *up_proj;             /* (intermediate, hidden), packed */
+    float *down_proj;           /* (hidden, intermediate), packed */
 } cpu_layer;
 
 /* Frees a layer's buffers (any of them may be NULL) and clears the struct. */
