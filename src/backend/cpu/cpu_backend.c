@@ -635,6 +635,8 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
     int32_t head_dim = c->head_dim;
     int32_t group = c->n_heads / c->n_kv_heads;
     size_t q_dim = (size_t)c->n_heads * (size_t)head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * (size_t)head_dim;
+    const int32_t block_size = b->kv_block_size;
     /* transformers multiplies the float32 scores by head_dim ** -0.5 rounded to float32. */
     float scale = (float)(1.0 / sqrt((double)head_dim));
     size_t score_stride = s->score_capacity / (size_t)b->n_threads;
@@ -656,12 +658,17 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
         float *scores = s->scores + (size_t)omp_get_thread_num() * score_stride;
         float *out = s->attention + (size_t)t * q_dim + (size_t)h * (size_t)head_dim;
 
+        /* Positions go block by block: within a block a position's row follows the previous one's. */
+        const size_t head_offset = (size_t)kv_head * (size_t)head_dim;
         float max_score = -INFINITY;
-        for (int32_t j = 0; j <= position; j++) {
-            const float *k = b->k_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-            float score = cpu_dot(q, k, head_dim) * scale;
-            scores[j] = score;
-            if (score > max_score) max_score = score;
+        for (int32_t j0 = 0; j0 <= position; j0 += block_size) {
+            const float *k = b->k_cache + kv_offset(b, table, layer, j0) + head_offset;
+            const int32_t end = position + 1 - j0 < block_size ? position + 1 : j0 + block_size;
+            for (int32_t j = j0; j < end; j++, k += kv_dim) {
+                float score = cpu_dot(q, k, head_dim) * scale;
+                scores[j] = score;
+                if (score > max_score) max_score = score;
+            }
         }
         float sum = 0.0f;
         for (int32_t j = 0; j <= position; j++) {
@@ -669,22 +676,16 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
             sum += scores[j];
         }
         for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
-        if (!b->emulate_bf16) {
-            for (int32_t j = 0; j <= position; j++) {
-                float p = scores[j] / sum; /* softmax normalises before the product with V, as torch does */
-                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-                cpu_add_scaled(out, p, v, head_dim);
-            }
-        } else {
-            /* As flash attention does it: unnormalised probabilities rounded to bf16 for the product with V,
-             * the float32 row sum dividing at the end. */
-            for (int32_t j = 0; j <= position; j++) {
-                float p = round_bf16_if(true, scores[j]);
-                const float *v = b->v_cache + kv_offset(b, table, layer, j) + (size_t)kv_head * (size_t)head_dim;
-                cpu_add_scaled(out, p, v, head_dim);
-            }
-            for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
+        /* Softmax normalises before the product with V, as torch does; with bf16 emulation, as flash attention
+         * does it: unnormalised probabilities rounded to bf16, the float32 row sum dividing at the end. */
+        for (int32_t j0 = 0; j0 <= position; j0 += block_size) {
+            const float *v = b->v_cache + kv_offset(b, table, layer, j0) + head_offset;
+            const int32_t end = position + 1 - j0 < block_size ? position + 1 : j0 + block_size;
+            for (int32_t j = j0; j < end; j++, v += kv_dim)
+                cpu_add_scaled(out, b->emulate_bf16 ? round_bf16_if(true, scores[j]) : scores[j] / sum, v, head_dim);
         }
+        if (b->emulate_bf16)
+            for (int32_t d = 0; d < head_dim; d++) out[d] /= sum;
     }
 }
 
