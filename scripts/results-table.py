@@ -67,7 +67,8 @@ WORKLOADS = [
 
 
 # Rows measured in other units, each repeated a few times in one call: a cell gives the range over the rows that
-# share the commit of the latest matching row. (file, test, unit, value field) for kite and for its peer.
+# share the commit of the latest matching row. (file, test, unit, value field[, machine prefix]) for kite and for
+# its peer; the CPU rows are those of 2-core machines like CI's.
 OTHER = [
     {"label": "process start to first token (0.6B checkpoint, wall clock of kite run)",
      "kite": ("first-token.jsonl", "process_start_to_first_token", "s", "seconds"), "peer": None},
@@ -80,9 +81,9 @@ OTHER = [
      "kite": ("tokenizer.jsonl", "tokenizer_load_kite", "ms", "ms"),
      "peer": ("tokenizer.jsonl", "tokenizer_load_hf", "ms", "ms")},
     {"label": "CPU backend (no GPU, 2 cores like CI's), 0.6B shape: prefill of 64 tokens",
-     "kite": ("cpu.jsonl", "pp64", "tok/s", "tok_s"), "peer": None},
+     "kite": ("cpu.jsonl", "pp64", "tok/s", "tok_s", "2-core"), "peer": None},
     {"label": "CPU backend, 0.6B shape: decode (tg8) at depth 64",
-     "kite": ("cpu.jsonl", "tg8", "tok/s", "tok_s"), "peer": None},
+     "kite": ("cpu.jsonl", "tg8", "tok/s", "tok_s", "2-core"), "peer": None},
 ]
 
 # The serving benchmark's workloads (bench/serve_bench.sh; bench/results/serve.jsonl): closed loop, greedy,
@@ -210,8 +211,10 @@ def repeated(spec):
     """(low, high, count, commit, date) over the rows of the latest matching row's commit; None if no row."""
     if spec is None:
         return None
-    name, test, unit, field = spec
-    rows = [r for r in read_rows(name) if r.get("test") == test and r.get(field) is not None]
+    name, test, unit, field = spec[:4]
+    machine = spec[4] if len(spec) > 4 else None  # a prefix of the rows' "machine", where the row names one
+    rows = [r for r in read_rows(name) if r.get("test") == test and r.get(field) is not None
+            and (machine is None or str(r.get("machine", "")).startswith(machine))]
     if not rows:
         return None
     latest = max(enumerate(rows), key=lambda item: (item[1].get("date", ""), item[0]))[1]
