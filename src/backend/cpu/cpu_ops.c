@@ -319,32 +319,18 @@ static void interleave_pairs(float *pairs, const float *x, int32_t n_tokens, int
     }
 }
 
-static void matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const float *x, int32_t n_tokens,
-                      int32_t n_cols, int n_threads, float *scratch) {
-    if (n_parts > CPU_MATMUL_PARTS_MAX) { /* in groups that first_block holds */
-        matmul_parts(parts, CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads, scratch);
-        matmul_parts(parts + CPU_MATMUL_PARTS_MAX, n_parts - CPU_MATMUL_PARTS_MAX, x, n_tokens, n_cols, n_threads,
-                     scratch);
-        return;
-    }
+void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
+                int32_t n_cols, int n_threads, float *scratch) {
     cpu_ops_path path = chosen_path();
     block_fn block = select_block();
-    /* first_block[p]: the index of part p's first block in the blocks of all the parts, in order. */
-    int32_t first_block[CPU_MATMUL_PARTS_MAX + 1];
-    int64_t n_rows_all = 0;
-    first_block[0] = 0;
-    for (int32_t p = 0; p < n_parts; p++) {
-        first_block[p + 1] = first_block[p] + (parts[p].n_rows + CPU_BLOCK_ROWS - 1) / CPU_BLOCK_ROWS;
-        n_rows_all += parts[p].n_rows;
-    }
-    int32_t n_blocks = first_block[n_parts];
+    int32_t n_blocks = (n_rows + CPU_BLOCK_ROWS - 1) / CPU_BLOCK_ROWS;
     for (int32_t t = 0; t < n_tokens; t += CPU_PASS_TOKENS) {
         int32_t n = n_tokens - t < CPU_PASS_TOKENS ? n_tokens - t : CPU_PASS_TOKENS;
         const float *xt = x + (size_t)t * (size_t)n_cols;
         if (path == CPU_OPS_PATH_AVX512 && n >= 2) interleave_pairs(scratch, xt, n, n_cols);
         /* Small problems are not worth waking the thread team. Dynamic: a thread the OS delays (other
          * work on a small machine) holds up only its current block. */
-        int parallel = (int64_t)n * n_rows_all * n_cols >= CPU_PARALLEL_MIN_WORK;
+        int parallel = (int64_t)n * n_rows * n_cols >= CPU_PARALLEL_MIN_WORK;
         /* Blocks per grab: at least 4 (64 rows a thread streams in order) and 2^16 multiply-adds, so that
          * taking work (an atomic add) stays cheap next to doing it, also for narrow matrices (a tiny
          * model's lm_head). */
@@ -352,21 +338,11 @@ static void matmul_parts(const cpu_matmul_part *parts, int32_t n_parts, const fl
         int32_t blocks_per_grab = grab < 4 ? 4 : grab > n_blocks ? n_blocks : (int32_t)grab;
 #pragma omp parallel for schedule(dynamic, blocks_per_grab) num_threads(n_threads) if (parallel)
         for (int32_t b = 0; b < n_blocks; b++) {
-            int32_t p = 0;
-            while (b >= first_block[p + 1]) p++;
-            int32_t n_rows = parts[p].n_rows;
-            int32_t row = (b - first_block[p]) * CPU_BLOCK_ROWS;
+            int32_t row = b * CPU_BLOCK_ROWS;
             int32_t end = n_rows - row < CPU_BLOCK_ROWS ? n_rows : row + CPU_BLOCK_ROWS;
-            block(parts[p].out + (size_t)t * (size_t)n_rows, xt, scratch, parts[p].weight, n, n_rows, n_cols, row,
-                  end);
+            block(out + (size_t)t * (size_t)n_rows, xt, scratch, weight, n, n_rows, n_cols, row, end);
         }
     }
-}
-
-void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
-                int32_t n_cols, int n_threads, float *scratch) {
-    cpu_matmul_part part = {.out = out, .weight = weight, .n_rows = n_rows};
-    matmul_parts(&part, 1, x, n_tokens, n_cols, n_threads, scratch);
 }
 
 /* ---- Products with packed weights ------------------------------------------------------------- */

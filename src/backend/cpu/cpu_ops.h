@@ -32,9 +32,9 @@ float cpu_dot(const float *a, const float *b, int32_t n);
 /* out[i] += p * v[i] for i < n, a multiply then an add each (the attention's weighted sum of V). */
 void cpu_add_scaled(float *out, float p, const float *v, int32_t n);
 
-/* out[t * n_rows + r] = dot(weight[r * n_cols ..], x[t * n_cols ..]) for t < n_tokens, r < n_rows.
- * weight is (n_rows, n_cols) row-major (PyTorch Linear layout); parallel over blocks of rows, each block's
- * weights read once for up to 64 tokens. scratch holds cpu_matmul_scratch_floats(n_cols) floats. */
+/* The lm_head's product: out[t * n_rows + r] = dot(weight[r * n_cols ..], x[t * n_cols ..]) for t < n_tokens,
+ * r < n_rows. weight is (n_rows, n_cols) row-major (PyTorch Linear layout); parallel over blocks of rows, each
+ * block's weights read once for up to 64 tokens. scratch holds cpu_matmul_scratch_floats(n_cols) floats. */
 void cpu_matmul(float *out, const float *x, const float *weight, int32_t n_tokens, int32_t n_rows,
                 int32_t n_cols, int n_threads, float *scratch);
 
