@@ -213,8 +213,10 @@ def repeated(spec):
         return None
     name, test, unit, field = spec[:4]
     machine = spec[4] if len(spec) > 4 else None  # a prefix of the rows' "machine", where the row names one
+    # A "baseline" row is the code before a change, measured beside it (alternating): a comparison, not the
+    # current figure.
     rows = [r for r in read_rows(name) if r.get("test") == test and r.get(field) is not None
-            and (machine is None or str(r.get("machine", "")).startswith(machine))]
+            and not r.get("baseline") and (machine is None or str(r.get("machine", "")).startswith(machine))]
     if not rows:
         return None
     latest = max(enumerate(rows), key=lambda item: (item[1].get("date", ""), item[0]))[1]
