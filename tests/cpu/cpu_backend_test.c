@@ -390,6 +390,35 @@ done:
 }
 
 /* Deterministic values in about [-1, 1]. */
+static void fill_values(float *v, size_t n, uint64_t *state, float divisor);
+
+/* cpu_dot_rows gives each row cpu_dot's bits, on every path: whole groups of four rows and the rest, strided rows,
+ * lengths with and without a tail past the eight lanes. */
+static void test_dot_rows_match_dot(void) {
+    enum { max_rows = 9, stride = 150 };
+    float a[stride], b[max_rows * stride], out[max_rows];
+    uint64_t state = 53;
+    fill_values(a, stride, &state, 997.0f);
+    fill_values(b, max_rows * stride, &state, 1009.0f);
+    const int32_t lengths[] = {128, 37, 5};
+    for (int path = CPU_OPS_PATH_PORTABLE; path <= CPU_OPS_PATH_AVX512; path++) {
+        cpu_ops_limit_path((cpu_ops_path)path);
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
+            for (int32_t rows = 1; rows <= max_rows; rows++) {
+                cpu_dot_rows(out, a, b, stride, rows, lengths[l]);
+                int32_t mismatches = 0;
+                for (int32_t r = 0; r < rows; r++) {
+                    float want = cpu_dot(a, b + (size_t)r * stride, lengths[l]);
+                    if (memcmp(&want, &out[r], sizeof want) != 0) mismatches++;
+                }
+                CHECK_MSG(mismatches == 0, "path %d, %d rows of %d: %d differ from cpu_dot", path, (int)rows,
+                          (int)lengths[l], (int)mismatches);
+            }
+    }
+    cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
+}
+
+/* Deterministic values in about [-1, 1]. */
 static void fill_values(float *v, size_t n, uint64_t *state, float divisor) {
     for (size_t i = 0; i < n; i++) {
         *state = *state * 6364136223846793005ull + 1442695040888963407ull;
@@ -612,6 +641,7 @@ int main(void) {
     TEST_RUN(test_argmax_ties);
     TEST_RUN(test_portable_matches_vector_path);
     TEST_RUN(test_matmul_matches_dot);
+    TEST_RUN(test_dot_rows_match_dot);
     TEST_RUN(test_packed_matmul_matches_fma_chain);
     TEST_RUN(test_packed_parts_match_fma_chain);
     TEST_RUN(test_pack_rows_layout);

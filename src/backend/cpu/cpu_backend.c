@@ -664,10 +664,10 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
         for (int32_t j0 = 0; j0 <= position; j0 += block_size) {
             const float *k = b->k_cache + kv_offset(b, table, layer, j0) + head_offset;
             const int32_t end = position + 1 - j0 < block_size ? position + 1 : j0 + block_size;
-            for (int32_t j = j0; j < end; j++, k += kv_dim) {
-                float score = cpu_dot(q, k, head_dim) * scale;
-                scores[j] = score;
-                if (score > max_score) max_score = score;
+            cpu_dot_rows(scores + j0, q, k, kv_dim, end - j0, head_dim);
+            for (int32_t j = j0; j < end; j++) {
+                scores[j] *= scale;
+                if (scores[j] > max_score) max_score = scores[j];
             }
         }
         float sum = 0.0f;

@@ -270,6 +270,52 @@ static block_fn select_block(void) {
 
 float cpu_dot(const float *a, const float *b, int32_t n) { return select_dot()(a, b, n); }
 
+/* dot_body for four rows of b at once: each row's lanes, tree and tail exactly as dot_body's, a's chunk loaded
+ * once for the four. */
+CPU_ALWAYS_INLINE void dot_rows_body(float *out, const float *a, const float *b, size_t b_stride, int32_t n_rows,
+                                     int32_t n) {
+    int32_t n_vector = n - n % CPU_LANES;
+    int32_t r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        const float *b0 = b + (size_t)r * b_stride, *b1 = b0 + b_stride, *b2 = b1 + b_stride, *b3 = b2 + b_stride;
+        v8f acc0 = {0, 0, 0, 0, 0, 0, 0, 0}, acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        for (int32_t k = 0; k < n_vector; k += CPU_LANES) {
+            v8f va = LOAD_V8F(a + k);
+            acc0 += va * LOAD_V8F(b0 + k);
+            acc1 += va * LOAD_V8F(b1 + k);
+            acc2 += va * LOAD_V8F(b2 + k);
+            acc3 += va * LOAD_V8F(b3 + k);
+        }
+        float sum[4] = {reduce_lanes(&acc0), reduce_lanes(&acc1), reduce_lanes(&acc2), reduce_lanes(&acc3)};
+        const float *rows[4] = {b0, b1, b2, b3};
+        for (int32_t i = 0; i < 4; i++) {
+            for (int32_t k = n_vector; k < n; k++) sum[i] += a[k] * rows[i][k];
+            out[r + i] = sum[i];
+        }
+    }
+    for (; r < n_rows; r++) out[r] = dot_body(a, b + (size_t)r * b_stride, n);
+}
+
+static void dot_rows_generic(float *out, const float *a, const float *b, size_t b_stride, int32_t n_rows, int32_t n) {
+    dot_rows_body(out, a, b, b_stride, n_rows, n);
+}
+#ifdef CPU_HAVE_X86_CLONES
+__attribute__((target("avx2"))) static void dot_rows_avx2(float *out, const float *a, const float *b,
+                                                          size_t b_stride, int32_t n_rows, int32_t n) {
+    dot_rows_body(out, a, b, b_stride, n_rows, n);
+}
+#endif
+
+void cpu_dot_rows(float *out, const float *a, const float *b, size_t b_stride, int32_t n_rows, int32_t n) {
+#ifdef CPU_HAVE_X86_CLONES
+    if (chosen_path() >= CPU_OPS_PATH_AVX2) {
+        dot_rows_avx2(out, a, b, b_stride, n_rows, n);
+        return;
+    }
+#endif
+    dot_rows_generic(out, a, b, b_stride, n_rows, n);
+}
+
 /* out[i] += p * v[i]: a multiply, then an add, per element, so the lanes change no bits. */
 CPU_ALWAYS_INLINE void add_scaled_body(float *out, float p, const float *v, int32_t n) {
     const v8f scale = {p, p, p, p, p, p, p, p};

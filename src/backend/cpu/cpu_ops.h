@@ -29,6 +29,10 @@
 /* The canonical dot product of a[0..n) and b[0..n). */
 float cpu_dot(const float *a, const float *b, int32_t n);
 
+/* out[r] = cpu_dot(a, b + r * b_stride, n) for r < n_rows, the same bits, four rows at a time (the attention's
+ * scores over one cache block, whose positions' rows are b_stride floats apart). */
+void cpu_dot_rows(float *out, const float *a, const float *b, size_t b_stride, int32_t n_rows, int32_t n);
+
 /* out[i] += p * v[i] for i < n, a multiply then an add each (the attention's weighted sum of V). */
 void cpu_add_scaled(float *out, float p, const float *v, int32_t n);
 
