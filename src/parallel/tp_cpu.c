@@ -10,7 +10,6 @@
 
 #include <math.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,16 +98,9 @@ static kite_status widen_shard(const tensor_view *t, const char *name, int32_t l
 static kite_status widen_linear_shard(const tensor_view *t, const char *name, int32_t layer, int32_t rows,
                                       int32_t cols, kite_weights mode, shard_kind kind, tp_range range, float **out) {
     KITE_TRY(widen_shard(t, name, layer, rows, cols, mode, kind, range, out));
-    char where[96];
-    snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
     const int32_t shard_rows = kind == SHARD_ROWS ? range.count : rows;
     const int32_t shard_cols = kind == SHARD_ROWS ? cols : range.count;
-    const kite_status status = cpu_pack_matrix(out, shard_rows, shard_cols, where);
-    if (status != KITE_OK) {
-        free(*out);
-        *out = NULL;
-    }
-    return status;
+    return cpu_pack_matrix(out, shard_rows, shard_cols, name, layer);
 }
 
 static kite_status widen_layer_shards(tp_cpu_rank *r, const qwen3_layer_weights *w, int32_t l, kite_weights mode) {

@@ -236,17 +236,22 @@ static cpu_ops_path widest_path(void) {
     return CPU_OPS_PATH_PORTABLE;
 }
 
-/* widest_path's answer, found once: the attention asks for every cached position. -1: not yet. */
+/* widest_path's answer, found once: the attention asks for every cached position. -1: not yet. Atomic: the first
+ * call may come from several OpenMP threads at once (each stores the same answer). */
 static int cached_path = -1;
 
 static cpu_ops_path chosen_path(void) {
-    if (cached_path < 0) cached_path = (int)widest_path();
-    return (cpu_ops_path)cached_path;
+    int path = __atomic_load_n(&cached_path, __ATOMIC_RELAXED);
+    if (path < 0) {
+        path = (int)widest_path();
+        __atomic_store_n(&cached_path, path, __ATOMIC_RELAXED);
+    }
+    return (cpu_ops_path)path;
 }
 
 void cpu_ops_limit_path(cpu_ops_path most) {
     most_path = most;
-    cached_path = (int)widest_path();
+    __atomic_store_n(&cached_path, (int)widest_path(), __ATOMIC_RELAXED);
 }
 
 static dot_fn select_dot(void) {

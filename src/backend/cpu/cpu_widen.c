@@ -11,15 +11,19 @@
 #include "quant/fp8_weights.h"
 #include "util/error.h"
 
+/* The tensor's checkpoint name, so a message points at it (see cpu_widen_tensor for name and layer). */
+static void weight_where(char *where, size_t size, const char *name, int32_t layer) {
+    if (layer >= 0)
+        snprintf(where, size, "model.layers.%d.%s.weight", (int)layer, name);
+    else
+        snprintf(where, size, "%s", name);
+}
+
 kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
                              kite_weights mode, float **out) {
     *out = NULL;
-    /* Named as the checkpoint names the tensor, so a message points at it. */
     char where[96];
-    if (layer >= 0)
-        snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
-    else
-        snprintf(where, sizeof where, "%s", name);
+    weight_where(where, sizeof where, name, layer);
     int32_t want_dims = cols == 0 ? 1 : 2;
     if (!t->data) return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s has no data", where);
     bool fp8 = t->dtype == TENSOR_DTYPE_F8_E4M3;
@@ -67,34 +71,29 @@ kite_status cpu_widen_tensor(const tensor_view *t, const char *name, int32_t lay
     return KITE_OK;
 }
 
-kite_status cpu_pack_matrix(float **matrix, int64_t rows, int64_t cols, const char *where) {
+kite_status cpu_pack_matrix(float **matrix, int64_t rows, int64_t cols, const char *name, int32_t layer) {
+    char where[96];
+    weight_where(where, sizeof where, name, layer);
+    kite_status status = KITE_OK;
+    float *packed = NULL;
     if (rows <= 0 || cols <= 0 || rows > INT32_MAX || cols > INT32_MAX ||
-        (size_t)((rows + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS) >
-            SIZE_MAX / sizeof(float) / CPU_PANEL_ROWS / (size_t)cols)
-        return kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s of [%lld, %lld] cannot be packed", where,
-                         (long long)rows, (long long)cols);
-    size_t n = cpu_packed_floats((int32_t)rows, (int32_t)cols);
-    float *packed = malloc(n * sizeof(float));
-    if (!packed)
-        return kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s",
-                         n * sizeof(float), where);
-    cpu_pack_rows(packed, *matrix, (int32_t)rows, (int32_t)cols);
+        (size_t)((rows + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS) > SIZE_MAX / sizeof(float) / CPU_PANEL_ROWS / (size_t)cols)
+        status = kite_fail(KITE_ERROR_INVALID_ARGUMENT, "cpu backend: weight %s of [%lld, %lld] cannot be packed",
+                           where, (long long)rows, (long long)cols);
+    const size_t n = status == KITE_OK ? cpu_packed_floats((int32_t)rows, (int32_t)cols) : 0;
+    if (status == KITE_OK && !(packed = malloc(n * sizeof(float))))
+        status = kite_fail(KITE_ERROR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes for weight %s",
+                           n * sizeof(float), where);
+    if (status == KITE_OK) cpu_pack_rows(packed, *matrix, (int32_t)rows, (int32_t)cols);
     free(*matrix);
     *matrix = packed;
-    return KITE_OK;
+    return status;
 }
 
 kite_status cpu_widen_linear(const tensor_view *t, const char *name, int32_t layer, int64_t rows, int64_t cols,
                              kite_weights mode, float **out) {
     KITE_TRY(cpu_widen_tensor(t, name, layer, rows, cols, mode, out));
-    char where[96];
-    snprintf(where, sizeof where, "model.layers.%d.%s.weight", (int)layer, name);
-    kite_status status = cpu_pack_matrix(out, rows, cols, where);
-    if (status != KITE_OK) {
-        free(*out);
-        *out = NULL;
-    }
-    return status;
+    return cpu_pack_matrix(out, rows, cols, name, layer);
 }
 
 void cpu_layer_free(cpu_layer *layer) {

@@ -24,8 +24,9 @@ kite_status cpu_widen_linear(const tensor_view *t, const char *name, int32_t lay
                              kite_weights mode, float **out);
 
 /* Replaces a widened row-major (rows, cols) matrix by its packed form (cpu_pack_rows), which the layers'
- * products read. `where` names the tensor in a message. */
-kite_status cpu_pack_matrix(float **matrix, int64_t rows, int64_t cols, const char *where);
+ * products read; name and layer name the tensor in a message, as for cpu_widen_tensor. The matrix is freed either
+ * way: on failure *matrix is NULL. */
+kite_status cpu_pack_matrix(float **matrix, int64_t rows, int64_t cols, const char *name, int32_t layer);
 
 /* One layer's weights widened to float32 (each malloc'd): the norms as vectors, the linear layers packed
  * (cpu_pack_rows) from the PyTorch layout (out_features, in_features). The whole layer in the CPU backend, a
