@@ -316,11 +316,9 @@ static void attention_heads(tp_cpu_rank *r, int32_t layer, int32_t n_tokens, int
                 r->scores[j] = score;
                 if (score > max_score) max_score = score;
             }
+            cpu_exp_shifted(r->scores, (size_t)position + 1, max_score);
             float sum = 0.0f;
-            for (int32_t j = 0; j <= position; j++) {
-                r->scores[j] = expf(r->scores[j] - max_score);
-                sum += r->scores[j];
-            }
+            for (int32_t j = 0; j <= position; j++) sum += r->scores[j];
             for (int32_t d = 0; d < head_dim; d++)
                 out[d] = 0.0f;
             for (int32_t j = 0; j <= position; j++) {

@@ -418,6 +418,59 @@ static void test_dot_rows_match_dot(void) {
     cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
 }
 
+/* cpu_exp_shifted is within 2 ulp of expf over the softmax's and SiLU's range, clamps outside it, gives the same bits
+ * on every path and wherever an element sits (a full group of eight lanes or a tail); cpu_swiglu's result does not
+ * depend on the thread count. */
+static void test_exp_lanes(void) {
+    enum { n = 4099 };
+    static float x[n], y[n], z[n], up[n], portable[n];
+    int32_t worst_ulp = 0;
+    for (int i = 0; i < n; i++) x[i] = -87.0f + 175.3f * (float)i / (float)(n - 1);
+    memcpy(y, x, sizeof x);
+    cpu_exp_shifted(y, n, 0.0f);
+    for (int i = 0; i < n; i++) {
+        const float want = expf(x[i]);
+        int32_t a, b;
+        memcpy(&a, &want, sizeof a);
+        memcpy(&b, &y[i], sizeof b);
+        const int32_t ulp = a > b ? a - b : b - a;
+        if (ulp > worst_ulp) worst_ulp = ulp;
+    }
+    CHECK_MSG(worst_ulp <= 2, "cpu_exp_shifted is %d ulp from expf", (int)worst_ulp);
+    float edge[4] = {-200.0f, 100.0f, -1.0f, 2.0f};
+    cpu_exp_shifted(edge, 4, 1.0f); /* e^(x - 1) */
+    CHECK(edge[0] > 0.0f && edge[0] < 2e-38f && isfinite(edge[1]) && fabsf(edge[2] - expf(-2.0f)) < 1e-7f &&
+          fabsf(edge[3] - expf(1.0f)) < 1e-6f);
+
+    uint64_t state = 61;
+    fill_values(x, n, &state, 50.0f);
+    fill_values(up, n, &state, 100.0f);
+    for (int path = CPU_OPS_PATH_PORTABLE; path <= CPU_OPS_PATH_AVX512; path++) {
+        cpu_ops_limit_path((cpu_ops_path)path);
+        memcpy(y, x, sizeof x);
+        cpu_exp_shifted(y, n, 0.5f);
+        int32_t mismatches = 0;
+        for (int i = 0; i < n; i += 7) { /* the same element alone, as a tail */
+            float one = x[i];
+            cpu_exp_shifted(&one, 1, 0.5f);
+            if (memcmp(&one, &y[i], sizeof one) != 0) mismatches++;
+        }
+        CHECK_MSG(mismatches == 0, "path %d: %d elements differ alone and in a group", path, (int)mismatches);
+        if (path == CPU_OPS_PATH_PORTABLE) memcpy(portable, y, sizeof y);
+        CHECK_MSG(memcmp(portable, y, sizeof y) == 0, "path %d's exponentials differ from the portable path's", path);
+
+        memcpy(y, x, sizeof x);
+        cpu_swiglu(y, up, n, 1);
+        memcpy(z, x, sizeof x);
+        cpu_swiglu(z, up, n, 3);
+        CHECK_MSG(memcmp(y, z, sizeof y) == 0, "path %d: swiglu differs between 1 and 3 threads", path);
+        const float g = x[n - 1], want = g / (1.0f + expf(-g)) * up[n - 1];
+        CHECK_MSG(fabsf(y[n - 1] - want) <= 1e-6f * fabsf(want) + 1e-30f, "path %d: swiglu %g, want %g", path,
+                  (double)y[n - 1], (double)want);
+    }
+    cpu_ops_limit_path(CPU_OPS_PATH_AVX512);
+}
+
 /* Deterministic values in about [-1, 1]. */
 static void fill_values(float *v, size_t n, uint64_t *state, float divisor) {
     for (size_t i = 0; i < n; i++) {
@@ -642,6 +695,7 @@ int main(void) {
     TEST_RUN(test_portable_matches_vector_path);
     TEST_RUN(test_matmul_matches_dot);
     TEST_RUN(test_dot_rows_match_dot);
+    TEST_RUN(test_exp_lanes);
     TEST_RUN(test_packed_matmul_matches_fma_chain);
     TEST_RUN(test_packed_parts_match_fma_chain);
     TEST_RUN(test_pack_rows_layout);

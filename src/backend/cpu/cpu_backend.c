@@ -670,11 +670,9 @@ static void attention_layer(cpu_backend *b, const step_batch *batch, int32_t lay
                 if (scores[j] > max_score) max_score = scores[j];
             }
         }
+        cpu_exp_shifted(scores, (size_t)position + 1, max_score);
         float sum = 0.0f;
-        for (int32_t j = 0; j <= position; j++) {
-            scores[j] = expf(scores[j] - max_score);
-            sum += scores[j];
-        }
+        for (int32_t j = 0; j <= position; j++) sum += scores[j];
         for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
         /* Softmax normalises before the product with V, as torch does; with bf16 emulation, as flash attention
          * does it: unnormalised probabilities rounded to bf16, the float32 row sum dividing at the end. */

@@ -661,12 +661,118 @@ void cpu_rope_apply(float *x, const float *cos_table, const float *sin_table, in
     }
 }
 
+/* e^x in eight lanes (Cephes' expf): x = n ln 2 + r with n the nearest integer to x log2(e) (found by adding and
+ * subtracting 1.5 * 2^23) and ln 2 in two parts (Cody-Waite, so r keeps its low bits), e^r by a degree-7 series
+ * (about 1 ulp against expf), 2^n put in the exponent bits. Plain IEEE operations in one fixed order (fp-contract is
+ * off), so every instruction-set path gives the same bits. x is clamped to [-87, 88.3], where 2^n stays a normal
+ * float: below, the result is e^-87 (1.6e-38) instead of a denormal; above, e^88.3 instead of up to 2.4e38 or inf.
+ * Neither changes a softmax or a SiLU. */
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+#define SPLAT8(v) ((v8f){v, v, v, v, v, v, v, v}) /* macros and pointers: a function taking or returning a vector
+                                                  * changes the ABI */
+
+/* *lanes = e^*lanes. */
+CPU_ALWAYS_INLINE void exp_lanes(v8f *lanes) {
+    v8f x = *lanes;
+    const v8i low = x < SPLAT8(-87.0f), high = x > SPLAT8(88.3f); /* NaN: neither, and NaN out */
+    x = (v8f)(((v8i)x & ~(low | high)) | ((v8i)SPLAT8(-87.0f) & low) | ((v8i)SPLAT8(88.3f) & high));
+    const v8f round_magic = SPLAT8(12582912.0f);
+    const v8f n = (x * SPLAT8(1.44269504088896341f) + round_magic) - round_magic;
+    v8f r = x - n * SPLAT8(0.693359375f);
+    r = r - n * SPLAT8(-2.12194440e-4f);
+    v8f p = SPLAT8(1.9875691500e-4f);
+    p = p * r + SPLAT8(1.3981999507e-3f);
+    p = p * r + SPLAT8(8.3334519073e-3f);
+    p = p * r + SPLAT8(4.1665795894e-2f);
+    p = p * r + SPLAT8(1.6666665459e-1f);
+    p = p * r + SPLAT8(5.0000001201e-1f);
+    const v8f e_r = p * (r * r) + r + SPLAT8(1.0f);
+    const v8i two_n = (__builtin_convertvector(n, v8i) + 127) << 23;
+    *lanes = e_r * (v8f)two_n;
+}
+
+/* Eight lanes at a time; a tail of fewer goes through the same lanes from a padded copy, so an element's bits do not
+ * depend on where it sits. */
+CPU_ALWAYS_INLINE void exp_shifted_body(float *x, size_t n, float shift) {
+    size_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES) {
+        v8f e = LOAD_V8F(x + i) - SPLAT8(shift);
+        exp_lanes(&e);
+        memcpy(x + i, &e, sizeof e);
+    }
+    if (i < n) {
+        float tail[CPU_LANES] = {0};
+        memcpy(tail, x + i, (n - i) * sizeof(float));
+        v8f e = LOAD_V8F(tail) - SPLAT8(shift);
+        exp_lanes(&e);
+        memcpy(x + i, &e, (n - i) * sizeof(float));
+    }
+}
+
+/* *out = silu(*gate) * *up. */
+CPU_ALWAYS_INLINE void silu_times(v8f *out, const float *gate, const float *up) {
+    const v8f g = LOAD_V8F(gate);
+    v8f e = -g;
+    exp_lanes(&e);
+    *out = g / (SPLAT8(1.0f) + e) * LOAD_V8F(up);
+}
+
+CPU_ALWAYS_INLINE void swiglu_body(float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES) {
+        v8f out;
+        silu_times(&out, gate + i, up + i);
+        memcpy(gate + i, &out, sizeof out);
+    }
+    if (i < n) {
+        float g[CPU_LANES] = {0}, u[CPU_LANES] = {0};
+        memcpy(g, gate + i, (n - i) * sizeof(float));
+        memcpy(u, up + i, (n - i) * sizeof(float));
+        v8f out;
+        silu_times(&out, g, u);
+        memcpy(gate + i, &out, (n - i) * sizeof(float));
+    }
+}
+
+static void exp_shifted_generic(float *x, size_t n, float shift) { exp_shifted_body(x, n, shift); }
+static void swiglu_generic(float *gate, const float *up, size_t n) { swiglu_body(gate, up, n); }
+#ifdef CPU_HAVE_X86_CLONES
+__attribute__((target("avx2"))) static void exp_shifted_avx2(float *x, size_t n, float shift) {
+    exp_shifted_body(x, n, shift);
+}
+__attribute__((target("avx2"))) static void swiglu_avx2(float *gate, const float *up, size_t n) {
+    swiglu_body(gate, up, n);
+}
+#endif
+
+void cpu_exp_shifted(float *x, size_t n, float shift) {
+#ifdef CPU_HAVE_X86_CLONES
+    if (chosen_path() >= CPU_OPS_PATH_AVX2) {
+        exp_shifted_avx2(x, n, shift);
+        return;
+    }
+#endif
+    exp_shifted_generic(x, n, shift);
+}
+
+/* A slice of swiglu per thread, each a multiple of 8 elements so the split moves no element into a padded tail:
+ * the thread count changes no bits. */
 void cpu_swiglu(float *gate, const float *up, size_t n, int n_threads) {
-    /* Elementwise, so the split between threads changes no bits; expf makes it worth one for a prompt. */
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n >= CPU_PARALLEL_MIN_WORK / 8)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float silu = g / (1.0f + expf(-g));
-        gate[i] = silu * up[i];
+    const size_t n_chunks = (n + CPU_LANES - 1) / CPU_LANES;
+    const int threads = n >= CPU_PARALLEL_MIN_WORK / 8 ? n_threads : 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int t = 0; t < threads; t++) {
+        const size_t begin = n_chunks * (size_t)t / (size_t)threads * CPU_LANES;
+        size_t end = n_chunks * (size_t)(t + 1) / (size_t)threads * CPU_LANES;
+        if (end > n) end = n;
+        if (begin >= end) continue;
+#ifdef CPU_HAVE_X86_CLONES
+        if (chosen_path() >= CPU_OPS_PATH_AVX2) {
+            swiglu_avx2(gate + begin, up + begin, end - begin);
+            continue;
+        }
+#endif
+        swiglu_generic(gate + begin, up + begin, end - begin);
     }
 }

@@ -96,7 +96,12 @@ typedef enum cpu_ops_path { CPU_OPS_PATH_PORTABLE, CPU_OPS_PATH_AVX2, CPU_OPS_PA
  * CPU has), to check that every path gives the same bits. Call it between forwards, never during one. */
 void cpu_ops_limit_path(cpu_ops_path most);
 
-/* x[i] = silu(gate[i]) * up[i], stored into gate; parallel over elements for large n. */
+/* x[i] = e^(x[i] - shift) for i < n (the softmax's exponentials), vectorised; within about 1 ulp of expf, the same bits
+ * on every path and for every n (cpu_ops.c's exp_lanes). */
+void cpu_exp_shifted(float *x, size_t n, float shift);
+
+/* x[i] = silu(gate[i]) * up[i], stored into gate, with cpu_exp_shifted's exponential; parallel over elements for large
+ * n. */
 void cpu_swiglu(float *gate, const float *up, size_t n, int n_threads);
 
 #endif
